@@ -1,0 +1,44 @@
+# Two commands: `make run` starts the studio on the bundled model, `make test` runs the tests.
+# Both create .venv and install what is missing; a second run installs nothing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+# A pinned torch build is installed first so that requirements.txt's range is already met.
+# GPU users: TORCH_SPEC="torch==2.13.0" with the CUDA index, see README.
+TORCH_SPEC ?= torch==2.13.0
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: run test lint deps dev-deps browser clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.deps: requirements.txt | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "$(TORCH_SPEC)"
+	$(PIP) install -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-deps: requirements-dev.txt $(VENV)/.deps
+	$(PIP) install -r requirements-dev.txt
+	touch $@
+
+deps: $(VENV)/.deps
+dev-deps: $(VENV)/.dev-deps
+
+# Debian's chromium for the real-browser tests (Playwright's own download cannot work offline).
+browser:
+	@test -x $(CHROMIUM) || { (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
+	  echo "chromium could not be installed; browser tests will be skipped"; }
+
+run: $(VENV)/.deps
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(PY) app.py
+
+test: $(VENV)/.dev-deps browser
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+lint: $(VENV)/.dev-deps
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf $(VENV) studio-data test-artifacts

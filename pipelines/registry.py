@@ -1,0 +1,148 @@
+"""One registry of pipeline specs, and resolution of user-given model names.
+
+A model name is a registry id (`tiny-shapes`, `sd15`, ...), a local diffusers
+directory, or a Hugging Face hub id (`owner/name`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from studio.errors import ValidationError
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "assets"
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+FAMILIES = {
+    "StableDiffusionPipeline": "sd",
+    "StableDiffusionXLPipeline": "sdxl",
+}
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """How to load a model and what it runs best with."""
+
+    id: str
+    source: str
+    pipeline_class: str = "DiffusionPipeline"
+    label: str = ""
+    family: str = "sd"
+    width: int = 512
+    height: int = 512
+    steps: int = 30
+    guidance: float = 7.5
+    scheduler: str = "default"
+    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
+    local: bool = False
+    example_prompt: str = "a photo of an astronaut riding a horse on mars"
+    note: str = ""
+    load_kwargs: dict = field(default_factory=dict)
+
+
+SPECS: dict[str, PipelineSpec] = {
+    s.id: s
+    for s in (
+        PipelineSpec(
+            id="tiny-shapes",
+            source=str(ASSETS / "tiny-shapes"),
+            pipeline_class="StableDiffusionPipeline",
+            label="Tiny Shapes (bundled, offline, 64x64)",
+            width=64,
+            height=64,
+            steps=20,
+            guidance=7.5,
+            local=True,
+            example_prompt="a big red circle on the left, on a white background",
+            note="Trained in this repo on procedural shapes; runs anywhere in well under a second.",
+        ),
+        PipelineSpec(
+            id="sd15",
+            source="stable-diffusion-v1-5/stable-diffusion-v1-5",
+            pipeline_class="StableDiffusionPipeline",
+            label="Stable Diffusion 1.5",
+            steps=50,
+            load_kwargs={"safety_checker": None, "requires_safety_checker": False},
+        ),
+        PipelineSpec(
+            id="sdxl",
+            source="stabilityai/stable-diffusion-xl-base-1.0",
+            pipeline_class="StableDiffusionXLPipeline",
+            label="Stable Diffusion XL base 1.0",
+            family="sdxl",
+            width=1024,
+            height=1024,
+            steps=30,
+            guidance=5.0,
+            example_prompt="a cute dog running on the grass",
+        ),
+        PipelineSpec(
+            id="sd-turbo",
+            source="stabilityai/sd-turbo",
+            pipeline_class="StableDiffusionPipeline",
+            label="SD-Turbo (1-4 steps)",
+            steps=1,
+            guidance=0.0,
+            load_kwargs={"safety_checker": None, "requires_safety_checker": False},
+        ),
+    )
+}
+
+
+def allowed_roots() -> list[Path]:
+    """Directories local models may be loaded from (`STUDIO_MODEL_ROOTS`, else assets/ and the cwd)."""
+    extra = os.environ.get("STUDIO_MODEL_ROOTS")
+    roots = [Path(p) for p in extra.split(os.pathsep) if p] if extra else [Path.cwd()]
+    return [ASSETS.resolve(), *(r.resolve() for r in roots)]
+
+
+def _allowlist() -> set[str] | None:
+    raw = os.environ.get("STUDIO_MODEL_ALLOWLIST")
+    return {x.strip() for x in raw.split(",") if x.strip()} if raw else None
+
+
+def _local_spec(path: Path) -> PipelineSpec:
+    resolved = path.resolve()
+    if not any(resolved.is_relative_to(root) for root in allowed_roots()):
+        raise ValidationError(
+            f"Local model directory {str(path)!r} is outside the allowed roots; "
+            "add its parent to STUDIO_MODEL_ROOTS to allow it."
+        )
+    index = resolved / "model_index.json"
+    if not index.is_file():
+        raise ValidationError(f"{str(path)!r} is not a diffusers pipeline directory (no model_index.json).")
+    cls = json.loads(index.read_text()).get("_class_name", "DiffusionPipeline")
+    return PipelineSpec(
+        id=str(resolved), source=str(resolved), pipeline_class=cls, label=resolved.name,
+        family=FAMILIES.get(cls, "other"), local=True,
+    )
+
+
+def resolve(name: str) -> PipelineSpec:
+    """Turn a model name from a request into a spec, or raise ValidationError saying why not."""
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError("No model given; choose one of: " + ", ".join(SPECS) + ", a hub id or a local directory.")
+    allow = _allowlist()
+    if allow is not None and name not in allow:
+        raise ValidationError(f"Model {name!r} is not in STUDIO_MODEL_ALLOWLIST ({', '.join(sorted(allow))}).")
+    if name in SPECS:
+        return SPECS[name]
+    path = Path(name).expanduser()
+    if name.startswith((".", "/", "~")) or path.is_dir():
+        return _local_spec(path)
+    if HUB_ID.match(name) and ".." not in name:
+        return PipelineSpec(id=name, source=name, label=name, family="other")
+    raise ValidationError(
+        f"Unknown model {name!r}: use a registry id ({', '.join(SPECS)}), a hub id like 'owner/name', "
+        "or a local diffusers directory."
+    )
+
+
+def with_family(spec: PipelineSpec, pipeline_class: str) -> PipelineSpec:
+    """The spec updated once the real pipeline class is known (hub ids learn it at load time)."""
+    return replace(spec, pipeline_class=pipeline_class, family=FAMILIES.get(pipeline_class, "other"))

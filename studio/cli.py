@@ -1,0 +1,155 @@
+"""`python -m studio ...`: the engine without a browser, same validation, same database."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from studio import devices, settings
+from studio.errors import StudioError
+from studio.optimizations import REGISTRY, unavailable_reason
+
+log = logging.getLogger("studio")
+
+
+def _parse_params(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`--param torch_compile.mode=max-autotune` -> {'torch_compile': {'mode': 'max-autotune'}}."""
+    params: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        name, dot, setting = key.partition(".")
+        if not (sep and dot):
+            raise StudioError(f"--param {item!r} must look like technique.setting=value.")
+        params.setdefault(name, {})[setting] = value
+    return params
+
+
+def _request_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="tiny-shapes", help="registry id, hub id or local directory")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--negative-prompt", default="")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--guidance", type=float)
+    p.add_argument("--width", type=int)
+    p.add_argument("--height", type=int)
+    p.add_argument("--scheduler")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--param", action="append", default=[], help="technique.setting=value")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m studio", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("system", "optimizations"):
+        sub.add_parser(name).add_argument("--json", action="store_true")
+    gen = sub.add_parser("generate", help="one image, timed and logged")
+    _request_args(gen)
+    gen.add_argument("--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`")
+    cmp_ = sub.add_parser("compare", help="baseline vs configurations, side by side")
+    _request_args(cmp_)
+    cmp_.add_argument("--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)")
+    hist = sub.add_parser("history", help="runs from the log")
+    for flag in ("--model", "--device", "--status", "--technique", "--since", "--until"):
+        hist.add_argument(flag)
+    hist.add_argument("--limit", type=int, default=20)
+    hist.add_argument("--json", action="store_true")
+    return parser
+
+
+def _emit(data: Any, as_json: bool, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def cmd_system(args: argparse.Namespace) -> int:
+    info = {"hardware": devices.detect().summary(), "versions": settings.versions(), "database": str(settings.db_path())}
+    _emit(info, args.json, "\n".join(f"{k}: {v}" for k, v in info.items()))
+    return 0
+
+
+def availability() -> list[dict[str, Any]]:
+    """Every technique with whether it can run on the default device here, and why not."""
+    hw = devices.detect()
+    device = devices.resolve("auto", hw)
+    return [
+        {"name": o.name, "label": o.label, "group": o.group, "stage": o.stage, "reversible": o.reversible,
+         "requires": list(o.requires), "conflicts": list(o.conflicts), "description": o.description,
+         "unavailable": unavailable_reason(o, hw, device)}
+        for o in REGISTRY.values()
+    ]
+
+
+def cmd_optimizations(args: argparse.Namespace) -> int:
+    rows = availability()
+    text = "\n".join(f"{r['name']:24} {r['group']:9} {r['unavailable'] or 'available'}" for r in rows)
+    _emit(rows, args.json, text)
+    return 0
+
+
+def _validated(args: argparse.Namespace, opts: Any):
+    from studio.validate import validate_request
+
+    return validate_request(
+        model=args.model, prompt=args.prompt, negative_prompt=args.negative_prompt, seed=args.seed,
+        steps=args.steps, guidance=args.guidance, width=args.width, height=args.height,
+        scheduler=args.scheduler, device=args.device, opts=opts, params=_parse_params(args.param),
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from studio.service import Studio
+
+    request = _validated(args, args.opt)
+    result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
+    data = {"run_id": result.run_id, "config": result.label, "applied": list(result.applied),
+            "image_path": result.image_paths[0], **result.metrics, **result.quality}
+    data.pop("step_seconds", None)
+    text = f"run {result.run_id}: {result.label} {result.metrics['latency_median']:.3f}s -> {result.image_paths[0]}"
+    _emit(data, args.json, text)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from studio.compare import markdown_table, run_compare
+    from studio.service import Studio
+
+    request = _validated(args, [])
+    result = run_compare(Studio(), request, args.config,
+                         warmup=1 if args.warmup is None else args.warmup, repeats=args.repeats or 3)
+    _emit({"group_id": result.group_id, "rows": result.rows}, args.json, markdown_table(result.rows))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from studio.runlog import RunLog
+
+    rows = RunLog(settings.db_path()).runs(
+        model=args.model, device=args.device, status=args.status, technique=args.technique,
+        since=args.since, until=args.until, limit=args.limit,
+    )
+    keep = ("id", "created_at", "status", "model", "device", "config_label", "latency_median", "peak_memory", "error")
+    rows = [{k: r.get(k) for k in keep} for r in rows]
+    text = "\n".join(" | ".join(str(r[k]) for k in keep) for r in rows) or "no runs"
+    _emit(rows, args.json, text)
+    return 0
+
+
+COMMANDS = {"system": cmd_system, "optimizations": cmd_optimizations, "generate": cmd_generate,
+            "compare": cmd_compare, "history": cmd_history}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except StudioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

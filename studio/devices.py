@@ -1,0 +1,169 @@
+"""What hardware is here, and which device a request should run on.
+
+Nothing in this module touches an accelerator at import time. `detect()` probes
+CUDA by allocating one tiny tensor (importable is not the same as functional),
+and `resolve("auto")` never raises on a CPU-only host.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+from dataclasses import dataclass, field
+
+import torch
+
+from studio.errors import UnavailableError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GPU:
+    index: int
+    name: str
+    total_memory: int
+    capability: tuple[int, int]
+
+    @property
+    def supports_bf16(self) -> bool:
+        return self.capability >= (8, 0)
+
+    @property
+    def supports_tf32(self) -> bool:
+        return self.capability >= (8, 0)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A snapshot of the machine's compute devices and their abilities."""
+
+    cuda_functional: bool
+    cuda_reason: str
+    gpus: tuple[GPU, ...]
+    mps: bool
+    cpu_model: str
+    cpu_flags: frozenset[str] = field(default_factory=frozenset)
+    cpu_count: int = 1
+    cuda_visible_devices: str | None = None
+
+    @property
+    def avx512(self) -> bool:
+        return "avx512f" in self.cpu_flags
+
+    @property
+    def amx_bf16(self) -> bool:
+        return "amx_bf16" in self.cpu_flags
+
+    @property
+    def device_names(self) -> list[str]:
+        names = [f"cuda:{g.index}" for g in self.gpus] if self.cuda_functional else []
+        if self.mps:
+            names.append("mps")
+        return [*names, "cpu"]
+
+    def summary(self) -> dict:
+        """A JSON-friendly description, for the System tab, the CLI and the run log."""
+        return {
+            "devices": self.device_names,
+            "cuda_functional": self.cuda_functional,
+            "cuda_reason": self.cuda_reason,
+            "cuda_visible_devices": self.cuda_visible_devices,
+            "gpus": [
+                {
+                    "index": g.index,
+                    "name": g.name,
+                    "memory_gb": round(g.total_memory / 2**30, 2),
+                    "capability": f"{g.capability[0]}.{g.capability[1]}",
+                    "bf16": g.supports_bf16,
+                    "tf32": g.supports_tf32,
+                }
+                for g in self.gpus
+            ],
+            "mps": self.mps,
+            "cpu": self.cpu_model,
+            "cpu_count": self.cpu_count,
+            "avx512": self.avx512,
+            "amx_bf16": self.amx_bf16,
+        }
+
+
+def _cpu_info() -> tuple[str, frozenset[str]]:
+    model, flags = platform.processor() or platform.machine(), frozenset()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = frozenset(value.split())
+                if flags and model:
+                    break
+    except OSError as exc:  # not Linux: the model name from platform is enough
+        log.debug("no /proc/cpuinfo: %s", exc)
+    return model, flags
+
+
+def _probe_cuda() -> tuple[bool, str, tuple[GPU, ...]]:
+    if not torch.cuda.is_available():
+        return False, "no CUDA device is visible to PyTorch here", ()
+    try:
+        torch.zeros(1, device="cuda")
+    except RuntimeError as exc:
+        return False, f"CUDA is installed but not functional: {exc}", ()
+    gpus = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        gpus.append(GPU(i, props.name, props.total_memory, (props.major, props.minor)))
+    return True, "ok", tuple(gpus)
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend and backend.is_available())
+
+
+@functools.lru_cache(maxsize=1)
+def detect() -> Hardware:
+    """Probe the machine once. Call `detect.cache_clear()` to probe again."""
+    functional, reason, gpus = _probe_cuda()
+    model, flags = _cpu_info()
+    return Hardware(
+        cuda_functional=functional,
+        cuda_reason=reason,
+        gpus=gpus,
+        mps=_mps_available(),
+        cpu_model=model,
+        cpu_flags=flags,
+        cpu_count=os.cpu_count() or 1,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+
+
+def resolve(name: str, hw: Hardware | None = None) -> str:
+    """Turn a device name from a request into one that works here.
+
+    Args:
+        name: "auto", "cpu", "cuda", "cuda:N" or "mps".
+        hw: the hardware snapshot (defaults to `detect()`).
+
+    Returns:
+        A concrete device string such as "cuda:0" or "cpu".
+
+    Raises:
+        UnavailableError: a specific device was asked for and does not work here.
+    """
+    hw = hw or detect()
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return hw.device_names[0]
+    if name == "cuda":
+        name = "cuda:0"
+    if name in hw.device_names:
+        return name
+    if name.startswith("cuda"):
+        raise UnavailableError(f"Device {name!r} is not available: {hw.cuda_reason}. Use device 'auto' or 'cpu'.")
+    raise UnavailableError(f"Device {name!r} is not available here; choose one of {hw.device_names} or 'auto'.")

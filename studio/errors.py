@@ -1,0 +1,31 @@
+"""The few named exceptions of the studio. Every message says what to do."""
+
+from __future__ import annotations
+
+
+class StudioError(Exception):
+    """Base class: a failure the user can act on; the message is shown as is."""
+
+
+class ValidationError(StudioError, ValueError):
+    """A request is malformed or out of range; raised before any model work."""
+
+
+class UnavailableError(StudioError):
+    """A requested technique or device cannot run on this machine."""
+
+
+class ConflictError(ValidationError):
+    """Two requested techniques cannot be combined."""
+
+
+class ModelLoadError(StudioError):
+    """A model could not be loaded (missing, corrupt, not safetensors, not allowed)."""
+
+
+class RunFailed(StudioError):
+    """A generation started but failed (out of memory, NaN output, ...)."""
+
+
+class Cancelled(StudioError):
+    """The user cancelled the run, or the client went away."""

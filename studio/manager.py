@@ -1,0 +1,186 @@
+"""PipelineManager: load once, apply and revert a configuration at request time.
+
+Weights are read from disk once per (model, dtype, device map) and kept on the CPU.
+A request names a configuration; the manager reverts what is no longer wanted and
+applies what is new on the live pipeline. Removing an irreversible technique
+(trace, compile, offload hooks) rebuilds the working pipeline from the cached
+components: no disk read. Moving to an accelerator happens here, at request time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pipelines import loader
+from studio import devices
+from studio.optimizations import Context, Optimization, get, ordered
+from studio.validate import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+LoadFn = Callable[..., Any]
+
+
+@dataclass
+class LivePipeline:
+    """One loaded pipeline and the configuration currently applied to it."""
+
+    key: tuple
+    base: Any
+    pipe: Any
+    load_seconds: float
+    applied: tuple[str, ...] = ()
+    params: dict[str, dict] = field(default_factory=dict)
+    device: str = "cpu"
+    state: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    calls: int = 0
+
+
+@dataclass
+class Prepared:
+    """A pipeline ready for one request, with what the run needs to record."""
+
+    pipe: Any
+    ctx: Context
+    call_opts: list[Optimization]
+    applied: tuple[str, ...]
+    load_seconds: float
+    switch_seconds: float
+    first_call: bool
+    entry: LivePipeline
+
+
+def _cache_key(request: GenerationRequest) -> tuple:
+    load_opts = tuple(o for o in request.opts if get(o).stage == "load")
+    memory = request.params.get("device_map_balanced", {}).get("max_memory")
+    return (request.spec.id, load_opts, repr(sorted(memory.items(), key=str)) if memory else None)
+
+
+class PipelineManager:
+    """Keeps loaded pipelines and hands out one configured for each request.
+
+    Args:
+        load: the loading function (the real diffusers loader by default).
+        max_pipelines: how many (model, dtype, device map) entries stay cached.
+    """
+
+    def __init__(self, load: LoadFn = loader.load, max_pipelines: int | None = None):
+        self._load = load
+        self._max = max_pipelines or int(os.environ.get("STUDIO_MAX_PIPELINES", "3"))
+        self._entries: OrderedDict[tuple, LivePipeline] = OrderedDict()
+        self._lock = threading.Lock()
+        self._loading: dict[tuple, threading.Lock] = {}
+        self.disk_loads = 0
+
+    def loaded(self) -> list[tuple]:
+        """Keys of the pipelines in the cache, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
+    def _entry(self, request: GenerationRequest) -> tuple[LivePipeline, bool]:
+        key = _cache_key(request)
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key], False
+            key_lock = self._loading.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._entries:
+                    return self._entries[key], False
+            entry = self._load_entry(key, request)
+            with self._lock:
+                self._entries[key] = entry
+                while len(self._entries) > self._max:
+                    evicted, _ = self._entries.popitem(last=False)
+                    log.info("evicted %s from the pipeline cache", evicted)
+            return entry, True
+
+    def _load_entry(self, key: tuple, request: GenerationRequest) -> LivePipeline:
+        dtype = next((get(o).dtype for o in request.opts if get(o).dtype is not None), torch.float32)
+        device_map = "balanced" if "device_map_balanced" in request.opts else None
+        memory = request.params.get("device_map_balanced", {}).get("max_memory")
+        start = time.perf_counter()
+        base = self._load(request.spec, dtype=dtype, device_map=device_map, max_memory=memory)
+        self.disk_loads += 1
+        seconds = time.perf_counter() - start
+        return LivePipeline(key=key, base=base, pipe=copy.copy(base), load_seconds=seconds)
+
+    @contextlib.contextmanager
+    def acquire(self, request: GenerationRequest) -> Iterator[Prepared]:
+        """Hold the pipeline for `request`, configured as it asks, for the duration of the block."""
+        entry, loaded_now = self._entry(request)
+        with entry.lock:
+            start = time.perf_counter()
+            ctx = self._configure(entry, request)
+            entry.pipe.scheduler = loader.make_scheduler(request.scheduler, entry.base.scheduler)
+            switch = time.perf_counter() - start
+            call_opts = [get(o) for o in request.opts if get(o).stage == "call"]
+            entry.calls += 1
+            yield Prepared(
+                pipe=entry.pipe,
+                ctx=ctx,
+                call_opts=call_opts,
+                applied=tuple(o.name for o in ordered(request.opts)),
+                load_seconds=entry.load_seconds if loaded_now else 0.0,
+                switch_seconds=switch,
+                first_call=entry.calls == 1,
+                entry=entry,
+            )
+
+    def _configure(self, entry: LivePipeline, request: GenerationRequest) -> Context:
+        target = {o for o in request.opts if get(o).stage == "pipeline"}
+        params = {k: v for k, v in request.params.items() if k in target}
+        changed = {n for n in set(entry.applied) & target if entry.params.get(n) != params.get(n)}
+        removed = (set(entry.applied) - target) | changed
+        ctx = Context(
+            device=request.device, hw=devices.detect(), family=request.spec.family,
+            target=frozenset(target), params=params, state=entry.state, stats=entry.stats,
+        )
+        if any(not get(n).reversible for n in removed):
+            self._rebuild(entry, ctx)
+            removed, current = set(), set()
+        else:
+            current = set(entry.applied) - removed
+        for opt in reversed(ordered(removed)):
+            opt.revert(entry.pipe, ctx)
+        entry.applied = tuple(o.name for o in ordered(current))
+        self._place(entry, request, target)
+        for opt in ordered(target - current):
+            opt.apply(entry.pipe, ctx)
+            entry.applied = tuple(o.name for o in ordered({*entry.applied, opt.name}))
+        entry.params = params
+        return ctx
+
+    def _rebuild(self, entry: LivePipeline, ctx: Context) -> None:
+        """Undo everything and start again from the cached components (no disk read)."""
+        revert_ctx = Context(device=ctx.device, hw=ctx.hw, family=ctx.family, state=entry.state, stats=entry.stats)
+        for opt in reversed(ordered(entry.applied)):
+            opt.revert(entry.pipe, revert_ctx)
+        entry.pipe = copy.copy(entry.base)
+        entry.applied = ()
+        entry.stats.clear()
+        entry.calls = 0
+        log.info("rebuilt %s from the cached components", entry.key[0])
+
+    def _place(self, entry: LivePipeline, request: GenerationRequest, target: set[str]) -> None:
+        placed = any(get(o).places_modules for o in request.opts)
+        if placed or entry.device == request.device:
+            if placed:
+                entry.device = request.device
+            return
+        entry.pipe.to(request.device)
+        entry.device = request.device

@@ -1,0 +1,110 @@
+"""Attention kernels and attention slicing, switched with attention processors.
+
+diffusers 0.42's `set_attention_backend` does nothing on UNet pipelines (SD, SDXL), so
+the kernel is chosen per attention module with `set_processor`. The processors the
+model was loaded with are saved on first change and restored exactly on revert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diffusers.models.attention_processor import (
+    Attention,
+    AttnProcessor,
+    AttnProcessor2_0,
+    SlicedAttnProcessor,
+    XFormersAttnProcessor,
+)
+
+from studio.optimizations.base import Context, Optimization, register
+
+ATTENTION_MODULES = ("unet", "vae")
+KERNELS = ("classic_attention", "sdpa", "xformers", "attention_slicing")
+
+
+def _attention_layers(pipe: Any) -> list[tuple[str, Attention]]:
+    layers = []
+    for component in ATTENTION_MODULES:
+        module = getattr(pipe, component, None)
+        if module is None:
+            continue
+        layers += [(f"{component}.{n}", m) for n, m in module.named_modules() if isinstance(m, Attention)]
+    return layers
+
+
+def _slice_size(layer: Attention, setting: Any) -> int:
+    if setting == "max":
+        return 1
+    if setting in (None, "auto"):
+        return max(1, layer.heads // 2)
+    return int(setting)
+
+
+def _processor_for(layer: Attention, ctx: Context) -> Any | None:
+    target = ctx.target
+    if "attention_slicing" in target:
+        return SlicedAttnProcessor(_slice_size(layer, ctx.params.get("attention_slicing", {}).get("slice_size")))
+    if "xformers" in target:
+        return XFormersAttnProcessor()
+    if "classic_attention" in target:
+        return AttnProcessor()
+    if "sdpa" in target:
+        return AttnProcessor2_0()
+    return None
+
+
+def set_attention(pipe: Any, ctx: Context) -> None:
+    """Give every attention layer the processor the target configuration asks for.
+
+    With no attention technique in the target, the original processors come back.
+    """
+    originals = ctx.state.setdefault("attention_originals", {})
+    for name, layer in _attention_layers(pipe):
+        originals.setdefault(name, layer.processor)
+        wanted = _processor_for(layer, ctx)
+        layer.set_processor(wanted if wanted is not None else originals[name])
+
+
+def _attention(name: str, label: str, group: str, description: str, **kw: Any) -> Optimization:
+    return register(
+        Optimization(
+            name=name,
+            label=label,
+            group=group,
+            description=description,
+            conflicts=tuple(k for k in KERNELS if k != name),
+            apply=set_attention,
+            revert=set_attention,
+            order=20,
+            **kw,
+        )
+    )
+
+
+_attention(
+    "classic_attention",
+    "classic attention",
+    "speed",
+    "Plain softmax(QK^T)V attention with the full score matrix (the seed documents' 'original').",
+)
+_attention(
+    "sdpa",
+    "SDPA attention",
+    "speed",
+    "torch.nn.functional.scaled_dot_product_attention: fused, memory-efficient kernels (flash / efficient / math).",
+)
+_attention(
+    "xformers",
+    "xFormers attention",
+    "speed",
+    "xFormers memory-efficient attention kernels.",
+    requires=("cuda", "module:xformers"),
+)
+_attention(
+    "attention_slicing",
+    "attention slicing",
+    "memory",
+    "Compute attention a few heads at a time: lower peak memory, some latency cost.",
+    params={"slice_size": "auto"},
+)

@@ -1,0 +1,170 @@
+"""The optimization record, the context it is applied in, and the one registry.
+
+Every technique is one `Optimization`. Its `stage` says how the manager treats it:
+
+- "load": part of how weights are loaded (dtype, device map); selects the cached pipeline.
+- "pipeline": applied to and reverted from the live pipeline (`apply` / `revert`).
+- "call": a context manager around the pipeline call (autocast, backend flags).
+
+UI checkboxes, CLI flags, database columns and docs are generated from `REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from studio.devices import Hardware
+from studio.errors import ConflictError, ValidationError
+
+Group = Literal["speed", "memory", "precision"]
+Stage = Literal["load", "pipeline", "call"]
+
+
+@dataclass
+class Context:
+    """What an optimization sees when it is applied, reverted or wrapped around a call.
+
+    `state` belongs to the live pipeline and survives between requests, so that
+    `revert` finds exactly what `apply` saved.
+    """
+
+    device: str
+    hw: Hardware
+    family: str = "sd"
+    target: frozenset[str] = frozenset()
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device_type(self) -> str:
+        return self.device.split(":")[0]
+
+
+def _noop(pipe: Any, ctx: Context) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """One technique. Names are public: CLI flags, API values and database fields use them."""
+
+    name: str
+    label: str
+    group: Group
+    description: str
+    stage: Stage = "pipeline"
+    requires: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    reversible: bool = True
+    order: int = 50
+    apply: Callable[[Any, Context], None] = _noop
+    revert: Callable[[Any, Context], None] = _noop
+    call_context: Callable[[Context], contextlib.AbstractContextManager] | None = None
+    dtype: torch.dtype | None = None
+    places_modules: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+REGISTRY: dict[str, Optimization] = {}
+
+
+def register(opt: Optimization) -> Optimization:
+    """Add a technique to the registry; names must be unique."""
+    if opt.name in REGISTRY:
+        raise ValueError(f"optimization {opt.name!r} is registered twice")
+    REGISTRY[opt.name] = opt
+    return opt
+
+
+def get(name: str) -> Optimization:
+    """Look a technique up by name, with the list of valid names in the error."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValidationError(
+            f"Unknown optimization {name!r}. Valid names: {', '.join(sorted(REGISTRY))}."
+        ) from None
+
+
+def ordered(names: frozenset[str] | set[str] | list[str]) -> list[Optimization]:
+    """The techniques in the order they must be applied (reverse it to revert)."""
+    return sorted((get(n) for n in set(names)), key=lambda o: (o.order, o.name))
+
+
+def _module_available(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def _requirement_reason(req: str, hw: Hardware, device: str, family: str) -> str | None:
+    """Why `req` is not met for a run on `device`, or None when it is met."""
+    dtype = device.split(":")[0]
+    if req == "cuda":
+        if not hw.cuda_functional:
+            return f"needs CUDA; {hw.cuda_reason}"
+        return None if dtype == "cuda" else f"needs a CUDA device; this run is on {device}"
+    if req == "accelerator":
+        return None if dtype in ("cuda", "mps") else f"needs a GPU; this run is on {device}"
+    if req == "ampere":
+        gpu = _gpu_for(hw, device)
+        if gpu is None or gpu.capability < (8, 0):
+            return "needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer"
+        return None
+    if req.startswith("gpus>="):
+        want = int(req.removeprefix("gpus>="))
+        have = len(hw.gpus) if hw.cuda_functional else 0
+        return None if have >= want else f"needs at least {want} CUDA GPUs; {have} functional here"
+    if req.startswith("module:"):
+        mod = req.removeprefix("module:")
+        return None if _module_available(mod) else f"needs the {mod} package, which is not installed"
+    if req.startswith("family:"):
+        allowed = req.removeprefix("family:").split("|")
+        return None if family in allowed else f"works on {'/'.join(allowed)} UNets, not on a {family} pipeline"
+    raise ValueError(f"unknown requirement {req!r}")
+
+
+def _gpu_for(hw: Hardware, device: str):
+    if not device.startswith("cuda") or not hw.cuda_functional:
+        return None
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return next((g for g in hw.gpus if g.index == index), None)
+
+
+def unavailable_reason(opt: Optimization, hw: Hardware, device: str, family: str = "sd") -> str | None:
+    """One sentence saying why `opt` cannot run on `device` here, or None if it can."""
+    for req in opt.requires:
+        reason = _requirement_reason(req, hw, device, family)
+        if reason:
+            return f"{opt.name} {reason}."
+    return None
+
+
+def conflicts_of(name: str) -> set[str]:
+    """What `name` cannot be combined with: its own declaration and every entry naming it."""
+    return set(get(name).conflicts) | {o.name for o in REGISTRY.values() if name in o.conflicts}
+
+
+def check_conflicts(names: set[str] | frozenset[str]) -> None:
+    """Raise ConflictError naming the first conflicting pair in `names`."""
+    for name in sorted(names):
+        for other in sorted(conflicts_of(name)):
+            if other in names:
+                raise ConflictError(
+                    f"{name} and {other} cannot be combined; remove one of them."
+                )
+
+
+@contextlib.contextmanager
+def call_contexts(opts: list[Optimization], ctx: Context) -> Iterator[None]:
+    """Enter the call-stage contexts of `opts` around a pipeline call."""
+    with contextlib.ExitStack() as stack:
+        for opt in opts:
+            if opt.call_context is not None:
+                stack.enter_context(opt.call_context(ctx))
+        yield

@@ -1,0 +1,141 @@
+"""Layout and graph techniques on the UNet: channels-last, a traced UNet, torch.compile.
+
+Traced and compiled UNets wrap the original module, which is kept in the pipeline's
+state so that revert puts back exactly the module that was loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
+
+from studio.optimizations.base import Context, Optimization, register
+
+log = logging.getLogger(__name__)
+
+
+def _channels_last(pipe: Any, ctx: Context) -> None:
+    pipe.unet.to(memory_format=torch.channels_last)
+
+
+def _contiguous(pipe: Any, ctx: Context) -> None:
+    pipe.unet.to(memory_format=torch.contiguous_format)
+
+
+class _PlainUNet(torch.nn.Module):
+    """The UNet with positional inputs and a tensor output, as torch.jit.trace needs."""
+
+    def __init__(self, unet: torch.nn.Module):
+        super().__init__()
+        self.unet = unet
+
+    def forward(self, sample: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor):
+        return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
+
+
+class TracedUNet(torch.nn.Module):
+    """Stands in for a UNet; traces it once per input shape (a new shape is a re-trace).
+
+    Attributes the pipeline reads (config, dtype, device, ...) come from the original.
+    """
+
+    def __init__(self, unet: torch.nn.Module, stats: dict[str, Any]):
+        super().__init__()
+        self.original = unet
+        self._plain = _PlainUNet(unet)
+        self._traces: dict[tuple, torch.jit.ScriptModule] = {}
+        self._stats = stats
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["original"], name)
+
+    def _trace(self, key: tuple, args: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
+        start = time.perf_counter()
+        traced = torch.jit.trace(self._plain, args, check_trace=False)
+        self._stats["trace_count"] = self._stats.get("trace_count", 0) + 1
+        self._stats["trace_seconds"] = self._stats.get("trace_seconds", 0.0) + time.perf_counter() - start
+        log.info("traced the UNet for input shape %s in %.2fs", key, time.perf_counter() - start)
+        self._traces[key] = traced
+        return traced
+
+    def forward(self, sample, timestep, encoder_hidden_states=None, *args, return_dict: bool = True, **kwargs):
+        extra = [k for k, v in kwargs.items() if v is not None]
+        if args or extra:
+            raise TypeError(f"the traced UNet takes no extra conditioning ({extra or 'positional'}); use torch_compile")
+        timestep = torch.as_tensor(timestep, device=sample.device)
+        inputs = (sample, timestep, encoder_hidden_states)
+        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        traced = self._traces.get(key) or self._trace(key, inputs)
+        out = traced(*inputs)
+        return UNet2DConditionOutput(sample=out) if return_dict else (out,)
+
+
+def _swap_unet(make):
+    def apply(pipe: Any, ctx: Context) -> None:
+        ctx.state["unet_original"] = pipe.unet
+        pipe.unet = make(pipe.unet, ctx)
+
+    return apply
+
+
+def _restore_unet(pipe: Any, ctx: Context) -> None:
+    original = ctx.state.pop("unet_original", None)
+    if original is not None:
+        pipe.unet = original
+
+
+def _traced(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+    return TracedUNet(unet.eval(), ctx.stats)
+
+
+def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+    mode = ctx.params.get("torch_compile", {}).get("mode") or "default"
+    return torch.compile(unet, mode=None if mode == "default" else mode)
+
+
+register(
+    Optimization(
+        name="channels_last",
+        label="channels last",
+        group="speed",
+        description="Store the UNet's 4-D tensors as NHWC, which many convolution kernels prefer.",
+        apply=_channels_last,
+        revert=_contiguous,
+        order=10,
+    )
+)
+register(
+    Optimization(
+        name="jit_trace_unet",
+        label="traced UNet",
+        group="speed",
+        description="Replace the UNet by a torch.jit.trace of it (one trace per input shape).",
+        requires=("family:sd",),
+        conflicts=("torch_compile",),
+        reversible=False,
+        apply=_swap_unet(_traced),
+        revert=_restore_unet,
+        order=80,
+    )
+)
+register(
+    Optimization(
+        name="torch_compile",
+        label="torch.compile UNet",
+        group="speed",
+        description="Compile the UNet with torch.compile (inductor); the first call pays the compile time.",
+        conflicts=("jit_trace_unet",),
+        reversible=False,
+        apply=_swap_unet(_compiled),
+        revert=_restore_unet,
+        params={"mode": "default"},
+        order=80,
+    )
+)

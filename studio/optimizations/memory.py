@@ -1,0 +1,107 @@
+"""Memory techniques: VAE slicing/tiling, CPU offload, device maps across GPUs.
+
+diffusers 0.42 removed `pipe.enable_vae_slicing()`; the VAE's own
+`enable_slicing()` / `enable_tiling()` are used. Offload and device maps place
+modules themselves, so the manager does not `.to(device)` a pipeline using them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from studio.optimizations.base import Context, Optimization, register
+
+PLACEMENT = ("model_cpu_offload", "sequential_cpu_offload", "device_map_balanced")
+
+
+def _vae_switch(method: str):
+    def switch(pipe: Any, ctx: Context) -> None:
+        getattr(pipe.vae, method)()
+
+    return switch
+
+
+def _offload(kind: str):
+    def apply(pipe: Any, ctx: Context) -> None:
+        getattr(pipe, f"enable_{kind}_cpu_offload")(device=ctx.device)
+
+    return apply
+
+
+def _remove_hooks(pipe: Any, ctx: Context) -> None:
+    pipe.remove_all_hooks()
+
+
+def _reset_device_map(pipe: Any, ctx: Context) -> None:
+    if getattr(pipe, "hf_device_map", None) is not None:
+        pipe.reset_device_map()
+
+
+register(
+    Optimization(
+        name="vae_slicing",
+        label="VAE slicing",
+        group="memory",
+        description="Decode a batch of latents one image at a time: lower peak memory for batches.",
+        apply=_vae_switch("enable_slicing"),
+        revert=_vae_switch("disable_slicing"),
+        order=30,
+    )
+)
+register(
+    Optimization(
+        name="vae_tiling",
+        label="VAE tiling",
+        group="memory",
+        description="Decode large images in overlapping tiles: much lower peak memory at high resolution.",
+        apply=_vae_switch("enable_tiling"),
+        revert=_vae_switch("disable_tiling"),
+        order=30,
+    )
+)
+register(
+    Optimization(
+        name="model_cpu_offload",
+        label="model CPU offload",
+        group="memory",
+        description="Keep each model on the CPU and move it to the GPU only while it runs.",
+        requires=("accelerator",),
+        conflicts=("sequential_cpu_offload", "device_map_balanced", "jit_trace_unet", "torch_compile"),
+        reversible=False,
+        places_modules=True,
+        apply=_offload("model"),
+        revert=_remove_hooks,
+        order=90,
+    )
+)
+register(
+    Optimization(
+        name="sequential_cpu_offload",
+        label="sequential CPU offload",
+        group="memory",
+        description="Stream each layer's weights to the GPU as it runs: smallest GPU memory, very slow.",
+        requires=("accelerator",),
+        conflicts=("model_cpu_offload", "device_map_balanced", "jit_trace_unet", "torch_compile"),
+        reversible=False,
+        places_modules=True,
+        apply=_offload("sequential"),
+        revert=_remove_hooks,
+        order=90,
+    )
+)
+register(
+    Optimization(
+        name="device_map_balanced",
+        label="device map (balanced)",
+        group="memory",
+        description="Spread the pipeline's models over all GPUs (device_map='balanced'), optionally capped per device with max_memory.",
+        stage="load",
+        requires=("cuda",),
+        conflicts=("model_cpu_offload", "sequential_cpu_offload"),
+        reversible=False,
+        places_modules=True,
+        revert=_reset_device_map,
+        params={"max_memory": None},
+        order=0,
+    )
+)

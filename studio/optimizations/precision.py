@@ -1,0 +1,100 @@
+"""Precision and backend flags: half-precision weights, TF32, cuDNN autotuner, autocast."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from studio.optimizations.base import Context, Optimization, register
+
+
+@contextlib.contextmanager
+def _backend_flag(obj: object, attr: str, value: bool) -> Iterator[None]:
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, old)
+
+
+@contextlib.contextmanager
+def _tf32(ctx: Context) -> Iterator[None]:
+    with _backend_flag(torch.backends.cuda.matmul, "allow_tf32", True), _backend_flag(
+        torch.backends.cudnn, "allow_tf32", True
+    ):
+        yield
+
+
+def _cudnn_benchmark(ctx: Context) -> contextlib.AbstractContextManager:
+    return _backend_flag(torch.backends.cudnn, "benchmark", True)
+
+
+def autocast_dtype(device_type: str) -> torch.dtype:
+    """fp16 on GPUs (as in the seed documents), bf16 on CPU where autocast supports it."""
+    return torch.bfloat16 if device_type == "cpu" else torch.float16
+
+
+def _autocast(ctx: Context) -> contextlib.AbstractContextManager:
+    return torch.autocast(ctx.device_type, dtype=autocast_dtype(ctx.device_type))
+
+
+register(
+    Optimization(
+        name="fp16",
+        label="fp16 weights",
+        group="precision",
+        description="Load the weights in float16: half the memory, faster on GPUs with tensor cores.",
+        stage="load",
+        requires=("accelerator",),
+        conflicts=("bf16",),
+        dtype=torch.float16,
+        order=0,
+    )
+)
+register(
+    Optimization(
+        name="bf16",
+        label="bf16 weights",
+        group="precision",
+        description="Load the weights in bfloat16: fp32's range at half the memory; fast on Ampere+ GPUs and on CPUs with AMX.",
+        stage="load",
+        conflicts=("fp16",),
+        dtype=torch.bfloat16,
+        order=0,
+    )
+)
+register(
+    Optimization(
+        name="tf32",
+        label="TF32 matmuls",
+        group="precision",
+        description="Let matmuls and convolutions use TensorFloat-32 on Ampere and newer GPUs.",
+        stage="call",
+        requires=("cuda", "ampere"),
+        call_context=_tf32,
+    )
+)
+register(
+    Optimization(
+        name="cudnn_benchmark",
+        label="cuDNN autotuner",
+        group="speed",
+        description="Benchmark cuDNN convolution algorithms for each input shape and keep the fastest.",
+        stage="call",
+        requires=("cuda",),
+        call_context=_cudnn_benchmark,
+    )
+)
+register(
+    Optimization(
+        name="autocast",
+        label="autocast",
+        group="precision",
+        description="Run under torch.autocast (fp16 on GPUs, bf16 on CPU): mixed precision without converting weights.",
+        stage="call",
+        call_context=_autocast,
+    )
+)

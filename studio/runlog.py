@@ -1,0 +1,186 @@
+"""The run log: SQLite through sqlite-utils (the only module that imports it).
+
+A run is written as `running` before it starts and updated to `ok`, `failed` or
+`cancelled` after, so a crash leaves a trace; `mark_interrupted()` turns leftovers
+into `interrupted` at start-up. Comparisons, ladders and sweeps are rows of
+`groups`. One column per registry technique (`opt_<name>`) makes filtering easy.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database, Migrations
+
+from studio.optimizations import REGISTRY
+
+migrations = Migrations("diffusion-studio")
+JSON_COLUMNS = ("requested", "applied", "params", "hardware", "latency_all", "warmup_seconds",
+                "step_seconds", "fidelity", "versions", "stats", "settings", "image_paths")
+STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
+
+
+@migrations()
+def m001_create_runs(db: Database) -> None:
+    db["groups"].create(
+        {"id": int, "created_at": str, "finished_at": str, "kind": str, "model": str, "prompt": str,
+         "seed": int, "settings": str, "status": str, "error": str},
+        pk="id",
+    )
+    db["runs"].create(
+        {"id": int, "created_at": str, "finished_at": str, "status": str, "error": str,
+         "group_id": int, "config_label": str, "model": str, "device": str, "hardware": str,
+         "dtype": str, "requested": str, "applied": str, "params": str,
+         "prompt": str, "negative_prompt": str, "seed": int, "steps": int, "width": int,
+         "height": int, "guidance": float, "scheduler": str, "num_images": int,
+         "warmup": int, "repeats": int, "latency_median": float, "latency_min": float,
+         "latency_max": float, "latency_all": str, "warmup_seconds": str, "first_call_seconds": float,
+         "load_seconds": float, "switch_seconds": float, "step_median": float, "step_seconds": str,
+         "steps_per_second": float, "peak_memory": int, "memory_added": int, "memory_kind": str,
+         "image_path": str, "image_paths": str, "baseline_run_id": int, "max_abs_diff": float,
+         "psnr": float, "ssim": float, "fidelity": str, "versions": str, "stats": str},
+        pk="id",
+        foreign_keys=[("group_id", "groups", "id")],
+    )
+    db["runs"].create_index(["created_at"])
+    db["runs"].create_index(["model", "status"])
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _encode(record: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in record.items():
+        if key in JSON_COLUMNS and value is not None and not isinstance(value, str):
+            value = json.dumps(value, default=str)
+        out[key] = value
+    return out
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    for key in JSON_COLUMNS:
+        if isinstance(row.get(key), str):
+            row[key] = json.loads(row[key])
+    return row
+
+
+class RunLog:
+    """A run log at `path`; safe to use from several threads (one connection per thread)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        db = self.db
+        db.execute("PRAGMA journal_mode=WAL")
+        migrations.apply(db)
+        self._ensure_technique_columns(db)
+
+    @property
+    def db(self) -> Database:
+        """This thread's connection."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            conn = sqlite3.connect(self.path, timeout=30)
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            db = self._local.db = Database(conn)
+        return db
+
+    def _ensure_technique_columns(self, db: Database) -> None:
+        columns = set(db["runs"].columns_dict)
+        for name in REGISTRY:
+            if f"opt_{name}" not in columns:
+                db["runs"].add_column(f"opt_{name}", int)
+
+    def start_run(self, record: dict[str, Any]) -> int:
+        """Insert a run as `running` and return its id."""
+        record = dict(record, status="running", created_at=now())
+        for name in REGISTRY:
+            record[f"opt_{name}"] = int(name in (record.get("requested") or ()))
+        return self.db["runs"].insert(_encode(record)).last_pk
+
+    def finish_run(self, run_id: int, status: str, **fields: Any) -> None:
+        """Set a run's final status and results."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        self.db["runs"].update(run_id, _encode(dict(fields, status=status, finished_at=now())))
+
+    def start_group(self, kind: str, **fields: Any) -> int:
+        row = _encode(dict(fields, kind=kind, status="running", created_at=now()))
+        return self.db["groups"].insert(row).last_pk
+
+    def finish_group(self, group_id: int, status: str = "ok", error: str | None = None) -> None:
+        self.db["groups"].update(group_id, {"status": status, "error": error, "finished_at": now()})
+
+    def get_run(self, run_id: int) -> dict[str, Any]:
+        return _decode(self.db["runs"].get(run_id))
+
+    def get_group(self, group_id: int) -> dict[str, Any]:
+        return _decode(self.db["groups"].get(group_id))
+
+    def runs(
+        self,
+        *,
+        model: str | None = None,
+        device: str | None = None,
+        status: str | None = None,
+        technique: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        group_id: int | None = None,
+        limit: int = 200,
+    ) -> list[dict[str, Any]]:
+        """Runs, newest first, filtered by any of the arguments."""
+        where, args = [], []
+        for column, value in (("model", model), ("device", device), ("status", status), ("group_id", group_id)):
+            if value not in (None, ""):
+                where.append(f"{column} = ?")
+                args.append(value)
+        if technique:
+            if technique not in REGISTRY:
+                raise ValueError(f"unknown technique {technique!r}")
+            where.append(f"opt_{technique} = 1")
+        if since:
+            where.append("created_at >= ?")
+            args.append(since)
+        if until:
+            where.append("created_at <= ?")
+            args.append(until)
+        rows = self.db["runs"].rows_where(
+            " and ".join(where) or None, args, order_by="id desc", limit=limit
+        )
+        return [_decode(r) for r in rows]
+
+    def mark_interrupted(self) -> int:
+        """Runs left `running` by a previous process become `interrupted`; returns how many."""
+        with self.db.conn:
+            cur = self.db.execute(
+                "update runs set status = 'interrupted', finished_at = ?, "
+                "error = 'the studio stopped before this run finished' where status = 'running'",
+                [now()],
+            )
+        return cur.rowcount
+
+    def integrity_ok(self) -> bool:
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def to_csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """Rows as CSV text (JSON columns encoded as JSON)."""
+    columns = columns or (list(rows[0]) if rows else [])
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()})
+    return buf.getvalue()

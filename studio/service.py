@@ -1,0 +1,159 @@
+"""The engine's front door: validate -> manager -> bench -> quality -> runlog.
+
+The UI, the API and the CLI all call `Studio`; none of them talks to the lower
+layers directly, so they validate, run, measure and log the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from studio import bench, devices, quality, settings
+from studio.errors import Cancelled, StudioError
+from studio.manager import PipelineManager
+from studio.runlog import RunLog
+from studio.validate import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """One finished run: ids, images, metrics and quality against the baseline."""
+
+    run_id: int
+    request: GenerationRequest
+    metrics: dict[str, Any]
+    images: list[Image.Image]
+    image_paths: list[str]
+    arrays: np.ndarray
+    quality: dict[str, Any] = field(default_factory=dict)
+    applied: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.request.config_label
+
+
+def _to_pil(arrays: np.ndarray) -> list[Image.Image]:
+    return [Image.fromarray((np.clip(a, 0, 1) * 255).round().astype(np.uint8)) for a in arrays]
+
+
+def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: int | None) -> dict[str, Any]:
+    """The columns of a run known before it starts."""
+    return {
+        "group_id": group_id,
+        "config_label": request.config_label,
+        "model": request.model,
+        "device": request.device,
+        "hardware": devices.detect().summary(),
+        "dtype": request.dtype_name,
+        "requested": list(request.opts),
+        "params": request.params,
+        "prompt": request.prompt,
+        "negative_prompt": request.negative_prompt,
+        "seed": request.seed,
+        "steps": request.steps,
+        "width": request.width,
+        "height": request.height,
+        "guidance": request.guidance,
+        "scheduler": request.scheduler,
+        "num_images": request.num_images,
+        "warmup": warmup,
+        "repeats": repeats,
+        "versions": settings.versions(),
+    }
+
+
+class Studio:
+    """Runs requests and logs them.
+
+    Args:
+        db_path: the SQLite run log (default: `settings.db_path()`).
+        outputs: where images are written (default: `settings.outputs_dir()`).
+        manager: the pipeline manager (a new one by default).
+    """
+
+    def __init__(self, db_path: str | Path | None = None, outputs: str | Path | None = None,
+                 manager: PipelineManager | None = None):
+        self.runlog = RunLog(db_path or settings.db_path())
+        self.outputs = Path(outputs or settings.outputs_dir())
+        self.outputs.mkdir(parents=True, exist_ok=True)
+        self.manager = manager or PipelineManager()
+        interrupted = self.runlog.mark_interrupted()
+        if interrupted:
+            log.warning("marked %d unfinished run(s) from a previous process as interrupted", interrupted)
+
+    def _save(self, run_id: int, images: list[Image.Image]) -> list[str]:
+        paths = []
+        for i, img in enumerate(images):
+            path = self.outputs / f"run-{run_id:06d}-{i}.png"
+            img.save(path)
+            paths.append(str(path))
+        return paths
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        *,
+        warmup: int = 0,
+        repeats: int = 1,
+        group_id: int | None = None,
+        baseline: RunResult | None = None,
+        on_step: Callable[[int, int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> RunResult:
+        """Run one configuration under the timing protocol and log it (failed runs too)."""
+        run_id = self.runlog.start_run(run_record(request, warmup, repeats, group_id))
+        try:
+            with self.manager.acquire(request) as prepared:
+                measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
+                stats = dict(prepared.entry.stats)
+        except Cancelled as exc:
+            self.runlog.finish_run(run_id, "cancelled", error=str(exc))
+            raise
+        except Exception as exc:
+            message = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+            self.runlog.finish_run(run_id, "failed", error=message)
+            raise
+        return self._finish(run_id, request, prepared, measured, stats, baseline)
+
+    def _finish(self, run_id, request, prepared, measured, stats, baseline) -> RunResult:
+        images = _to_pil(measured.images)
+        paths = self._save(run_id, images)
+        metrics = measured.summary()
+        if prepared.first_call and not measured.warmups:
+            metrics["first_call_seconds"] = measured.latencies[0]
+        metrics.update(
+            load_seconds=prepared.load_seconds,
+            switch_seconds=prepared.switch_seconds,
+            step_seconds=measured.step_seconds,
+            steps_per_second=request.steps / metrics["latency_median"],
+            stats=stats,
+        )
+        qual = self._quality(request, measured.images, baseline)
+        self.runlog.finish_run(
+            run_id, "ok", applied=list(prepared.applied), image_path=paths[0], image_paths=paths,
+            baseline_run_id=baseline.run_id if baseline else None, **metrics, **qual,
+        )
+        return RunResult(run_id, request, metrics, images, paths, measured.images, qual, prepared.applied)
+
+    def _quality(self, request: GenerationRequest, arrays: np.ndarray, baseline: RunResult | None) -> dict:
+        qual: dict[str, Any] = {}
+        if baseline is not None:
+            qual.update(quality.compare(arrays[0], baseline.arrays[0]))
+        if request.model == "tiny-shapes":
+            qual["fidelity"] = quality.prompt_fidelity(arrays[0], request.prompt)
+        return qual
+
+    def derive(self, request: GenerationRequest, opts: tuple[str, ...], params: dict | None = None) -> GenerationRequest:
+        """The same request with another configuration (already validated by the caller)."""
+        return dataclasses.replace(request, opts=opts, params=params if params is not None else {})

@@ -1,0 +1,226 @@
+"""The one boundary where every request from the UI, the API and the CLI is checked.
+
+`validate_request` takes loosely typed values (strings from a form, JSON from a
+client, argv from the CLI) and returns a typed, frozen `GenerationRequest`, or
+raises a `ValidationError` whose message says what to change. Nothing here loads a
+model or touches an accelerator.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.loader import SCHEDULERS
+from pipelines.registry import PipelineSpec, resolve
+from studio import devices
+from studio.errors import UnavailableError, ValidationError
+from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason
+
+MAX_PROMPT = 2000
+MAX_STEPS = 200
+MAX_SIDE = 2048
+MIN_SIDE = 8
+MAX_IMAGES = 8
+MAX_SEED = 2**32 - 1
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A checked request: everything the engine needs, nothing it must re-check."""
+
+    spec: PipelineSpec
+    prompt: str
+    negative_prompt: str
+    seed: int
+    steps: int
+    guidance: float
+    width: int
+    height: int
+    scheduler: str
+    device: str
+    opts: tuple[str, ...] = ()
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    num_images: int = 1
+
+    @property
+    def model(self) -> str:
+        return self.spec.id
+
+    @property
+    def dtype_name(self) -> str:
+        return next((o for o in self.opts if get(o).dtype is not None), "fp32")
+
+    @property
+    def config_label(self) -> str:
+        return "+".join(self.opts) or "baseline"
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or value is None or value == "":
+        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.") from None
+    if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
+        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.")
+    return int(number)
+
+
+def _float(name: str, value: Any, lo: float, hi: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{name} must be a number between {lo} and {hi}, not {value!r}.") from None
+    if isinstance(value, bool) or not math.isfinite(number) or not lo <= number <= hi:
+        raise ValidationError(f"{name} must be a finite number between {lo} and {hi}, not {value!r}.")
+    return number
+
+
+def _text(name: str, value: Any, required: bool) -> str:
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be text, not {type(value).__name__}.")
+    if "\x00" in value:
+        raise ValidationError(f"{name} contains a NUL character; remove it.")
+    if len(value) > MAX_PROMPT:
+        raise ValidationError(f"{name} is {len(value)} characters long; the limit is {MAX_PROMPT}.")
+    if required and not value.strip():
+        raise ValidationError(f"{name} is empty; describe the image you want.")
+    return value.strip()
+
+
+def _side(name: str, value: Any) -> int:
+    side = _int(name, value, MIN_SIDE, MAX_SIDE)
+    if side % 8:
+        raise ValidationError(f"{name} must be a multiple of 8 (the VAE downsamples by 8); try {side // 8 * 8 or 8}.")
+    return side
+
+
+def parse_opts(value: Any) -> list[str]:
+    """Accept a list of names or a comma/plus separated string; 'baseline' means none."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = re.split(r"[,+\s]+", value)
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise ValidationError(f"optimizations must be a list of names, not {type(value).__name__}.")
+    names = []
+    for item in value:
+        if not isinstance(item, str):
+            raise ValidationError(f"optimization names must be text, not {item!r}.")
+        item = item.strip()
+        if item and item != "baseline" and item not in names:
+            names.append(item)
+    return names
+
+
+def _check_params(opts: list[str], params: Any) -> dict[str, dict[str, Any]]:
+    if params in (None, ""):
+        return {}
+    if not isinstance(params, dict):
+        raise ValidationError("params must be a mapping of optimization name to its settings.")
+    checked: dict[str, dict[str, Any]] = {}
+    for name, settings in params.items():
+        opt = get(name)
+        if not isinstance(settings, dict) or not set(settings) <= set(opt.params):
+            allowed = ", ".join(opt.params) or "none"
+            raise ValidationError(f"{name} settings must be a mapping with keys from: {allowed}.")
+        if name == "torch_compile" and settings.get("mode", "default") not in COMPILE_MODES:
+            raise ValidationError(f"torch_compile mode must be one of {', '.join(COMPILE_MODES)}.")
+        if name == "attention_slicing" and "slice_size" in settings:
+            size = settings["slice_size"]
+            if size not in ("auto", "max"):
+                settings = {"slice_size": _int("attention_slicing slice_size", size, 1, 1024)}
+        if name == "device_map_balanced" and settings.get("max_memory") is not None:
+            settings = {"max_memory": parse_max_memory(settings["max_memory"])}
+        if name in opts:
+            checked[name] = dict(settings)
+    return checked
+
+
+def parse_max_memory(value: Any) -> dict[int | str, str]:
+    """'0=4GB,1=4GB,cpu=16GB' or a mapping -> {0: '4GB', 1: '4GB', 'cpu': '16GB'}."""
+    if isinstance(value, str):
+        pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise ValidationError("max_memory must look like '0=4GB,1=4GB,cpu=16GB'.")
+        value = {k.strip(): v.strip() for k, v in pairs}
+    if not isinstance(value, dict) or not value:
+        raise ValidationError("max_memory must map devices to sizes, e.g. {0: '4GB', 'cpu': '16GB'}.")
+    out: dict[int | str, str] = {}
+    for key, size in value.items():
+        key = int(key) if str(key).isdigit() else str(key)
+        if key not in ("cpu", "mps") and not isinstance(key, int):
+            raise ValidationError(f"max_memory device {key!r} must be a GPU index or 'cpu'.")
+        if not re.fullmatch(r"\d+(\.\d+)?\s*(GB|GiB|MB|MiB|KB|KiB)", str(size)):
+            raise ValidationError(f"max_memory size {size!r} must look like '4GB' or '512MiB'.")
+        out[key] = str(size)
+    return out
+
+
+def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, ...]:
+    """Known, compatible with each other and runnable on `device`; returned in apply order."""
+    for name in names:
+        get(name)
+    check_conflicts(set(names))
+    hw = devices.detect()
+    for name in names:
+        reason = unavailable_reason(REGISTRY[name], hw, device, spec.family)
+        if reason:
+            raise UnavailableError(f"{reason} Remove it or choose another device.")
+    dtype = next((n for n in names if get(n).dtype is not None), "fp32")
+    if dtype not in spec.dtypes:
+        raise ValidationError(f"{spec.id} supports {', '.join(spec.dtypes)}, not {dtype}.")
+    return tuple(o.name for o in ordered(names))
+
+
+def validate_request(
+    *,
+    model: Any,
+    prompt: Any,
+    negative_prompt: Any = "",
+    seed: Any = 0,
+    steps: Any = None,
+    guidance: Any = None,
+    width: Any = None,
+    height: Any = None,
+    scheduler: Any = None,
+    device: Any = "auto",
+    opts: Any = None,
+    params: Any = None,
+    num_images: Any = 1,
+) -> GenerationRequest:
+    """Check one generation request; unspecified sizes, steps and guidance use the model's defaults."""
+    if not isinstance(model, str):
+        raise ValidationError(f"model must be text, not {type(model).__name__}.")
+    spec = resolve(model)
+    scheduler = scheduler or spec.scheduler
+    if scheduler not in SCHEDULERS:
+        raise ValidationError(f"Unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}.")
+    if not isinstance(device, str):
+        raise ValidationError("device must be text such as 'auto', 'cpu' or 'cuda:0'.")
+    resolved = devices.resolve(device)
+    names = parse_opts(opts)
+    seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else _int("seed", seed, 0, MAX_SEED)
+    return GenerationRequest(
+        spec=spec,
+        prompt=_text("prompt", prompt, required=True),
+        negative_prompt=_text("negative prompt", negative_prompt, required=False),
+        seed=seed,
+        steps=_int("steps", spec.steps if steps in (None, "") else steps, 1, MAX_STEPS),
+        guidance=_float("guidance", spec.guidance if guidance in (None, "") else guidance, 0.0, 30.0),
+        width=_side("width", spec.width if width in (None, "") else width),
+        height=_side("height", spec.height if height in (None, "") else height),
+        scheduler=scheduler,
+        device=resolved,
+        opts=check_opts(names, spec, resolved),
+        params=_check_params(names, params),
+        num_images=_int("num_images", num_images, 1, MAX_IMAGES),
+    )

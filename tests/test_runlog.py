@@ -1,0 +1,94 @@
+"""The SQLite run log: lifecycle, filters, migrations, concurrency, crash leftovers."""
+
+import sqlite3
+import threading
+
+import pytest
+
+from studio.runlog import RunLog, migrations, to_csv
+
+
+def record(**kw):
+    base = {"model": "tiny-shapes", "device": "cpu", "prompt": "a red circle", "seed": 1, "steps": 20,
+            "requested": ["bf16"], "config_label": "bf16"}
+    return {**base, **kw}
+
+
+def test_run_lifecycle_and_json_columns(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    run_id = log.start_run(record())
+    assert log.get_run(run_id)["status"] == "running"
+    log.finish_run(run_id, "ok", latency_median=0.5, applied=["bf16"], latency_all=[0.5, 0.6])
+    row = log.get_run(run_id)
+    assert row["status"] == "ok" and row["applied"] == ["bf16"] and row["latency_all"] == [0.5, 0.6]
+    assert row["opt_bf16"] == 1 and row["opt_fp16"] == 0
+    assert row["finished_at"] >= row["created_at"]
+
+
+def test_filters(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    a = log.start_run(record())
+    b = log.start_run(record(model="sd15", requested=[]))
+    log.finish_run(a, "ok")
+    log.finish_run(b, "failed", error="boom")
+    assert [r["id"] for r in log.runs(model="sd15")] == [b]
+    assert [r["id"] for r in log.runs(status="ok")] == [a]
+    assert [r["id"] for r in log.runs(technique="bf16")] == [a]
+    assert [r["id"] for r in log.runs()] == [b, a]
+    with pytest.raises(ValueError):
+        log.runs(technique="nope")
+
+
+def test_migrations_are_idempotent_and_survive_reopen(tmp_path):
+    path = tmp_path / "runs.db"
+    log = RunLog(path)
+    run_id = log.start_run(record())
+    again = RunLog(path)
+    assert again.get_run(run_id)["prompt"] == "a red circle"
+    assert [m.name for m in migrations.pending(again.db)] == []
+    assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_interrupted_runs_are_marked_at_startup(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    left = log.start_run(record())
+    done = log.start_run(record())
+    log.finish_run(done, "ok")
+    assert RunLog(tmp_path / "runs.db").mark_interrupted() == 1
+    assert log.get_run(left)["status"] == "interrupted"
+    assert log.get_run(done)["status"] == "ok"
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "runs.db"
+    logs = [RunLog(path), RunLog(path)]
+    errors = []
+
+    def writer(log, n):
+        try:
+            for _ in range(n):
+                rid = log.start_run(record())
+                log.finish_run(rid, "ok", latency_median=0.1)
+        except sqlite3.Error as exc:  # recorded, then asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(logs[i % 2], 25)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert RunLog(path).db.execute("select count(*), sum(status = 'ok') from runs").fetchone() == (150, 150)
+    assert RunLog(path).integrity_ok()
+
+
+def test_groups_and_csv(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    gid = log.start_group("compare", model="tiny-shapes", settings={"configs": ["baseline", "bf16"]})
+    rid = log.start_run(record(group_id=gid))
+    log.finish_group(gid)
+    assert log.get_group(gid)["settings"] == {"configs": ["baseline", "bf16"]}
+    rows = log.runs(group_id=gid)
+    assert [r["id"] for r in rows] == [rid]
+    text = to_csv(rows, ["id", "model", "requested"])
+    assert text.splitlines()[0] == "id,model,requested" and '"[""bf16""]"' in text
