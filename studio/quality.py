@@ -65,7 +65,7 @@ def prompt_fidelity(image: np.ndarray, prompt: str) -> dict[str, Any] | None:
     """Per-attribute match of a tiny-shapes image to its prompt, or None if the prompt is not in its language."""
     from PIL import Image
 
-    from pipelines.tiny_shapes import analyze
+    from pipelines.tiny_shapes.analyze import fidelity
 
     pil = Image.fromarray((np.clip(image, 0, 1) * 255).round().astype(np.uint8))
-    return analyze.fidelity(pil, prompt)
+    return fidelity(pil, prompt)

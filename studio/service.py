@@ -117,6 +117,7 @@ class Studio:
             with self.manager.acquire(request) as prepared:
                 measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
                 stats = dict(prepared.entry.stats)
+            return self._finish(run_id, request, prepared, measured, stats, baseline)
         except Cancelled as exc:
             self.runlog.finish_run(run_id, "cancelled", error=str(exc))
             raise
@@ -124,7 +125,6 @@ class Studio:
             message = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
             self.runlog.finish_run(run_id, "failed", error=message)
             raise
-        return self._finish(run_id, request, prepared, measured, stats, baseline)
 
     def _finish(self, run_id, request, prepared, measured, stats, baseline) -> RunResult:
         images = _to_pil(measured.images)

@@ -2,9 +2,9 @@
 
 import pytest
 
+from studio import devices
 from studio.errors import ConflictError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, conflicts_of, get, ordered, unavailable_reason
-from studio import devices
 
 SEED_NAMES = {
     "cudnn_benchmark", "tf32", "autocast", "fp16", "bf16", "channels_last", "sdpa", "xformers",

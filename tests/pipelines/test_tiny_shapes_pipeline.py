@@ -1,0 +1,61 @@
+"""The bundled tiny-shapes pipeline: format, size, offline loading, and prompt fidelity floors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pipelines.tiny_shapes import ASSET_DIR, DEFAULT_GUIDANCE, DEFAULT_SIZE, DEFAULT_STEPS
+from pipelines.tiny_shapes.evaluate import FLOORS, eval_prompts, evaluate
+
+COMPONENTS = ("unet", "vae", "text_encoder", "tokenizer", "scheduler")
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    """The pipeline through the real loader, offline."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    from diffusers import StableDiffusionPipeline
+
+    pipeline = StableDiffusionPipeline.from_pretrained(ASSET_DIR, use_safetensors=True)
+    pipeline.set_progress_bar_config(disable=True)
+    yield pipeline
+    mp.undo()
+
+
+def test_directory_is_a_safetensors_only_diffusers_pipeline_under_25_mb():
+    files = [f for f in ASSET_DIR.rglob("*") if f.is_file()]
+    assert not [f for f in files if f.suffix in {".bin", ".pt", ".pth", ".ckpt", ".pkl"}]
+    assert sum(f.stat().st_size for f in files) <= 25 * 1024 * 1024
+    index = json.loads((ASSET_DIR / "model_index.json").read_text())
+    assert index["_class_name"] == "StableDiffusionPipeline"
+    assert index["safety_checker"] == [None, None] and index["requires_safety_checker"] is False
+    for name in COMPONENTS:
+        assert (ASSET_DIR / name).is_dir(), name
+    assert (ASSET_DIR / "tokenizer" / "vocab.json").is_file()
+    assert (ASSET_DIR / "tokenizer" / "merges.txt").is_file()
+
+
+def test_architecture_keeps_cross_attention_groupnorm_resnets_and_an_f8_vae(pipe):
+    unet, vae = pipe.unet, pipe.vae
+    assert any("CrossAttn" in b for b in unet.config.down_block_types)
+    assert any(isinstance(m, torch.nn.GroupNorm) for m in unet.modules())
+    assert pipe.vae_scale_factor == 8 and vae.config.latent_channels == 4
+    assert unet.config.sample_size * pipe.vae_scale_factor == DEFAULT_SIZE
+
+
+def test_generates_a_native_size_image_offline_even_with_unknown_words(pipe):
+    gen = torch.Generator().manual_seed(0)
+    out = pipe(["a big red circle on the left", "a zebra playing ünïcode jazz!"],
+               num_inference_steps=DEFAULT_STEPS, guidance_scale=DEFAULT_GUIDANCE, generator=gen)
+    assert [im.size for im in out.images] == [(DEFAULT_SIZE, DEFAULT_SIZE)] * 2
+
+
+def test_prompt_fidelity_meets_the_floors_on_48_prompts_x_2_seeds(pipe):
+    accuracy, images = evaluate(pipe, eval_prompts(48), seeds=(0, 1))
+    assert len(images) == 96
+    failures = {a: round(accuracy[a], 3) for a, floor in FLOORS.items() if accuracy[a] < floor}
+    assert not failures, f"below the floors {FLOORS}: {failures} (all: {accuracy})"

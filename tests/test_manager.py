@@ -1,0 +1,169 @@
+"""The pipeline manager on the bundled model: every CPU technique applies within tolerance,
+reverts to the exact baseline, and switching never re-reads weights from disk."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from pipelines import loader
+from studio import bench
+from studio.manager import PipelineManager
+from studio.quality import max_abs_diff, psnr
+from studio.validate import validate_request
+
+PROMPT = "a big red circle on the left, on a white background"
+
+
+class CountingLoader:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return loader.load(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def counting():
+    return CountingLoader()
+
+
+@pytest.fixture(scope="module")
+def manager(counting):
+    return PipelineManager(load=counting)
+
+
+def request(opts=(), **kw):
+    args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": 4, **kw}
+    return validate_request(opts=list(opts), **args)
+
+
+def run(manager, req):
+    with manager.acquire(req) as prepared:
+        return bench.run_once(prepared, req).images, prepared
+
+
+@pytest.fixture(scope="module")
+def baseline(manager):
+    return run(manager, request())[0]
+
+
+# technique -> largest allowed max-abs pixel difference against fp32 (0..1 scale)
+TOLERANCES = {
+    "channels_last": 1e-3,
+    "sdpa": 1e-3,
+    "classic_attention": 1e-3,
+    "attention_slicing": 1e-3,
+    "vae_slicing": 1e-5,
+    "jit_trace_unet": 1e-3,
+    "autocast": 0.25,
+    "bf16": 0.25,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOLERANCES))
+def test_technique_within_tolerance_then_reverts_exactly(manager, baseline, name):
+    images, prepared = run(manager, request([name]))
+    assert name in prepared.applied
+    diff = max_abs_diff(images, baseline)
+    assert diff <= TOLERANCES[name], f"{name} changed the image by {diff}"
+    if name in ("bf16", "autocast"):
+        assert psnr(images, baseline) > 20
+    assert np.array_equal(run(manager, request())[0], baseline), f"reverting {name} did not restore the baseline"
+
+
+def test_vae_tiling_changes_little_and_reverts(manager):
+    big = request(width=128, height=128)
+    ref = run(manager, big)[0]
+    with manager.acquire(request(["vae_tiling"], width=128, height=128)) as prepared:
+        assert prepared.pipe.vae.use_tiling
+        tiled = bench.run_once(prepared, request(["vae_tiling"], width=128, height=128)).images
+    assert max_abs_diff(tiled, ref) > 0, "tiling did not engage at 128x128"
+    # the bundled VAE tiles at 64 px, so 128 px is nine blended tiles: seams, but the same picture
+    assert psnr(tiled, ref) > 14, f"tiled decode differs too much: {psnr(tiled, ref):.1f} dB"
+    images, prepared = run(manager, big)
+    assert not prepared.pipe.vae.use_tiling
+    assert np.array_equal(images, ref)
+
+
+def test_attention_processors_are_switched_and_restored(manager):
+    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0, SlicedAttnProcessor
+
+    def kinds(prepared):
+        return {type(p) for p in prepared.pipe.unet.attn_processors.values()}
+
+    with manager.acquire(request(["classic_attention"])) as p:
+        assert kinds(p) == {AttnProcessor}
+    with manager.acquire(request(["attention_slicing"])) as p:
+        assert kinds(p) == {SlicedAttnProcessor}
+    with manager.acquire(request()) as p:
+        assert kinds(p) == {AttnProcessor2_0}
+
+
+def test_channels_last_really_changes_the_layout(manager):
+    import torch
+
+    with manager.acquire(request(["channels_last"])) as p:
+        assert p.pipe.unet.conv_in.weight.is_contiguous(memory_format=torch.channels_last)
+    with manager.acquire(request()) as p:
+        assert p.pipe.unet.conv_in.weight.is_contiguous()
+
+
+def test_trace_is_reverted_to_the_loaded_unet(manager):
+    with manager.acquire(request()) as p:
+        original = p.pipe.unet
+    with manager.acquire(request(["jit_trace_unet"])) as p:
+        assert type(p.pipe.unet).__name__ == "TracedUNet"
+    with manager.acquire(request()) as p:
+        assert p.pipe.unet is original
+
+
+def test_switching_never_rereads_weights(manager, counting, baseline):
+    loads = counting.calls
+    for opts in (["channels_last"], ["jit_trace_unet"], [], ["classic_attention", "vae_slicing"], []):
+        run(manager, request(opts))
+    assert counting.calls == loads, "a configuration switch read the weights from disk again"
+    run(manager, request(["bf16"]))
+    assert counting.calls == loads or counting.calls == loads + 1  # bf16 is its own (model, dtype) entry
+
+
+def test_each_request_gets_its_own_scheduler(manager):
+    with manager.acquire(request()) as p:
+        first = p.pipe.scheduler
+    with manager.acquire(request()) as p:
+        assert p.pipe.scheduler is not first
+        assert type(p.pipe.scheduler) is type(first)
+    with manager.acquire(request(scheduler="euler")) as p:
+        assert type(p.pipe.scheduler).__name__ == "EulerDiscreteScheduler"
+
+
+def test_concurrent_requests_match_sequential_ones(manager):
+    reqs = [request(seed=s) for s in (11, 12, 13)]
+    alone = [run(manager, r)[0] for r in reqs]
+    results: dict[int, np.ndarray] = {}
+
+    def worker(i):
+        results[i] = run(manager, reqs[i])[0]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(3):
+        assert np.array_equal(results[i], alone[i])
+
+
+@pytest.mark.slow
+def test_torch_compile_on_cpu_matches_and_reverts(manager, baseline):
+    req = request(["torch_compile"])
+    with manager.acquire(req) as prepared:
+        first = bench.run_once(prepared, req)
+        second = bench.run_once(prepared, req)
+        assert type(prepared.pipe.unet).__name__ == "OptimizedModule"
+    assert max_abs_diff(second.images, baseline) <= 1e-3
+    assert first.seconds > second.seconds, "the first compiled call should pay the compile time"
+    assert np.array_equal(run(manager, request())[0], baseline)

@@ -1,0 +1,92 @@
+"""The engine's front door: runs are logged before they start, with their outcome after."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from studio.compare import markdown_table, run_compare
+from studio.errors import Cancelled, RunFailed
+from studio.validate import validate_request
+
+PROMPT = "a small blue square at the top, on a black background"
+
+
+def request(**kw):
+    return validate_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 5, "steps": 3, **kw})
+
+
+def test_generate_logs_an_ok_run_with_image_and_metrics(studio):
+    result = studio.generate(request(opts=["channels_last"]))
+    row = studio.runlog.get_run(result.run_id)
+    assert row["status"] == "ok"
+    assert row["requested"] == ["channels_last"] and row["applied"] == ["channels_last"]
+    assert row["latency_median"] > 0 and row["peak_memory"] > 0 and row["steps"] == 3
+    assert row["image_path"].endswith(".png") and result.images[0].size == (64, 64)
+    assert row["fidelity"]["expected"]["shape"] == "square"
+    assert row["versions"]["torch"] == torch.__version__.split("+")[0] or row["versions"]["torch"].startswith(torch.__version__[:4])
+    assert len(row["step_seconds"]) == 3
+
+
+def test_cancel_is_logged_as_cancelled(studio):
+    with pytest.raises(Cancelled, match="Cancelled after 1 of 3 steps"):
+        studio.generate(request(), should_stop=lambda: True)
+    row = studio.runlog.runs(limit=1)[0]
+    assert row["status"] == "cancelled"
+    assert studio.generate(request()).metrics["latency_median"] > 0, "the pipeline must serve after a cancel"
+
+
+def test_out_of_memory_is_logged_failed_with_a_suggestion_and_next_run_works(studio, monkeypatch):
+    from diffusers import UNet2DConditionModel
+
+    real = UNet2DConditionModel.forward
+
+    def oom(self, *a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(UNet2DConditionModel, "forward", oom)
+    with pytest.raises(RunFailed, match="Out of memory.*vae_tiling"):
+        studio.generate(request())
+    row = studio.runlog.runs(limit=1)[0]
+    assert row["status"] == "failed" and "Out of memory" in row["error"]
+    monkeypatch.setattr(UNet2DConditionModel, "forward", real)
+    assert studio.generate(request()).run_id > row["id"]
+
+
+def test_nan_output_is_a_failure_not_a_success(studio, monkeypatch):
+    from diffusers import UNet2DConditionModel
+
+    real = UNet2DConditionModel.forward
+
+    def nan(self, *a, **k):
+        out = real(self, *a, **k)
+        out[0].fill_(float("nan")) if isinstance(out, tuple) else out.sample.fill_(float("nan"))
+        return out
+
+    monkeypatch.setattr(UNet2DConditionModel, "forward", nan)
+    with pytest.raises(RunFailed, match="NaN"):
+        studio.generate(request())
+    assert studio.runlog.runs(limit=1)[0]["status"] == "failed"
+
+
+def test_compare_is_one_group_with_consistent_rows(studio):
+    base = request()
+    result = run_compare(studio, base, ["bf16", "channels_last", "baseline"], warmup=0, repeats=2)
+    assert [r["config"] for r in result.rows] == ["baseline", "bf16", "channels_last"]
+    assert result.rows[0]["speedup"] == pytest.approx(1.0) and result.rows[0]["verdict"] == "baseline"
+    for row in result.rows[1:]:
+        assert row["speedup"] == pytest.approx(result.rows[0]["latency_median"] / row["latency_median"])
+        assert row["verdict"] in ("faster", "slower", "within noise")
+        assert row["psnr"] is not None and row["ssim"] is not None
+    runs = studio.runlog.runs(group_id=result.group_id)
+    assert len(runs) == 3 and {r["status"] for r in runs} == {"ok"}
+    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert "| bf16 |" in markdown_table(result.rows)
+
+
+def test_compare_validates_every_config_before_running(studio):
+    from studio.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="Unknown optimization"):
+        run_compare(studio, request(), ["bf16", "nonsense"], warmup=0, repeats=1)
+    assert studio.runlog.runs() == []

@@ -1,0 +1,107 @@
+"""The validation boundary: every bad input gets a specific sentence before any model work."""
+
+import pytest
+
+from studio.errors import ConflictError, UnavailableError, ValidationError
+from studio.validate import parse_max_memory, parse_opts, validate_request
+
+
+def ok(**kw):
+    args = {"model": "tiny-shapes", "prompt": "a big red circle on the left, on a white background"}
+    return validate_request(**{**args, **kw})
+
+
+def test_defaults_come_from_the_model_spec():
+    r = ok()
+    assert (r.width, r.height, r.steps, r.device, r.opts, r.dtype_name) == (64, 64, 20, "cpu", (), "fp32")
+    assert r.config_label == "baseline"
+
+
+def test_opts_are_ordered_and_deduplicated():
+    r = ok(opts="jit_trace_unet,bf16+channels_last bf16")
+    assert r.opts == ("bf16", "channels_last", "jit_trace_unet")
+    assert r.dtype_name == "bf16"
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"steps": 0}, "steps must be a whole number between 1 and 200"),
+        ({"steps": 10**9}, "steps must be a whole number"),
+        ({"steps": 2.5}, "steps must be a whole number"),
+        ({"steps": "many"}, "steps must be a whole number"),
+        ({"steps": True}, "steps must be a whole number"),
+        ({"width": 0}, "width must be a whole number between 8"),
+        ({"width": -64}, "width must be a whole number"),
+        ({"height": 100_000}, "height must be a whole number"),
+        ({"width": 65}, "multiple of 8"),
+        ({"guidance": float("nan")}, "guidance must be a finite number"),
+        ({"guidance": float("inf")}, "guidance must be a finite number"),
+        ({"guidance": "x"}, "guidance must be a number"),
+        ({"prompt": ""}, "prompt is empty"),
+        ({"prompt": "   "}, "prompt is empty"),
+        ({"prompt": "a" * 100_000}, "100000 characters long"),
+        ({"prompt": "a red\x00circle"}, "NUL"),
+        ({"prompt": 42}, "prompt must be text"),
+        ({"negative_prompt": "x\x00"}, "negative prompt contains a NUL"),
+        ({"model": "no-such-model"}, "Unknown model 'no-such-model'"),
+        ({"model": 3}, "model must be text"),
+        ({"opts": ["warp_drive"]}, "Unknown optimization 'warp_drive'"),
+        ({"opts": [1]}, "optimization names must be text"),
+        ({"scheduler": "magic"}, "Unknown scheduler 'magic'"),
+        ({"seed": -5}, "seed must be a whole number"),
+        ({"num_images": 99}, "num_images must be a whole number between 1 and 8"),
+        ({"params": {"torch_compile": {"mode": "ludicrous"}}, "opts": ["torch_compile"]}, "torch_compile mode"),
+        ({"params": {"bf16": {"x": 1}}}, "bf16 settings"),
+    ],
+)
+def test_bad_input_is_refused_with_a_specific_message(kw, message):
+    with pytest.raises(ValidationError, match=message):
+        ok(**kw)
+
+
+def test_conflicts_are_refused():
+    with pytest.raises(ConflictError, match="sdpa and xformers cannot be combined|classic_attention and sdpa"):
+        ok(opts=["sdpa", "classic_attention"])
+
+
+def test_unavailable_techniques_are_refused_not_skipped(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UnavailableError, match="cudnn_benchmark needs CUDA"):
+        ok(opts=["cudnn_benchmark"])
+    with pytest.raises(UnavailableError, match="Device 'cuda:0' is not available"):
+        ok(device="cuda:0")
+
+
+def test_random_seed_is_drawn_and_recorded():
+    r = ok(seed=-1)
+    assert 0 <= r.seed < 2**32
+
+
+def test_local_directory_outside_allowed_roots_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("STUDIO_MODEL_ROOTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError, match="outside the allowed roots"):
+        ok(model="/etc")
+
+
+def test_allowlist(monkeypatch):
+    monkeypatch.setenv("STUDIO_MODEL_ALLOWLIST", "tiny-shapes")
+    assert ok().model == "tiny-shapes"
+    with pytest.raises(ValidationError, match="not in STUDIO_MODEL_ALLOWLIST"):
+        ok(model="sd15")
+
+
+def test_hub_ids_are_accepted_without_loading():
+    assert ok(model="someone/some-model", width=512, height=512).spec.source == "someone/some-model"
+    with pytest.raises(ValidationError):
+        ok(model="../../etc/passwd")
+
+
+def test_parse_helpers():
+    assert parse_opts("baseline") == []
+    assert parse_max_memory("0=4GB, 1=4GB, cpu=16GB") == {0: "4GB", 1: "4GB", "cpu": "16GB"}
+    with pytest.raises(ValidationError, match="max_memory size"):
+        parse_max_memory({"0": "lots"})
