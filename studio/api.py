@@ -1,0 +1,166 @@
+"""What the UI's endpoints do, without Gradio: plain arguments in, plain data out.
+
+`ui.py` wraps these in Gradio events (adding progress, cancel and `gr.Error`); the
+shapes returned here are what `gradio_client` users receive.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from studio import devices, settings
+from studio.compare import CompareResult, markdown_table, run_compare
+from studio.errors import ValidationError
+from studio.ladder import run_ladder
+from studio.optimizations import REGISTRY, unavailable_reason
+from studio.runlog import to_csv
+from studio.service import RunResult, Studio
+from studio.validate import GenerationRequest, validate_request
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+HISTORY_COLUMNS = ["id", "created_at", "status", "model", "device", "config_label", "dtype", "steps", "width",
+                   "height", "latency_median", "peak_memory", "psnr", "ssim", "error"]
+
+
+class Cancellations:
+    """Per-session cancel flags: the Cancel button sets one, the running step callback reads it."""
+
+    def __init__(self):
+        self._flags: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def begin(self, session: str) -> Callable[[], bool]:
+        with self._lock:
+            event = self._flags[session] = threading.Event()
+        return event.is_set
+
+    def cancel(self, session: str) -> bool:
+        with self._lock:
+            event = self._flags.get(session)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+
+def parse_settings(value: Any) -> dict[str, Any]:
+    """Technique settings from the API: a dict or a JSON object string."""
+    if value in (None, "", {}):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            example = '{"torch_compile": {"mode": "default"}}'
+            raise ValidationError(f"settings must be a JSON object such as {example}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValidationError("settings must be a JSON object mapping technique names to their settings.")
+    return value
+
+
+def build_request(model: Any, device: Any, precision: Any, optimizations: Any, prompt: Any, negative_prompt: Any,
+                  seed: Any, steps: Any, guidance: Any, width: Any, height: Any, scheduler: Any,
+                  settings_json: Any = None) -> GenerationRequest:
+    """Validate an endpoint's arguments into a request (precision is a technique like the others)."""
+    if precision not in (None, "", *PRECISIONS):
+        raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
+    opts = list(optimizations or []) if not isinstance(optimizations, str) else [optimizations]
+    if precision in ("bf16", "fp16"):
+        opts.insert(0, precision)
+    return validate_request(
+        model=model, prompt=prompt, negative_prompt=negative_prompt, seed=seed, steps=steps, guidance=guidance,
+        width=width, height=height, scheduler=scheduler or None, device=device or "auto", opts=opts,
+        params=parse_settings(settings_json),
+    )
+
+
+def metrics_of(result: RunResult) -> dict[str, Any]:
+    """The metrics card of one run, as the API returns it."""
+    m = result.metrics
+    fidelity = result.quality.get("fidelity") or {}
+    return {
+        "run_id": result.run_id,
+        "config": result.label,
+        "applied": list(result.applied),
+        "latency_s": round(m["latency_median"], 4),
+        "steps_per_s": round(m["steps_per_second"], 2),
+        "peak_memory_mb": round(m["peak_memory"] / 2**20, 1),
+        "memory_kind": m["memory_kind"],
+        "load_s": round(m["load_seconds"], 3),
+        "first_call_s": None if m.get("first_call_seconds") is None else round(m["first_call_seconds"], 4),
+        "switch_s": round(m["switch_seconds"], 4),
+        "seed": result.request.seed,
+        "device": result.request.device,
+        "fidelity": fidelity.get("score"),
+        "image_path": result.image_paths[0],
+    }
+
+
+def compare_table(result: CompareResult) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k != "image_path"} for row in result.rows]
+
+
+def compare(studio: Studio, request: GenerationRequest, configs: list[str], warmup: int, repeats: int,
+            progress=None) -> CompareResult:
+    return run_compare(studio, request, configs, warmup=int(warmup), repeats=int(repeats), progress=progress)
+
+
+def ladder(studio: Studio, request: GenerationRequest, warmup: int, repeats: int, progress=None):
+    return run_ladder(studio, request, warmup=int(warmup), repeats=int(repeats), progress=progress)
+
+
+def history(studio: Studio, model: str | None = None, device: str | None = None, status: str | None = None,
+            technique: str | None = None, since: str | None = None, until: str | None = None,
+            limit: int = 200) -> list[dict[str, Any]]:
+    """Runs from the log, newest first, with the columns the History table shows."""
+    if technique and technique not in REGISTRY:
+        raise ValidationError(f"Unknown technique {technique!r} in the filter.")
+    rows = studio.runlog.runs(model=model or None, device=device or None, status=status or None,
+                              technique=technique or None, since=since or None, until=until or None,
+                              limit=int(limit))
+    return rows
+
+
+def export_database(studio: Studio) -> str:
+    """A consistent copy of the run log (SQLite backup API), safe to hand to a browser."""
+    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / "runs.db"
+    with sqlite3.connect(target) as dst:
+        studio.runlog.db.conn.backup(dst)
+    return str(target)
+
+
+def export_csv(rows: list[dict[str, Any]], name: str = "runs.csv") -> str:
+    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / name
+    target.write_text(to_csv(rows))
+    return str(target)
+
+
+def export_markdown(rows: list[dict[str, Any]]) -> str:
+    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / "compare.md"
+    target.write_text(markdown_table(rows) + "\n")
+    return str(target)
+
+
+def techniques(device: str = "auto") -> list[dict[str, Any]]:
+    """Every technique with its group and, if it cannot run on `device` here, why."""
+    hw = devices.detect()
+    resolved = devices.resolve(device, hw)
+    return [{"name": o.name, "label": o.label, "group": o.group, "description": o.description,
+             "unavailable": unavailable_reason(o, hw, resolved)} for o in REGISTRY.values()]
+
+
+def system(studio: Studio) -> dict[str, Any]:
+    """Devices, capabilities, versions, techniques, cache and database: the System tab."""
+    return {
+        "hardware": devices.detect().summary(),
+        "versions": settings.versions(),
+        "techniques": techniques(),
+        "loaded_pipelines": [list(map(str, k)) for k in studio.manager.loaded()],
+        "database": str(studio.runlog.path),
+    }

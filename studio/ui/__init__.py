@@ -1,0 +1,203 @@
+"""The Gradio Blocks app: Generate, Compare, Ladder, History and System.
+
+`build_demo()` returns the Blocks; `launch_kwargs()` the launch settings (theme, css,
+queue sizes and file limits live there in Gradio 6). Endpoints: `/generate`,
+`/compare`, `/ladder`, `/history`, `/system`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from pipelines.loader import SCHEDULERS
+from pipelines.registry import SPECS
+from studio import api, devices
+from studio.optimizations import REGISTRY
+from studio.service import Studio
+from studio.ui import handlers as h
+
+CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
+DEFAULT_MODEL = "tiny-shapes"
+
+
+def queue_size() -> int:
+    return int(os.environ.get("STUDIO_QUEUE_MAX", "16"))
+
+
+def generation_concurrency() -> int:
+    """One generation at a time per device: 1 on CPU or a single GPU, one per GPU otherwise."""
+    hw = devices.detect()
+    return max(1, len(hw.gpus)) if hw.cuda_functional else 1
+
+
+def _model_inputs(prefix: str):
+    spec = SPECS[DEFAULT_MODEL]
+    with gr.Row():
+        model = gr.Dropdown(list(SPECS), value=DEFAULT_MODEL, label="Model", elem_id=f"{prefix}-model", scale=2,
+                            allow_custom_value=True)
+        custom = gr.Textbox(label="…or a hub id / local directory", placeholder="owner/name or ./path", scale=2)
+        device = gr.Dropdown(["auto", *devices.detect().device_names], value="auto", label="Device", scale=1,
+                             allow_custom_value=True)
+    prompt = gr.Textbox(spec.example_prompt, label="Prompt", lines=2, elem_id=f"{prefix}-prompt")
+    with gr.Row():
+        seed = gr.Number(1, label="Seed (-1 = random)", precision=0)
+        steps = gr.Number(spec.steps, label="Steps", precision=0)
+        guidance = gr.Number(spec.guidance, label="Guidance")
+        width = gr.Number(spec.width, label="Width", precision=0, step=8)
+        height = gr.Number(spec.height, label="Height", precision=0, step=8)
+    model.change(h._model_defaults, [model, custom], [steps, guidance, width, height, prompt], api_visibility="private")
+    return model, custom, device, prompt, seed, steps, guidance, width, height
+
+
+def _technique_boxes() -> tuple[list[gr.Checkbox], list[str]]:
+    boxes, names = [], []
+    groups = h._techniques_by_group("auto")
+    with gr.Row(equal_height=False):
+        for group in h.GROUPS:
+            with gr.Column(min_width=220), gr.Group():
+                gr.Markdown(f"**{group.title()}**", elem_classes="group-title")
+                for t in groups[group]:
+                    boxes.append(gr.Checkbox(label=t["label"], info=t["unavailable"] or t["description"],
+                                             interactive=t["unavailable"] is None, elem_id=f"opt-{t['name']}"))
+                    names.append(t["name"])
+    return boxes, names
+
+
+def _generate_tab(handlers: dict) -> dict[str, Any]:
+    model, custom, device, prompt, seed, steps, guidance, width, height = _model_inputs("gen")
+    with gr.Row():
+        precision = gr.Radio(list(api.PRECISIONS), value="fp32", label="Weights precision")
+        scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
+        negative = gr.Textbox(label="Negative prompt", scale=2)
+    with gr.Accordion("Optimizations", open=True):
+        boxes, names = _technique_boxes()
+        settings = gr.Textbox("", label="Technique settings (JSON)", placeholder='{"torch_compile": {"mode": "max-autotune"}}')
+    selected = gr.Dropdown(names, value=[], multiselect=True, allow_custom_value=True, label="Selected optimizations",
+                           visible=False)
+    for box in boxes:
+        box.change(lambda *v: [n for n, on in zip(names, v, strict=True) if on], boxes, selected, queue=False, api_visibility="private")
+    with gr.Row():
+        go = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+        stop = gr.Button("Cancel", variant="stop", elem_id="cancel-btn")
+    with gr.Row(equal_height=False):
+        image = gr.Image(label="Image", type="pil", format="png", height=320, elem_id="gen-image", scale=1)
+        with gr.Column(scale=2):
+            card = gr.Markdown(elem_id="metrics-card")
+            metrics = gr.JSON(label="Metrics", open=False)
+    inputs = [model, custom, device, precision, selected, prompt, negative, seed, steps, guidance, width, height,
+              scheduler, settings]
+    event = go.click(handlers["generate"], inputs, [image, card, metrics], api_name="generate",
+                     concurrency_id="generation", concurrency_limit=generation_concurrency(), show_progress_on=[image])
+    stop.click(handlers["cancel"], None, card, cancels=[event], queue=False, api_name="cancel")
+    return {"inputs": inputs, "boxes": boxes, "names": names}
+
+
+def _compare_tab(handlers: dict) -> None:
+    model, custom, device, prompt, seed, steps, guidance, width, height = _model_inputs("cmp")
+    with gr.Row():
+        scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
+        warmup = gr.Number(1, label="Warm-up runs", precision=0)
+        repeats = gr.Number(3, label="Timed repeats", precision=0)
+    available = {t["name"] for t in api.techniques() if t["unavailable"] is None}
+    presets = [p for p in h.PRESETS if set(p.split(",")) <= available]
+    configs = gr.CheckboxGroup(presets, value=presets[:2], label="Configurations (baseline always runs)")
+    custom_configs = gr.Textbox(label="More configurations, one per line", placeholder="bf16,channels_last,sdpa", lines=2)
+    go = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+    gallery = gr.Gallery(label="Side by side", columns=4, height=260, elem_id="cmp-gallery", format="png")
+    table = gr.Dataframe(label="Results", elem_id="cmp-table", wrap=True)
+    with gr.Row():
+        lat = gr.BarPlot(x="config", y="latency_s", title="Latency (s, median)", height=220)
+        mem = gr.BarPlot(x="config", y="memory_mb", title="Peak memory added (MB)", height=220)
+    with gr.Row(equal_height=False):
+        choice = gr.Dropdown([], label="Slider: baseline vs", scale=1)
+        slider = gr.ImageSlider(label="Baseline | configuration", format="png", type="pil", elem_id="cmp-slider", scale=2)
+    images = gr.State({})
+    with gr.Row():
+        csv_file = gr.File(label="CSV")
+        md_file = gr.File(label="Markdown table")
+    rows = gr.JSON(label="Rows (as the API returns them)", open=False)
+    inputs = [model, custom, device, prompt, seed, steps, guidance, width, height, scheduler, configs, custom_configs,
+              warmup, repeats]
+    outputs = [gallery, table, lat, mem, choice, slider, images, csv_file, md_file, rows]
+    go.click(handlers["compare"], inputs, outputs, api_name="compare", concurrency_id="generation",
+             concurrency_limit=generation_concurrency(), show_progress_on=[table])
+    choice.change(lambda c, imgs: (imgs["baseline"], imgs[c]) if c in imgs else None, [choice, images], slider,
+                  api_visibility="private")
+
+
+def _ladder_tab(handlers: dict) -> None:
+    gr.Markdown("The seed documents' table on this machine: each step adds one technique to the previous ones. "
+                "Steps that cannot run here are shown as skipped, with the reason.")
+    model, custom, device, prompt, seed, steps, _guidance, width, height = _model_inputs("lad")
+    with gr.Row():
+        warmup = gr.Number(1, label="Warm-up runs", precision=0)
+        repeats = gr.Number(3, label="Timed repeats", precision=0)
+    go = gr.Button("Run the ladder", variant="primary", elem_id="ladder-btn")
+    md = gr.Markdown(elem_id="ladder-md")
+    table = gr.Dataframe(label="Ladder", wrap=True)
+    go.click(handlers["ladder"], [model, custom, device, prompt, seed, steps, width, height, warmup, repeats],
+             [md, table], api_name="ladder", concurrency_id="generation", concurrency_limit=generation_concurrency())
+
+
+def _history_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
+    with gr.Row():
+        model = gr.Textbox(label="Model")
+        device = gr.Textbox(label="Device")
+        status = gr.Dropdown(list(h.STATUSES), value="", label="Status")
+        technique = gr.Dropdown(["", *REGISTRY], value="", label="Technique")
+        since = gr.Textbox(label="Since (ISO date)", placeholder="2026-11-01")
+        limit = gr.Number(200, label="Rows", precision=0, minimum=1, maximum=5000)
+    refresh = gr.Button("Refresh", elem_id="history-btn")
+    table = gr.Dataframe(label="Runs", wrap=True, max_height=360)
+    plot = gr.LinePlot(x="created_at", y="latency_median", color="config_label", title="Latency over time", height=240)
+    with gr.Row():
+        csv_file = gr.File(label="CSV of these runs")
+        db_btn = gr.DownloadButton("Download the database")
+        run_id = gr.Number(label="Run id to load into Generate", precision=0)
+        load = gr.Button("Load this configuration")
+    refresh.click(handlers["history"], [model, device, status, technique, since, limit], [table, plot, csv_file],
+                  api_name="history")
+    db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
+    targets = [generate["inputs"][i] for i in (0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)]
+    load.click(handlers["load_config"], run_id, [*targets, tabs], api_name="load_config").then(
+        lambda sel: [n in (sel or []) for n in generate["names"]], generate["inputs"][4], generate["boxes"],
+        api_visibility="private")
+
+
+def build_demo(studio: Studio | None = None) -> gr.Blocks:
+    """The whole app around one Studio (a new one on the default database if not given)."""
+    studio = studio or Studio()
+    handlers = h.build_handlers(studio, api.Cancellations())
+    with gr.Blocks(title="Diffusion Studio") as demo:
+        gr.Markdown("# Diffusion Studio\nRun diffusers pipelines fast, and measure it honestly.", elem_id="title")
+        with gr.Tabs() as tabs:
+            with gr.Tab("Generate", id="generate"):
+                generate = _generate_tab(handlers)
+            with gr.Tab("Compare", id="compare"):
+                _compare_tab(handlers)
+            with gr.Tab("Ladder", id="ladder"):
+                _ladder_tab(handlers)
+            with gr.Tab("History", id="history"):
+                _history_tab(handlers, generate, tabs)
+            with gr.Tab("System", id="system"):
+                info = gr.JSON(label="Devices, versions, techniques")
+                gr.Button("Refresh", elem_id="system-btn").click(handlers["system"], None, info, api_name="system")
+        demo.load(handlers["system"], None, info, api_visibility="private")
+    demo.queue(max_size=queue_size(), default_concurrency_limit=1)
+    return demo
+
+
+def launch_kwargs() -> dict[str, Any]:
+    """Launch settings: theme and css live here in Gradio 6, and the upload limit."""
+    auth = os.environ.get("STUDIO_AUTH")
+    return {
+        "theme": gr.themes.Soft(),
+        "css_paths": [CSS_PATH] if CSS_PATH.exists() else None,
+        "max_file_size": "10mb",
+        "auth": tuple(auth.split(":", 1)) if auth and ":" in auth else None,
+        "footer_links": ["api", "gradio"],
+    }

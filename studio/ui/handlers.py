@@ -1,0 +1,149 @@
+"""Event handlers of the Gradio app (the ui package is the only importer of gradio).
+
+Every engine error reaches browser and client users as `gr.Error` with the engine's sentence.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from pipelines.registry import SPECS, resolve
+from studio import api, ladder
+from studio.errors import StudioError
+from studio.optimizations import REGISTRY
+from studio.service import Studio
+
+log = logging.getLogger(__name__)
+GROUPS = ("speed", "memory", "precision")
+PRESETS = ("bf16", "channels_last", "bf16,channels_last", "classic_attention", "attention_slicing", "autocast",
+           "jit_trace_unet", "bf16,channels_last,jit_trace_unet", "vae_slicing", "vae_tiling", "torch_compile")
+STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
+
+
+def _engine_errors(fn: Callable) -> Callable:
+    """Turn engine errors into gr.Error (the same sentence for browser and client users)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except StudioError as exc:
+            raise gr.Error(str(exc), print_exception=False) from exc
+        except Exception as exc:
+            log.exception("unexpected error in %s", fn.__name__)
+            raise gr.Error(f"Internal error ({type(exc).__name__}: {exc}). The run was logged; see the server log.") from exc
+
+    return wrapper
+
+
+def metrics_markdown(m: dict[str, Any]) -> str:
+    first = "—" if m["first_call_s"] is None else f"{m['first_call_s']:.3f} s"
+    fidelity = "" if m["fidelity"] is None else f" · prompt fidelity **{m['fidelity']:.0%}**"
+    return (
+        f"**{m['latency_s']:.3f} s** · {m['steps_per_s']:.1f} steps/s · peak {m['peak_memory_mb']:.0f} MB "
+        f"({m['memory_kind']}) · load {m['load_s']:.2f} s · first call {first}{fidelity}  \n"
+        f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed {m['seed']}"
+    )
+
+
+def _techniques_by_group(device: str) -> dict[str, list[dict]]:
+    rows = [t for t in api.techniques(device) if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"]
+    return {g: [t for t in rows if t["group"] == g] for g in GROUPS}
+
+
+def _model_name(model: str, custom: str) -> str:
+    return (custom or "").strip() or model
+
+
+def _model_defaults(model: str, custom: str):
+    try:
+        spec = resolve(_model_name(model, custom))
+    except StudioError:
+        return [gr.update()] * 5
+    return spec.steps, spec.guidance, spec.width, spec.height, spec.example_prompt
+
+
+def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Callable]:
+    """The event functions, closed over one Studio."""
+
+    @_engine_errors
+    def generate(model, custom_model, device, precision, optimizations, prompt, negative_prompt, seed, steps,
+                 guidance, width, height, scheduler, settings, request: gr.Request, progress=gr.Progress()):
+        req = api.build_request(_model_name(model, custom_model), device, precision, optimizations, prompt,
+                                negative_prompt, seed, steps, guidance, width, height, scheduler, settings)
+        should_stop = cancels.begin(request.session_hash if request else "api")
+        progress(0, desc="loading / configuring")
+        result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
+                                 should_stop=should_stop)
+        metrics = api.metrics_of(result)
+        return result.images[0], metrics_markdown(metrics), metrics
+
+    def cancel(request: gr.Request):
+        cancels.cancel(request.session_hash if request else "api")
+        return "Cancelling after the current step…"
+
+    @_engine_errors
+    def compare(model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, presets,
+                custom_configs, warmup, repeats, progress=gr.Progress()):
+        req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
+                                guidance, width, height, scheduler)
+        configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
+        result = api.compare(studio, req, configs, warmup, repeats,
+                             progress=lambda i, n, label: progress((i, n), desc=f"running {label}"))
+        return _compare_outputs(result)
+
+    @_engine_errors
+    def run_ladder(model, custom_model, device, prompt, seed, steps, width, height, warmup, repeats,
+                   progress=gr.Progress()):
+        req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
+                                None, width, height, None)
+        _, rows = api.ladder(studio, req, warmup, repeats, progress=lambda i, n, s: progress((i, n), desc=s))
+        table = pd.DataFrame([{k: r.get(k) for k in ("step", "status", "latency", "speedup", "config", "note")}
+                              for r in rows])
+        return ladder.markdown(rows), table
+
+    @_engine_errors
+    def history(model, device, status, technique, since, limit):
+        rows = api.history(studio, model, device, status, technique, since, None, limit or 200)
+        table = pd.DataFrame([{k: r.get(k) for k in api.HISTORY_COLUMNS} for r in rows], columns=api.HISTORY_COLUMNS)
+        plot = table[table.status == "ok"][["created_at", "latency_median", "config_label"]]
+        return table, plot, api.export_csv(rows)
+
+    @_engine_errors
+    def load_config(run_id):
+        row = studio.runlog.get_run(int(run_id))
+        opts = [o for o in row["requested"] if REGISTRY[o].dtype is None]
+        model = row["model"] if row["model"] in SPECS else SPECS_DEFAULT
+        custom = "" if row["model"] in SPECS else row["model"]
+        return (model, custom, row["dtype"], opts, row["prompt"], row["negative_prompt"], row["seed"], row["steps"],
+                row["guidance"], row["width"], row["height"], row["scheduler"], gr.update(selected="generate"))
+
+    def system():
+        return api.system(studio)
+
+    return {"generate": generate, "cancel": cancel, "compare": compare, "ladder": run_ladder,
+            "history": history, "load_config": load_config, "system": system,
+            "export_db": lambda: api.export_database(studio)}
+
+
+SPECS_DEFAULT = "tiny-shapes"
+
+
+def _compare_outputs(result):
+    ok = [(r, res) for r, res in zip(result.rows, result.results, strict=True) if res is not None]
+    gallery = [(res.images[0], f"{r['config']}: {r['latency_median']:.3f}s x{r['speedup']:.2f} ({r['verdict']})")
+               for r, res in ok]
+    table = pd.DataFrame(api.compare_table(result))
+    bars = pd.DataFrame([{"config": r["config"], "latency_s": r["latency_median"], "memory_mb": r["memory_added_mb"]}
+                         for r, _ in ok])
+    choices = [r["config"] for r, _ in ok[1:]]
+    images = {r["config"]: res.images[0] for r, res in ok}
+    slider = (images["baseline"], images[choices[0]]) if choices else None
+    return (gallery, table, bars, bars, gr.update(choices=choices, value=choices[0] if choices else None), slider,
+            images, api.export_csv(result.rows, "compare.csv"), api.export_markdown(result.rows), api.compare_table(result))

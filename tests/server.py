@@ -1,0 +1,58 @@
+"""Start the real app (app.py) in a subprocess on a free port, for client and browser tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The studio as a user runs it: `python app.py`, its own database under `home`."""
+
+    def __init__(self, home: Path, **env: str):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.env = {**os.environ, "STUDIO_HOME": str(home), "STUDIO_PORT": str(self.port),
+                    "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **env}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 180) -> Server:
+        log = open(self.home / "server.log", "ab")  # noqa: SIM115 (closed with the process)
+        self.proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the app exited with {self.proc.returncode}: {self.log()[-2000:]}")
+            try:
+                if httpx.get(self.url + "gradio_api/info", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"the app did not answer within {timeout}s: {self.log()[-2000:]}")
+
+    def log(self) -> str:
+        return (self.home / "server.log").read_text(errors="replace")
+
+    def stop(self, sig: int | None = None) -> None:
+        if self.proc and self.proc.poll() is None:
+            if sig is None:
+                self.proc.terminate()
+            else:
+                self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)

@@ -1,0 +1,96 @@
+"""The real app over HTTP with gradio_client: every named endpoint, same engine and database as the CLI."""
+
+from __future__ import annotations
+
+import pytest
+from gradio_client import Client
+from PIL import Image
+
+from studio.runlog import RunLog
+from tests.server import Server
+
+PROMPT = "a big yellow star in the centre, on a black background"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("app")).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.url, verbose=False)
+
+
+def generate_args(**kw):
+    args = {"model": "tiny-shapes", "custom_model": "", "device": "auto", "precision": "fp32", "optimizations": [],
+            "prompt": PROMPT, "negative_prompt": "", "seed": 2, "steps": 4, "guidance": 6.0, "width": 64, "height": 64,
+            "scheduler": "default", "settings": ""}
+    return {**args, **kw}
+
+
+def test_view_api_lists_the_named_endpoints(client):
+    endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {"/generate", "/compare", "/ladder", "/history", "/system"} <= set(endpoints)
+    params = [p["parameter_name"] for p in endpoints["/generate"]["parameters"]]
+    assert params[:6] == ["model", "custom_model", "device", "precision", "optimizations", "prompt"]
+
+
+def test_generate_returns_an_image_and_a_logged_run(client, server):
+    image_path, card, metrics = client.predict(**generate_args(precision="bf16", optimizations=["channels_last"]),
+                                               api_name="/generate")
+    assert Image.open(image_path).size == (64, 64)
+    assert metrics["applied"] == ["bf16", "channels_last"] and "s ·" in card
+    row = RunLog(server.home / "runs.db").get_run(metrics["run_id"])
+    assert row["status"] == "ok" and row["requested"] == ["bf16", "channels_last"] and row["prompt"] == PROMPT
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"steps": 0}, "steps must be a whole number between 1 and 200"),
+        ({"width": 60}, "multiple of 8"),
+        ({"prompt": ""}, "prompt is empty"),
+        ({"optimizations": ["warp"]}, "Unknown optimization 'warp'"),
+        ({"optimizations": ["sdpa", "classic_attention"]}, "cannot be combined"),
+        ({"model": "nope"}, "Unknown model 'nope'"),
+        ({"settings": "{not json"}, "settings must be a JSON object"),
+    ],
+)
+def test_bad_input_returns_the_validation_message(client, kw, message):
+    with pytest.raises(Exception, match=message) as info:
+        client.predict(**generate_args(**kw), api_name="/generate")
+    assert type(info.value).__name__ == "AppError"
+
+
+def test_compare_rows_are_consistent(client, server):
+    out = client.predict("tiny-shapes", "", "auto", PROMPT, 3, 4, 6.0, 64, 64, "default", ["bf16", "channels_last"],
+                         "", 0, 2, api_name="/compare")
+    gallery, rows = out[0], out[-1]
+    assert [r["config"] for r in rows] == ["baseline", "bf16", "channels_last"]
+    assert len(gallery) == 3
+    base = rows[0]["latency_median"]
+    for r in rows:
+        assert r["status"] == "ok" and r["speedup"] == pytest.approx(base / r["latency_median"])
+    group = {RunLog(server.home / "runs.db").get_run(r["run_id"])["group_id"] for r in rows}
+    assert len(group) == 1 and None not in group
+
+
+def test_history_and_system(client):
+    table, _plot, csv_path = client.predict("tiny-shapes", "", "ok", "", "", 50, api_name="/history")
+    assert table["data"] and "latency_median" in table["headers"]
+    assert open(csv_path).readline().startswith("id,")
+    system = client.predict(api_name="/system")
+    assert "cpu" in system["hardware"]["devices"]
+    names = {t["name"]: t for t in system["techniques"]}
+    assert names["cudnn_benchmark"]["unavailable"] and names["bf16"]["unavailable"] is None
+
+
+def test_ladder_shows_skipped_steps_with_reasons(client):
+    md, table = client.predict("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 1, api_name="/ladder")
+    assert "| original |" in md and "x1.00" in md
+    statuses = dict(zip([r[0] for r in table["data"]], [r[1] for r in table["data"]], strict=True))
+    assert statuses["cuDNN auto-tuner"] == "skipped" and "CUDA" in md
+    assert statuses["channels last"] == "ok"
