@@ -45,7 +45,7 @@ def _model_inputs(prefix: str):
     prompt = gr.Textbox(spec.example_prompt, label="Prompt", lines=2, elem_id=f"{prefix}-prompt")
     with gr.Row():
         seed = gr.Number(1, label="Seed (-1 = random)", precision=0)
-        steps = gr.Number(spec.steps, label="Steps", precision=0)
+        steps = gr.Number(spec.steps, label="Steps", precision=0, elem_id=f"{prefix}-steps")
         guidance = gr.Number(spec.guidance, label="Guidance")
         width = gr.Number(spec.width, label="Width", precision=0, step=8)
         height = gr.Number(spec.height, label="Height", precision=0, step=8)
@@ -61,33 +61,38 @@ def _technique_boxes() -> tuple[list[gr.Checkbox], list[str]]:
             with gr.Column(min_width=220), gr.Group():
                 gr.Markdown(f"**{group.title()}**", elem_classes="group-title")
                 for t in groups[group]:
-                    boxes.append(gr.Checkbox(label=t["label"], info=t["unavailable"] or t["description"],
+                    boxes.append(gr.Checkbox(label=f"{t['label']} ({t['name']})", info=t["unavailable"],
                                              interactive=t["unavailable"] is None, elem_id=f"opt-{t['name']}"))
                     names.append(t["name"])
     return boxes, names
 
 
 def _generate_tab(handlers: dict) -> dict[str, Any]:
-    model, custom, device, prompt, seed, steps, guidance, width, height = _model_inputs("gen")
-    with gr.Row():
-        precision = gr.Radio(list(api.PRECISIONS), value="fp32", label="Weights precision")
-        scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
-        negative = gr.Textbox(label="Negative prompt", scale=2)
-    with gr.Accordion("Optimizations", open=True):
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            model, custom, device, prompt, seed, steps, guidance, width, height = _model_inputs("gen")
+            with gr.Row():
+                usable = {t["name"] for t in api.techniques() if t["unavailable"] is None}
+                precision = gr.Radio([p for p in api.PRECISIONS if p == "fp32" or p in usable], value="fp32",
+                                     label="Weights precision")
+                scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
+                negative = gr.Textbox(label="Negative prompt")
+            with gr.Row():
+                go = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                stop = gr.Button("Cancel", variant="stop", elem_id="cancel-btn")
+        with gr.Column(scale=2):
+            image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
+            card = gr.Markdown(elem_id="metrics-card")
+    with gr.Accordion("Optimizations (unavailable ones are disabled, with the reason)", open=True):
         boxes, names = _technique_boxes()
         settings = gr.Textbox("", label="Technique settings (JSON)", placeholder='{"torch_compile": {"mode": "max-autotune"}}')
+    with gr.Accordion("Metrics (as the API returns them)", open=False):
+        metrics = gr.JSON(label="Metrics")
     selected = gr.Dropdown(names, value=[], multiselect=True, allow_custom_value=True, label="Selected optimizations",
                            visible=False)
     for box in boxes:
-        box.change(lambda *v: [n for n, on in zip(names, v, strict=True) if on], boxes, selected, queue=False, api_visibility="private")
-    with gr.Row():
-        go = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-        stop = gr.Button("Cancel", variant="stop", elem_id="cancel-btn")
-    with gr.Row(equal_height=False):
-        image = gr.Image(label="Image", type="pil", format="png", height=320, elem_id="gen-image", scale=1)
-        with gr.Column(scale=2):
-            card = gr.Markdown(elem_id="metrics-card")
-            metrics = gr.JSON(label="Metrics", open=False)
+        box.change(lambda *v: [n for n, on in zip(names, v, strict=True) if on], boxes, selected, queue=False,
+                   api_visibility="private")
     inputs = [model, custom, device, precision, selected, prompt, negative, seed, steps, guidance, width, height,
               scheduler, settings]
     event = go.click(handlers["generate"], inputs, [image, card, metrics], api_name="generate",
@@ -100,8 +105,8 @@ def _compare_tab(handlers: dict) -> None:
     model, custom, device, prompt, seed, steps, guidance, width, height = _model_inputs("cmp")
     with gr.Row():
         scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
-        warmup = gr.Number(1, label="Warm-up runs", precision=0)
-        repeats = gr.Number(3, label="Timed repeats", precision=0)
+        warmup = gr.Number(1, label="Warm-up runs", precision=0, elem_id="cmp-warmup")
+        repeats = gr.Number(3, label="Timed repeats", precision=0, elem_id="cmp-repeats")
     available = {t["name"] for t in api.techniques() if t["unavailable"] is None}
     presets = [p for p in h.PRESETS if set(p.split(",")) <= available]
     configs = gr.CheckboxGroup(presets, value=presets[:2], label="Configurations (baseline always runs)")
