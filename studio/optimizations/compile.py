@@ -18,12 +18,21 @@ from studio.optimizations.base import Context, Optimization, register
 log = logging.getLogger(__name__)
 
 
-def _channels_last(pipe: Any, ctx: Context) -> None:
-    pipe.unet.to(memory_format=torch.channels_last)
+def _relayout(memory_format: torch.memory_format):
+    """Re-lay out the UNet's 4-D weights only (what `unet.to(memory_format=...)` changes), skipping
+    the thousands of other tensors that `Module.to` would visit: switching stays cheap."""
+
+    def switch(pipe: Any, ctx: Context) -> None:
+        for module in pipe.unet.modules():
+            for name, param in module.named_parameters(recurse=False):
+                if param.dim() == 4 and not param.is_contiguous(memory_format=memory_format):
+                    param.data = param.data.contiguous(memory_format=memory_format)
+
+    return switch
 
 
-def _contiguous(pipe: Any, ctx: Context) -> None:
-    pipe.unet.to(memory_format=torch.contiguous_format)
+_channels_last = _relayout(torch.channels_last)
+_contiguous = _relayout(torch.contiguous_format)
 
 
 class _PlainUNet(torch.nn.Module):
