@@ -1,0 +1,56 @@
+"""Latency of a generate through gradio_client vs the same call on the engine directly.
+
+One process: the app is launched in-process on a free port around the same Studio the
+direct calls use; calls are interleaved, medians compared (floor: overhead <= 5% of a
+tiny-shapes 20-step generation).
+
+Run: .venv/bin/python -m benchmarks.client_overhead [--rounds 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from gradio_client import Client
+
+from benchmarks.timing import describe, interleaved, overhead
+from studio.service import Studio
+from studio.ui import build_demo
+from studio.validate import validate_request
+
+PROMPT = "a big red circle on the left, on a white background"
+
+
+def main(rounds: int, steps: int) -> None:
+    home = tempfile.mkdtemp(prefix="bench-client-")
+    studio = Studio(db_path=f"{home}/runs.db", outputs=f"{home}/out")
+    demo = build_demo(studio)
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True)
+    client = Client(url, verbose=False)
+    request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps)
+    args = ("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", 1, steps, 6.0, 64, 64, "default", "")
+    try:
+        times = interleaved({
+            "engine (Studio.generate)": lambda: studio.generate(request),
+            "gradio_client /generate": lambda: client.predict(*args, api_name="/generate"),
+        }, rounds)
+    finally:
+        demo.close()
+    print(f"tiny-shapes, {steps} steps, CPU, one process, interleaved:")
+    for name, samples in times.items():
+        print(f"  {name:26} {describe(samples)}")
+    ratio = overhead(times["gradio_client /generate"], times["engine (Studio.generate)"])
+    print(f"  gradio_client overhead: {ratio:+.2%} (floor: <= 5%)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    main(args.rounds, args.steps)
