@@ -16,6 +16,7 @@ from diffusers import (
     PNDMScheduler,
     UniPCMultistepScheduler,
 )
+from safetensors import SafetensorError
 
 from pipelines.registry import PipelineSpec
 from studio.errors import ModelLoadError, ValidationError
@@ -70,13 +71,20 @@ def load(
     Raises:
         ModelLoadError: missing, corrupt, not safetensors, or not a loadable pipeline.
     """
+    if spec.source.startswith("arch:"):
+        from pipelines.architectures import build
+        from pipelines.registry import SPECS
+
+        pipe = build(spec.source.removeprefix("arch:"), SPECS["tiny-shapes"].source, dtype)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
     kwargs: dict[str, Any] = dict(spec.load_kwargs, dtype=dtype, use_safetensors=True)
     if device_map:
         kwargs.update(device_map=device_map, max_memory=max_memory)
     cls = pipeline_class(spec)
     try:
         pipe = cls.from_pretrained(spec.source, **kwargs)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise ModelLoadError(
             f"Could not load {spec.id!r} from {spec.source!r}: {exc}. Check the name, your network or "
             "HF_TOKEN for gated models, and that the weights are in safetensors format."

@@ -89,6 +89,31 @@ SPECS: dict[str, PipelineSpec] = {
             guidance=0.0,
             load_kwargs={"safety_checker": None, "requires_safety_checker": False},
         ),
+        PipelineSpec(
+            id="sd15-arch",
+            source="arch:sd15",
+            pipeline_class="StableDiffusionPipeline",
+            label="SD 1.5 architecture, random weights (for speed measurement only: images are noise)",
+            width=256,
+            height=256,
+            steps=10,
+            local=True,
+            dtypes=("fp32", "fp16", "bf16"),
+            note="For speed measurement only: images are noise.",
+        ),
+        PipelineSpec(
+            id="sdxl-arch",
+            source="arch:sdxl",
+            pipeline_class="StableDiffusionXLPipeline",
+            label="SDXL architecture, random weights (for speed measurement only: images are noise)",
+            family="sdxl",
+            width=512,
+            height=512,
+            steps=10,
+            guidance=5.0,
+            local=True,
+            note="For speed measurement only: images are noise.",
+        ),
     )
 }
 
@@ -115,7 +140,14 @@ def _local_spec(path: Path) -> PipelineSpec:
     index = resolved / "model_index.json"
     if not index.is_file():
         raise ValidationError(f"{str(path)!r} is not a diffusers pipeline directory (no model_index.json).")
-    cls = json.loads(index.read_text()).get("_class_name", "DiffusionPipeline")
+    try:
+        cls = json.loads(index.read_text()).get("_class_name", "DiffusionPipeline")
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise ValidationError(f"{str(path)!r} has an unreadable model_index.json: {exc}") from None
+    if not isinstance(cls, str) or not cls.isidentifier():
+        raise ValidationError(
+            f"{str(path)!r} asks for custom pipeline code ({cls!r}); the studio never runs code shipped with a model."
+        )
     return PipelineSpec(
         id=str(resolved), source=str(resolved), pipeline_class=cls, label=resolved.name,
         family=FAMILIES.get(cls, "other"), local=True,

@@ -31,7 +31,8 @@ class Server:
                     "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **env}
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 180) -> Server:
+    def start(self, timeout: float = 180, path: str = "gradio_api/info") -> Server:
+        """Start and wait until `path` answers (any status below 500 when auth may refuse it)."""
         log = open(self.home / "server.log", "ab")  # noqa: SIM115 (closed with the process)
         self.proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
         deadline = time.monotonic() + timeout
@@ -39,7 +40,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the app exited with {self.proc.returncode}: {self.log()[-2000:]}")
             try:
-                if httpx.get(self.url + "gradio_api/info", timeout=2).status_code == 200:
+                if httpx.get(self.url + path, timeout=2).status_code < 500:
                     return self
             except httpx.HTTPError:
                 pass

@@ -24,7 +24,7 @@ def _relayout(memory_format: torch.memory_format):
 
     def switch(pipe: Any, ctx: Context) -> None:
         for module in pipe.unet.modules():
-            for name, param in module.named_parameters(recurse=False):
+            for param in module.parameters(recurse=False):
                 if param.dim() == 4 and not param.is_contiguous(memory_format=memory_format):
                     param.data = param.data.contiguous(memory_format=memory_format)
 

@@ -1,0 +1,107 @@
+"""The public server: bounded queue, no file served but generated outputs, secrets kept out, optional auth."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote
+
+import httpx
+import pytest
+from gradio_client import Client
+
+from tests.server import Server
+
+TOKEN = "hf_fakeSECRETtoken123"
+PROMPT = "a big purple triangle at the bottom, on a white background"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("hard"), STUDIO_QUEUE_MAX="2", HF_TOKEN=TOKEN).start()
+    yield srv
+    srv.stop()
+
+
+def gen_args(steps=4, seed=1, model="tiny-shapes"):
+    return (model, "", "auto", "fp32", [], PROMPT, "", seed, steps, 6.0, 64, 64, "default", "")
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "{db}", "{home}/../../etc/passwd", quote("../../etc/passwd", safe=""),
+                                  "..%2f..%2fetc%2fpasswd", "{home}/server.log", "app.py"])
+def test_file_routes_refuse_everything_but_outputs(server, path):
+    path = path.format(db=server.home / "runs.db", home=server.home)
+    for prefix in ("gradio_api/file=", "file="):
+        r = httpx.get(server.url + prefix + path, timeout=10)
+        assert r.status_code in (403, 404), (prefix, path, r.status_code)
+        assert "root:" not in r.text and "SQLite format" not in r.text
+
+
+def test_generated_outputs_are_served(server):
+    client = Client(server.url, verbose=False)
+    image_path, _, metrics = client.predict(*gen_args(), api_name="/generate")
+    assert image_path.endswith(".png") and metrics["run_id"] >= 1
+
+
+def test_secrets_stay_out_of_api_info_logs_errors_and_database(server):
+    client = Client(server.url, verbose=False)
+    with pytest.raises(Exception) as info:
+        client.predict(*gen_args(model="nobody/private-model"), api_name="/generate")
+    assert "Could not load" in str(info.value) and TOKEN not in str(info.value)
+    texts = [httpx.get(server.url + p, timeout=10).text for p in ("gradio_api/info", "config")]
+    texts.append(str(client.predict(api_name="/system")))
+    texts.append(server.log())
+    texts.append((server.home / "runs.db").read_bytes().decode("latin-1"))
+    for text in texts:
+        assert TOKEN not in text
+
+
+def test_queue_overflow_is_rejected_at_once(server):
+    client = Client(server.url, verbose=False)
+    jobs = [client.submit(*gen_args(steps=20, seed=i), api_name="/generate") for i in range(6)]
+    outcomes = []
+    for job in jobs:
+        start = time.monotonic()
+        try:
+            job.result(timeout=300)
+            outcomes.append("ok")
+        except Exception as exc:  # the queue-full refusal is what is asserted below
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+            assert time.monotonic() - start < 30, "a rejected client must not hang"
+    rejected = [o for o in outcomes if "Queue is full" in o]
+    assert rejected, outcomes
+    assert outcomes.count("ok") >= 3 and len(rejected) + outcomes.count("ok") == 6, outcomes
+    health = client.predict(*gen_args(), api_name="/generate")
+    assert health[2]["latency_s"] > 0
+
+
+def test_optional_authentication(tmp_path):
+    srv = Server(tmp_path, STUDIO_AUTH="ada:lovelace")
+    try:
+        srv.start(path="")
+        r = httpx.post(srv.url + "gradio_api/call/system", json={"data": []}, timeout=10)
+        assert r.status_code in (401, 403)
+        with pytest.raises(Exception, match="(?i)login|auth|401|403"):
+            Client(srv.url, verbose=False).predict(api_name="/system")
+        client = Client(srv.url, auth=("ada", "lovelace"), verbose=False)
+        assert "cpu" in client.predict(api_name="/system")["hardware"]["devices"]
+    finally:
+        srv.stop()
+
+
+def test_concurrent_clients_get_the_images_they_would_get_alone(tmp_path):
+    srv = Server(tmp_path).start()
+    try:
+        client = Client(srv.url, verbose=False)
+        alone = {s: open(client.predict(*gen_args(seed=s), api_name="/generate")[0], "rb").read() for s in range(8)}
+        with ThreadPoolExecutor(8) as pool:
+            together = dict(zip(range(8), pool.map(
+                lambda s: open(Client(srv.url, verbose=False).predict(*gen_args(seed=s), api_name="/generate")[0],
+                               "rb").read(), range(8)), strict=True))
+        assert together == alone
+        from studio.runlog import RunLog
+
+        runs = RunLog(tmp_path / "runs.db").runs(limit=100)
+        assert len(runs) == 16 and {r["status"] for r in runs} == {"ok"}
+    finally:
+        srv.stop()
