@@ -11,6 +11,7 @@ from typing import Any
 from studio import devices, settings
 from studio.errors import StudioError
 from studio.optimizations import REGISTRY, unavailable_reason
+from studio.shard_cli import add_shard_parser, cmd_shard
 
 log = logging.getLogger("studio")
 
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         hist.add_argument(flag)
     hist.add_argument("--limit", type=int, default=20)
     hist.add_argument("--json", action="store_true")
+    add_shard_parser(sub)
     return parser
 
 
@@ -142,7 +144,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"system": cmd_system, "optimizations": cmd_optimizations, "generate": cmd_generate,
-            "compare": cmd_compare, "history": cmd_history}
+            "compare": cmd_compare, "history": cmd_history, "shard": cmd_shard}
 
 
 def main(argv: list[str] | None = None) -> int:

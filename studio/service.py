@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import bench, devices, quality, settings
+from studio import bench, devices, quality, settings, zerogpu
 from studio.errors import Cancelled, StudioError
 from studio.manager import PipelineManager
 from studio.runlog import RunLog
@@ -41,6 +41,18 @@ class RunResult:
     @property
     def label(self) -> str:
         return self.request.config_label
+
+
+@dataclass
+class Computed:
+    """The GPU-bound part of a run as plain picklable values (on ZeroGPU it returns from a forked worker)."""
+
+    measured: bench.Measurement
+    applied: tuple[str, ...]
+    load_seconds: float
+    switch_seconds: float
+    first_call: bool
+    stats: dict[str, Any]
 
 
 def _to_pil(arrays: np.ndarray) -> list[Image.Image]:
@@ -88,6 +100,7 @@ class Studio:
         self.outputs = Path(outputs or settings.outputs_dir())
         self.outputs.mkdir(parents=True, exist_ok=True)
         self.manager = manager or PipelineManager()
+        self._compute = zerogpu.gpu_wrapper(self._compute_run, zerogpu.request_duration)
         interrupted = self.runlog.mark_interrupted()
         if interrupted:
             log.warning("marked %d unfinished run(s) from a previous process as interrupted", interrupted)
@@ -114,10 +127,9 @@ class Studio:
         """Run one configuration under the timing protocol and log it (failed runs too)."""
         run_id = self.runlog.start_run(run_record(request, warmup, repeats, group_id))
         try:
-            with self.manager.acquire(request) as prepared:
-                measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
-                stats = dict(prepared.entry.stats)
-            return self._finish(run_id, request, prepared, measured, stats, baseline)
+            computed = self._compute(request, warmup, repeats, zerogpu.portable(on_step, "progress"),
+                                     zerogpu.portable(should_stop, "cancel"))
+            return self._finish(run_id, request, computed, baseline)
         except Cancelled as exc:
             self.runlog.finish_run(run_id, "cancelled", error=str(exc))
             raise
@@ -126,25 +138,36 @@ class Studio:
             self.runlog.finish_run(run_id, "failed", error=message)
             raise
 
-    def _finish(self, run_id, request, prepared, measured, stats, baseline) -> RunResult:
+    def _compute_run(self, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
+                     on_step: Callable[[int, int], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> Computed:
+        """Configure, run and measure: compute only, no run-log or file writes (on ZeroGPU this runs
+        under `spaces.GPU` in a forked worker)."""
+        with self.manager.acquire(request) as prepared:
+            measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
+            return Computed(measured, prepared.applied, prepared.load_seconds, prepared.switch_seconds,
+                            prepared.first_call, dict(prepared.entry.stats))
+
+    def _finish(self, run_id, request, computed: Computed, baseline) -> RunResult:
+        measured = computed.measured
         images = _to_pil(measured.images)
         paths = self._save(run_id, images)
         metrics = measured.summary()
-        if prepared.first_call and not measured.warmups:
+        if computed.first_call and not measured.warmups:
             metrics["first_call_seconds"] = measured.latencies[0]
         metrics.update(
-            load_seconds=prepared.load_seconds,
-            switch_seconds=prepared.switch_seconds,
+            load_seconds=computed.load_seconds,
+            switch_seconds=computed.switch_seconds,
             step_seconds=measured.step_seconds,
             steps_per_second=request.steps / metrics["latency_median"],
-            stats=stats,
+            stats=computed.stats,
         )
         qual = self._quality(request, measured.images, baseline)
         self.runlog.finish_run(
-            run_id, "ok", applied=list(prepared.applied), image_path=paths[0], image_paths=paths,
+            run_id, "ok", applied=list(computed.applied), image_path=paths[0], image_paths=paths,
             baseline_run_id=baseline.run_id if baseline else None, **metrics, **qual,
         )
-        return RunResult(run_id, request, metrics, images, paths, measured.images, qual, prepared.applied)
+        return RunResult(run_id, request, metrics, images, paths, measured.images, qual, computed.applied)
 
     def _quality(self, request: GenerationRequest, arrays: np.ndarray, baseline: RunResult | None) -> dict:
         qual: dict[str, Any] = {}

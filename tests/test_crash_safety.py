@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -15,17 +16,20 @@ from studio.runlog import RunLog
 from tests.server import Server
 
 PROMPT = "a small red star on the right, on a black background"
-KILLS = 20
+KILLS = int(os.environ.get("STUDIO_CRASH_KILLS", "20"))
 
 
-def _send_until_killed(url: str, acknowledged: dict[int, str], rng: random.Random, stop: threading.Event) -> None:
+def _send(client: Client, acknowledged: dict[int, str], rng: random.Random) -> None:
+    steps = rng.choice([2, 4, 8])
+    _, _, metrics = client.predict("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", rng.randrange(1000), steps,
+                                   6.0, 64, 64, "default", "", api_name="/generate")
+    acknowledged[metrics["run_id"]] = metrics["image_path"]
+
+
+def _send_until_killed(client: Client, acknowledged: dict[int, str], rng: random.Random, stop: threading.Event) -> None:
     try:
-        client = Client(url, verbose=False)
         while not stop.is_set():
-            steps = rng.choice([2, 4, 8])
-            _, _, metrics = client.predict("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", rng.randrange(1000), steps,
-                                           6.0, 64, 64, "default", "", api_name="/generate")
-            acknowledged[metrics["run_id"]] = metrics["image_path"]
+            _send(client, acknowledged, rng)
     except Exception:  # noqa: BLE001  the server was killed under us: that is the point of the test
         return
 
@@ -46,10 +50,12 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_run(tmp_path):
         if kill == KILLS:
             srv.stop()
             break
+        client = Client(srv.url, verbose=False)
+        _send(client, acknowledged, rng)  # the pipeline is loaded: from here a kill can land anywhere in a run
         stop = threading.Event()
-        sender = threading.Thread(target=_send_until_killed, args=(srv.url, acknowledged, rng, stop), daemon=True)
+        sender = threading.Thread(target=_send_until_killed, args=(client, acknowledged, rng, stop), daemon=True)
         sender.start()
-        time.sleep(rng.uniform(1.0, 6.0))
+        time.sleep(rng.uniform(0.05, 3.0))
         srv.stop(signal.SIGKILL)
         stop.set()
         sender.join(timeout=60)

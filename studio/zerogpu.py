@@ -1,0 +1,208 @@
+"""Hugging Face Spaces ZeroGPU support: import order, the GPU wrapper, the duration estimate.
+
+On ZeroGPU (the platform sets ``SPACES_ZERO_GPU=true``) a GPU exists only inside a
+function decorated with ``@spaces.GPU(duration=...)``, and that function runs in a
+forked worker process: its arguments and its return value are pickled across the
+process boundary, and nothing it writes to memory survives in the main process.
+Hence three rules, all kept here:
+
+- ``import spaces`` before anything touches CUDA: this module imports it at import
+  time on ZeroGPU and imports neither torch nor anything that does, so ``app.py``
+  can import it first.
+- Only a *compute only* callable is wrapped (configure the pipeline, run and measure
+  it, return plain picklable results). The run log and image files are written by
+  the caller, outside the wrapped function.
+- An exception raised in the worker comes back as the same exception (same class,
+  same sentence) instead of ZeroGPU's generic "GPU task aborted", so the caller
+  logs the real reason.
+
+Off ZeroGPU ``gpu_wrapper`` returns the function unchanged and ``spaces`` is never imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import math
+import os
+import pickle
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TRUTHY = ("1", "t", "true", "yes", "on")
+MIN_SECONDS = 15
+MAX_SECONDS = 300
+SAFETY = 1.5
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """Assumed cost of a model on a ZeroGPU slice (not measured here: no GPU on the development machines).
+
+    setup: seconds to move the weights to the GPU and make the first call (kernels, allocator).
+    step: seconds per denoising step at `pixels` output pixels, batch 1, classifier-free guidance on.
+    """
+
+    setup: float
+    step: float
+    pixels: int
+
+
+COSTS: dict[str, ModelCost] = {
+    "tiny-shapes": ModelCost(setup=3.0, step=0.01, pixels=64 * 64),
+    "sd15": ModelCost(setup=10.0, step=0.08, pixels=512 * 512),
+    "sd-turbo": ModelCost(setup=10.0, step=0.08, pixels=512 * 512),
+    "sdxl": ModelCost(setup=20.0, step=0.25, pixels=1024 * 1024),
+}
+UNKNOWN = ModelCost(setup=25.0, step=0.30, pixels=1024 * 1024)
+
+
+def on_zerogpu() -> bool:
+    """Whether this process runs on a ZeroGPU Space (``SPACES_ZERO_GPU`` set to a true value)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in TRUTHY
+
+
+def ensure_spaces() -> ModuleType | None:
+    """Import ``spaces`` on ZeroGPU (it must come before anything touches CUDA); None elsewhere.
+
+    Raises:
+        ImportError: on ZeroGPU without the ``spaces`` package (the Space image provides it).
+    """
+    if not on_zerogpu():
+        return None
+    module = importlib.import_module("spaces")
+    if not callable(getattr(module, "GPU", None)):
+        raise ImportError(
+            f"The imported 'spaces' ({getattr(module, '__file__', None) or list(getattr(module, '__path__', []))}) "
+            "has no GPU decorator: install the 'spaces' package, and do not run from a directory whose "
+            "'spaces/' folder shadows it."
+        )
+    return module
+
+
+def cost_of(model_id: str) -> ModelCost:
+    """The assumed cost of a registry id; hub ids and local directories get a conservative default."""
+    if model_id in COSTS:
+        return COSTS[model_id]
+    return COSTS["sdxl"] if "xl" in model_id.lower() else UNKNOWN
+
+
+def estimate_duration(model_id: str, steps: int, width: int, height: int, repeats: int = 1, warmup: int = 0) -> int:
+    """Seconds of GPU to ask ZeroGPU for, for one measured request.
+
+    duration = SAFETY * (setup + (warmup + repeats) * steps * step * (width * height) / pixels),
+    clamped to [MIN_SECONDS, MAX_SECONDS] and rounded up. `setup`, `step` and `pixels` come from
+    `COSTS` (assumptions, not measurements). A shorter request queues sooner on ZeroGPU; one that
+    overruns is aborted, hence the safety factor.
+
+    Args:
+        model_id: the request's model (registry id, hub id or directory).
+        steps: denoising steps per call.
+        width: image width in pixels.
+        height: image height in pixels.
+        repeats: timed calls.
+        warmup: untimed warm-up calls.
+    """
+    cost = cost_of(model_id)
+    calls = max(1, warmup + repeats)
+    scale = (width * height) / cost.pixels
+    seconds = SAFETY * (cost.setup + calls * steps * cost.step * scale)
+    return min(MAX_SECONDS, max(MIN_SECONDS, math.ceil(seconds)))
+
+
+def request_duration(request: Any, warmup: int = 0, repeats: int = 1, *args: Any, **kwargs: Any) -> int:
+    """The duration callable for ``spaces.GPU``: it receives the wrapped function's own arguments.
+
+    Args:
+        request: a `GenerationRequest` (model, steps, width, height are read).
+        warmup: untimed warm-up calls.
+        repeats: timed calls.
+        *args: further arguments of the wrapped function (ignored).
+        **kwargs: further keyword arguments of the wrapped function (ignored).
+    """
+    seconds = estimate_duration(request.model, request.steps, request.width, request.height, repeats, warmup)
+    log.info("asking ZeroGPU for %d s for %s (%d steps, %dx%d)", seconds, request.model, request.steps,
+             request.width, request.height)
+    return seconds
+
+
+@dataclass
+class Outcome:
+    """What the worker sends back: the value, or the exception and its traceback text."""
+
+    value: Any = None
+    error: BaseException | None = None
+    trace: str = ""
+
+    def unwrap(self) -> Any:
+        if self.error is not None:
+            log.debug("raised in the ZeroGPU worker:\n%s", self.trace)
+            raise self.error
+        return self.value
+
+
+def _capturing(fn: Callable[..., Any]) -> Callable[..., Outcome]:
+    """`fn` returning an `Outcome`, so its exception crosses the process boundary intact."""
+
+    @functools.wraps(fn)
+    def compute(*args: Any, **kwargs: Any) -> Outcome:
+        try:
+            return Outcome(value=fn(*args, **kwargs))
+        except Exception as exc:  # re-raised by Outcome.unwrap() in the caller's process
+            return Outcome(error=exc, trace=traceback.format_exc())
+
+    return compute
+
+
+def gpu_wrapper(fn: Callable[..., Any], duration_fn: Callable[..., int]) -> Callable[..., Any]:
+    """`fn` run under ``spaces.GPU(duration=duration_fn)`` on ZeroGPU; `fn` itself anywhere else.
+
+    `fn` must be compute only: no run-log or file writes (on ZeroGPU they would happen in a
+    forked worker), picklable arguments and return value.
+
+    Args:
+        fn: the GPU-bound callable.
+        duration_fn: called with `fn`'s arguments, returns the seconds of GPU to request.
+    """
+    spaces = ensure_spaces()
+    if spaces is None:
+        return fn
+    decorated = spaces.GPU(duration=duration_fn)(_capturing(fn))
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return decorated(*args, **kwargs).unwrap()
+
+    call.zerogpu = True  # type: ignore[attr-defined]
+    return call
+
+
+def portable(callback: Callable[..., Any] | None, what: str = "callback") -> Callable[..., Any] | None:
+    """`callback` if it can be handed to the ZeroGPU worker (picklable), else None with a warning.
+
+    Off ZeroGPU every callback is kept. On ZeroGPU a closure (for example a lambda around
+    `gr.Progress`) cannot be pickled; per-step progress or cancellation is then not available for
+    that run, which is logged rather than failing the request.
+
+    Args:
+        callback: the progress or stop callback.
+        what: its name, for the log message.
+    """
+    if callback is None or not on_zerogpu():
+        return callback
+    try:
+        pickle.dumps(callback)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        log.warning("%s cannot cross into the ZeroGPU worker (%s); running without it", what, exc)
+        return None
+    return callback
+
+
+if on_zerogpu():
+    ensure_spaces()
