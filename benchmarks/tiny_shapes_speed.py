@@ -91,10 +91,10 @@ def time_interleaved(cfgs: list[Config], repeats: int, warmup: int = 2) -> dict[
     return times
 
 
-def fidelity_of(cfg: Config, seeds: tuple[int, ...]) -> dict[str, float]:
-    """Prompt fidelity (48 fixed prompts x ``seeds``) of one configuration."""
+def fidelity_of(cfg: Config, seeds: tuple[int, ...], prompts: int = 48) -> dict[str, float]:
+    """Prompt fidelity (``prompts`` fixed prompts x ``seeds``) of one configuration."""
     with cfg.context(), torch.inference_mode():
-        accuracy, _ = evaluate(cfg.pipe, eval_prompts(48), seeds=seeds)
+        accuracy, _ = evaluate(cfg.pipe, eval_prompts(prompts), seeds=seeds)
     return accuracy
 
 
@@ -117,12 +117,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--fidelity-seeds", type=int, default=1, help="seeds per prompt for fidelity")
+    parser.add_argument("--fidelity-prompts", type=int, default=48, help="fixed prompts for fidelity")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     cfgs = configs()
     times = time_interleaved(cfgs, args.repeats)
     seeds = tuple(range(args.fidelity_seeds))
-    fidelity = {cfg.name: fidelity_of(cfg, seeds) for cfg in cfgs}
+    fidelity = {cfg.name: fidelity_of(cfg, seeds, args.fidelity_prompts) for cfg in cfgs}
     report(times, fidelity)
 
 

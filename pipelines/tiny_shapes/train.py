@@ -1,7 +1,8 @@
 """Stage 2 of training: the UNet and the text encoder, jointly, on precomputed VAE latents.
 
-    nice -n 10 python -m pipelines.tiny_shapes.train_vae --steps 1500      # first, ~13 min
-    nice -n 10 python -m pipelines.tiny_shapes.train --steps 6000          # then, ~45 min
+    nice -n 10 python -m pipelines.tiny_shapes.train_vae --steps 1000             # first
+    nice -n 10 python -m pipelines.tiny_shapes.train_vae --decoder-only --minutes 50 &  # then, in parallel:
+    nice -n 10 python -m pipelines.tiny_shapes.train --minutes 50 --batch 32 --lr 6e-4 --ema 0.9985
 
 Seeded and resumable (``runs/unet/ckpt.pt`` is picked up automatically; pass a larger
 ``--steps`` to continue a finished run). Every ``--eval-every`` steps the EMA weights draw
@@ -39,19 +40,25 @@ def measure_scaling_factor(mean: torch.Tensor, std: torch.Tensor) -> float:
     return float(1.0 / sample.std())
 
 
-def diffusion_loss(unet, text_encoder, sched, x0: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """v-prediction MSE with min-SNR-5 weighting."""
+def diffusion_loss(unet, text_encoder, sched, x0: torch.Tensor, ids: torch.Tensor, min_snr: bool = False) -> torch.Tensor:
+    """v-prediction MSE, optionally min-SNR-5 weighted.
+
+    Plain v-MSE is the default: min-SNR weighting for v-prediction, min(SNR, 5) / (SNR + 1),
+    is nearly zero at high noise, where the layout (position) of the picture is decided; with
+    it the model ignored position.
+    """
     noise = torch.randn_like(x0)
     t = torch.randint(0, sched.config.num_train_timesteps, (x0.shape[0],))
     noisy = sched.add_noise(x0, noise, t)
     target = sched.get_velocity(x0, noise, t)
     cond = text_encoder(ids)[0]
     pred = unet(noisy, t, cond).sample
+    if not min_snr:
+        return (pred - target).pow(2).mean()
     abar = sched.alphas_cumprod[t]
     snr = abar / (1 - abar)
     weight = snr.clamp(max=MIN_SNR_GAMMA) / (snr + 1)
-    per_sample = (pred - target).pow(2).mean(dim=(1, 2, 3))
-    return (weight * per_sample).mean()
+    return (weight * (pred - target).pow(2).mean(dim=(1, 2, 3))).mean()
 
 
 class Trainer:
@@ -106,9 +113,11 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = cosine_lr(self.step, args.steps, args.lr, warmup=200)
         idx = torch.randint(0, len(self.mean), (args.batch,))
-        x0 = (self.mean[idx] + self.std[idx] * torch.randn_like(self.mean[idx])) * self.scale
+        # Posterior means, not samples: the posterior std (~0.25) is not small next to the latent
+        # spread (~2.1, one channel only ~0.6), and sampling it washed out colour detail.
+        x0 = self.mean[idx] * self.scale
         ids = self.prompts.batch(idx.tolist())
-        loss = diffusion_loss(self.unet, self.text_encoder, self.sched, x0, ids)
+        loss = diffusion_loss(self.unet, self.text_encoder, self.sched, x0, ids, min_snr=self.step < args.min_snr_until)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.unet.parameters(), 1.0)
@@ -198,6 +207,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=24000, help="number of training images")
     parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument("--min-snr-until", type=int, default=0, help="use min-SNR weighting before this step")
     parser.add_argument("--minutes", type=float, default=None,
                         help="time budget: fit the step count (and LR schedule) to it as training goes")
     parser.add_argument("--out", type=Path, default=None, help="pipeline folder (default assets/tiny-shapes)")
