@@ -126,7 +126,7 @@ class PipelineManager:
         with entry.lock:
             start = time.perf_counter()
             ctx = self._configure(entry, request)
-            entry.pipe.scheduler = loader.make_scheduler(request.scheduler, entry.base.scheduler)
+            entry.pipe.scheduler = self._scheduler(entry, request.scheduler)
             switch = time.perf_counter() - start
             call_opts = [get(o) for o in request.opts if get(o).stage == "call"]
             entry.calls += 1
@@ -140,6 +140,14 @@ class PipelineManager:
                 first_call=entry.calls == 1,
                 entry=entry,
             )
+
+    @staticmethod
+    def _scheduler(entry: LivePipeline, name: str) -> Any:
+        """A fresh scheduler for one request: a deep copy of a template built once per pipeline and name."""
+        templates = entry.state.setdefault("scheduler_templates", {})
+        if name not in templates:
+            templates[name] = loader.make_scheduler(name, entry.base.scheduler)
+        return copy.deepcopy(templates[name])
 
     def _configure(self, entry: LivePipeline, request: GenerationRequest) -> Context:
         target = {o for o in request.opts if get(o).stage == "pipeline"}

@@ -60,7 +60,9 @@ def set_attention(pipe: Any, ctx: Context) -> None:
     With no attention technique in the target, the original processors come back.
     """
     originals = ctx.state.setdefault("attention_originals", {})
-    for name, layer in _attention_layers(pipe):
+    if "attention_layers" not in ctx.state:  # found once per pipeline: walking every module costs more than switching
+        ctx.state["attention_layers"] = _attention_layers(pipe)
+    for name, layer in ctx.state["attention_layers"]:
         originals.setdefault(name, layer.processor)
         wanted = _processor_for(layer, ctx)
         layer.set_processor(wanted if wanted is not None else originals[name])
