@@ -26,6 +26,28 @@ from studio.validate import validate_request
 PROMPT = "a big red circle on the left, on a white background"
 
 
+def gradio_floor(rounds: int) -> list[float]:
+    """Round trips of a no-op echo endpoint: what Gradio + gradio_client cost by themselves on this machine."""
+    import time
+
+    import gradio as gr
+
+    with gr.Blocks() as echo:
+        box, out = gr.Textbox(), gr.Textbox()
+        gr.Button().click(lambda x: x, box, out, api_name="echo")
+    echo.queue()
+    _, url, _ = echo.launch(prevent_thread_lock=True, quiet=True)
+    client, samples = Client(url, verbose=False), []
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            client.predict("hi", api_name="/echo")
+            samples.append(time.perf_counter() - start)
+    finally:
+        echo.close()
+    return samples
+
+
 def main(rounds: int, steps: int) -> None:
     home = tempfile.mkdtemp(prefix="bench-client-")
     studio = Studio(db_path=f"{home}/runs.db", outputs=f"{home}/out")
@@ -46,6 +68,7 @@ def main(rounds: int, steps: int) -> None:
         print(f"  {name:26} {describe(samples)}")
     ratio = overhead(times["gradio_client /generate"], times["engine (Studio.generate)"])
     print(f"  gradio_client overhead: {ratio:+.2%} (floor: <= 5%)")
+    print(f"  for reference, a no-op Gradio echo endpoint round trip: {describe(gradio_floor(rounds))}")
 
 
 if __name__ == "__main__":
