@@ -145,8 +145,9 @@ class PipelineManager:
     def _scheduler(entry: LivePipeline, name: str) -> Any:
         """A fresh scheduler for one request: a deep copy of a template built once per pipeline and name."""
         templates = entry.state.setdefault("scheduler_templates", {})
-        if name not in templates:
-            templates[name] = loader.make_scheduler(name, entry.base.scheduler)
+        if name not in templates:  # the base pipeline's own scheduler never steps: it is the "default" template
+            base = entry.base.scheduler
+            templates[name] = base if name == "default" else loader.make_scheduler(name, base)
         return copy.deepcopy(templates[name])
 
     def _configure(self, entry: LivePipeline, request: GenerationRequest) -> Context:
