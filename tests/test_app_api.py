@@ -94,3 +94,12 @@ def test_ladder_shows_skipped_steps_with_reasons(client):
     statuses = dict(zip([r[0] for r in table["data"]], [r[1] for r in table["data"]], strict=True))
     assert statuses["cuDNN auto-tuner"] == "skipped" and "CUDA" in md
     assert statuses["channels last"] == "ok"
+
+
+def test_load_config_returns_a_logged_runs_settings(client):
+    _, _, metrics = client.predict(**generate_args(precision="bf16", optimizations=["vae_slicing"], seed=42, steps=3),
+                                   api_name="/generate")
+    out = client.predict(metrics["run_id"], api_name="/load_config")
+    model, custom, precision, opts, prompt = out[:5]
+    assert (model, custom, precision, opts, prompt) == ("tiny-shapes", "", "bf16", ["vae_slicing"], PROMPT)
+    assert list(out[6:9]) == [42, 3, 6.0]

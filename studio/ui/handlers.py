@@ -20,6 +20,7 @@ from studio.optimizations import REGISTRY
 from studio.service import Studio
 
 log = logging.getLogger(__name__)
+DEFAULT_MODEL = "tiny-shapes"
 GROUPS = ("speed", "memory", "precision")
 PRESETS = ("bf16", "channels_last", "bf16,channels_last", "classic_attention", "attention_slicing", "autocast",
            "jit_trace_unet", "bf16,channels_last,jit_trace_unet", "vae_slicing", "vae_tiling", "torch_compile")
@@ -119,7 +120,7 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
     def load_config(run_id):
         row = studio.runlog.get_run(int(run_id))
         opts = [o for o in row["requested"] if REGISTRY[o].dtype is None]
-        model = row["model"] if row["model"] in SPECS else SPECS_DEFAULT
+        model = row["model"] if row["model"] in SPECS else DEFAULT_MODEL
         custom = "" if row["model"] in SPECS else row["model"]
         return (model, custom, row["dtype"], opts, row["prompt"], row["negative_prompt"], row["seed"], row["steps"],
                 row["guidance"], row["width"], row["height"], row["scheduler"], gr.update(selected="generate"))
@@ -131,8 +132,6 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
             "history": history, "load_config": load_config, "system": system,
             "export_db": lambda: api.export_database(studio)}
 
-
-SPECS_DEFAULT = "tiny-shapes"
 
 
 def _compare_outputs(result):
