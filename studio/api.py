@@ -35,10 +35,23 @@ class Cancellations:
         self._flags: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def begin(self, session: str) -> Callable[[], bool]:
+    def begin(self, session: str, client_gone: Callable[[], bool] | None = None) -> Callable[[], str | None]:
+        """A stop check for a run of `session`: says why the run must stop, or None to go on.
+
+        `client_gone` reports that whoever asked for the run is no longer listening (a closed
+        browser tab or client), so the run stops instead of computing for nobody.
+        """
         with self._lock:
             event = self._flags[session] = threading.Event()
-        return event.is_set
+
+        def should_stop() -> str | None:
+            if event.is_set():
+                return "cancelled by the user"
+            if client_gone is not None and client_gone():
+                return "the client disconnected"
+            return None
+
+        return should_stop
 
     def cancel(self, session: str) -> bool:
         with self._lock:
@@ -107,12 +120,14 @@ def compare_table(result: CompareResult) -> list[dict[str, Any]]:
 
 
 def compare(studio: Studio, request: GenerationRequest, configs: list[str], warmup: int, repeats: int,
-            progress=None) -> CompareResult:
-    return run_compare(studio, request, configs, warmup=int(warmup), repeats=int(repeats), progress=progress)
+            progress=None, should_stop=None) -> CompareResult:
+    return run_compare(studio, request, configs, warmup=int(warmup), repeats=int(repeats), progress=progress,
+                       should_stop=should_stop)
 
 
-def ladder(studio: Studio, request: GenerationRequest, warmup: int, repeats: int, progress=None):
-    return run_ladder(studio, request, warmup=int(warmup), repeats=int(repeats), progress=progress)
+def ladder(studio: Studio, request: GenerationRequest, warmup: int, repeats: int, progress=None, should_stop=None):
+    return run_ladder(studio, request, warmup=int(warmup), repeats=int(repeats), progress=progress,
+                      should_stop=should_stop)
 
 
 def history(studio: Studio, model: str | None = None, device: str | None = None, status: str | None = None,

@@ -24,7 +24,7 @@ from studio.optimizations import call_contexts
 from studio.validate import GenerationRequest
 
 StepFn = Callable[[int, int], None]
-StopFn = Callable[[], bool]
+StopFn = Callable[[], bool | str | None]  # truthy stops the run; a string says why
 
 
 @dataclass
@@ -113,12 +113,15 @@ def call_kwargs(request: GenerationRequest) -> dict[str, Any]:
     }
 
 
-def _step_callback(marks: list[float], total: int, on_step: StepFn | None, should_stop: StopFn | None):
+def _step_callback(marks: list[float], total: int, on_step: StepFn | None, should_stop: StopFn | None,
+                   reasons: list[str]):
     def callback(pipe: Any, i: int, t: Any, kwargs: dict) -> dict:
         marks.append(time.perf_counter())
         if on_step is not None:
             on_step(i + 1, total)
-        if should_stop is not None and should_stop():
+        stop = should_stop() if should_stop is not None else None
+        if stop:
+            reasons.append(stop if isinstance(stop, str) else "")
             pipe._interrupt = True
         return kwargs
 
@@ -134,12 +137,13 @@ def run_once(
     """One synchronised, memory-measured pipeline call.
 
     Raises:
-        Cancelled: `should_stop` returned True during the run.
+        Cancelled: `should_stop` returned something truthy during the run (a string is the reason).
         RunFailed: out of memory, or the output contains NaN.
     """
     marks: list[float] = []
+    reasons: list[str] = []
     kwargs = call_kwargs(request)
-    kwargs["callback_on_step_end"] = _step_callback(marks, request.steps, on_step, should_stop)
+    kwargs["callback_on_step_end"] = _step_callback(marks, request.steps, on_step, should_stop, reasons)
     device = prepared.ctx.device
     try:
         with PeakMemory(device) as mem, call_contexts(prepared.call_opts, prepared.ctx):
@@ -156,7 +160,8 @@ def run_once(
         ) from exc
     if getattr(prepared.pipe, "_interrupt", False):
         prepared.pipe._interrupt = False
-        raise Cancelled(f"Cancelled after {len(marks)} of {request.steps} steps.")
+        why = f" ({reasons[0]})" if reasons and reasons[0] else ""
+        raise Cancelled(f"Cancelled after {len(marks)} of {request.steps} steps{why}.")
     images = np.asarray(images, dtype=np.float32)
     if not np.isfinite(images).all():
         raise RunFailed(

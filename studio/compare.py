@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from studio.bench import StopFn
 from studio.errors import Cancelled, StudioError
 from studio.service import RunResult, Studio
 from studio.validate import GenerationRequest, check_opts, parse_opts
@@ -81,6 +82,7 @@ def run_compare(
     repeats: int = 3,
     kind: str = "compare",
     progress: Progress | None = None,
+    should_stop: StopFn | None = None,
 ) -> CompareResult:
     """Run the baseline and each configuration; one group in the run log.
 
@@ -100,7 +102,8 @@ def run_compare(
                 progress(i, len(parsed), label)
             try:
                 run = studio.generate(studio.derive(request, opts, request.params), warmup=warmup,
-                                      repeats=repeats, group_id=group_id, baseline=baseline)
+                                      repeats=repeats, group_id=group_id, baseline=baseline,
+                                      should_stop=should_stop)
             except Cancelled:
                 raise
             except StudioError as exc:

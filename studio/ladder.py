@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio import devices
+from studio.bench import StopFn
 from studio.compare import Progress
 from studio.errors import Cancelled, StudioError
 from studio.optimizations import REGISTRY, unavailable_reason
@@ -65,7 +66,7 @@ def _row(rung: Rung, status: str, opts: tuple[str, ...], result: RunResult | Non
 
 
 def run_ladder(studio: Studio, request: GenerationRequest, *, warmup: int = 1, repeats: int = 3,
-               progress: Progress | None = None) -> tuple[int, list[dict[str, Any]]]:
+               progress: Progress | None = None, should_stop: StopFn | None = None) -> tuple[int, list[dict[str, Any]]]:
     """Run the rungs cumulatively; returns the group id and one row per rung."""
     group_id = studio.runlog.start_group("ladder", model=request.model, prompt=request.prompt, seed=request.seed,
                                          settings={"warmup": warmup, "repeats": repeats})
@@ -82,7 +83,7 @@ def run_ladder(studio: Studio, request: GenerationRequest, *, warmup: int = 1, r
         note = "" if names == rung.add else f"{'+'.join(rung.add)} cannot run here; used {'+'.join(names)}"
         try:
             result = studio.generate(studio.derive(request, opts), warmup=warmup, repeats=repeats,
-                                     group_id=group_id, baseline=base)
+                                     group_id=group_id, baseline=base, should_stop=should_stop)
         except Cancelled:
             studio.runlog.finish_group(group_id, "cancelled")
             raise

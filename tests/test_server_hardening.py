@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
@@ -105,3 +108,33 @@ def test_concurrent_clients_get_the_images_they_would_get_alone(tmp_path):
         assert len(runs) == 16 and {r["status"] for r in runs} == {"ok"}
     finally:
         srv.stop()
+
+
+def _run_row(home, seed):
+    with sqlite3.connect(f"file:{home / 'runs.db'}?mode=ro", uri=True) as db:
+        return db.execute("select status, error from runs where seed = ? order by id desc", (seed,)).fetchone()
+
+
+def test_client_disconnect_mid_run_is_logged_cancelled_and_frees_the_slot(server):
+    seed = 4242
+    script = (f"from gradio_client import Client\n"
+              f"Client({server.url!r}, verbose=False).predict(*{gen_args(steps=200, seed=seed)!r}, api_name='/generate')")
+    client_proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while (_run_row(server.home, seed) or ("",))[0] != "running":
+            assert time.monotonic() < deadline and client_proc.poll() is None, "the run never started"
+            time.sleep(0.2)
+        time.sleep(1.0)  # a few denoising steps in
+    finally:
+        client_proc.kill()  # the client vanishes: its connection closes without a word
+        client_proc.wait()
+    deadline = time.monotonic() + 30
+    while _run_row(server.home, seed)[0] == "running":
+        assert time.monotonic() < deadline, "the run kept computing for a client that is gone"
+        time.sleep(0.2)
+    status, error = _run_row(server.home, seed)
+    assert status == "cancelled" and "the client disconnected" in error, (status, error)
+    start = time.monotonic()
+    health = Client(server.url, verbose=False).predict(*gen_args(), api_name="/generate")
+    assert health[2]["latency_s"] > 0 and time.monotonic() - start < 60, "the slot must be free again"

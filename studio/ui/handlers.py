@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
+from gradio.context import LocalContext
 
 from pipelines.registry import SPECS, resolve
 from studio import api, ladder
@@ -58,6 +59,33 @@ def _techniques_by_group(device: str) -> dict[str, list[dict]]:
     return {g: [t for t in rows if t["group"] == g] for g in GROUPS}
 
 
+def client_gone_check() -> Callable[[], bool]:
+    """A check, for the running event, that its client is still listening.
+
+    When a browser tab or a `gradio_client` closes its stream, Gradio marks the queued event
+    not alive (`Queue.clean_events`) but cannot stop a function already running in a thread;
+    the engine asks this between denoising steps and stops the run. Call it in the handler's
+    thread (it reads the event from Gradio's context).
+    """
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return lambda: False
+
+    def gone() -> bool:
+        for job in queue.active_jobs:
+            for event in job or ():
+                if event._id == event_id:
+                    return not event.alive
+        return False
+
+    return gone
+
+
+def _stop_check(cancels: api.Cancellations, request: gr.Request | None) -> Callable[[], str | None]:
+    return cancels.begin(request.session_hash if request else "api", client_gone=client_gone_check())
+
+
 def _model_name(model: str, custom: str) -> str:
     return (custom or "").strip() or model
 
@@ -78,7 +106,7 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
                  guidance, width, height, scheduler, settings, request: gr.Request, progress=gr.Progress()):
         req = api.build_request(_model_name(model, custom_model), device, precision, optimizations, prompt,
                                 negative_prompt, seed, steps, guidance, width, height, scheduler, settings)
-        should_stop = cancels.begin(request.session_hash if request else "api")
+        should_stop = _stop_check(cancels, request)
         progress(0, desc="loading / configuring")
         result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
                                  should_stop=should_stop)
@@ -91,20 +119,22 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
 
     @_engine_errors
     def compare(model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, presets,
-                custom_configs, warmup, repeats, progress=gr.Progress()):
+                custom_configs, warmup, repeats, request: gr.Request, progress=gr.Progress()):
         req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 guidance, width, height, scheduler)
         configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
         result = api.compare(studio, req, configs, warmup, repeats,
-                             progress=lambda i, n, label: progress((i, n), desc=f"running {label}"))
+                             progress=lambda i, n, label: progress((i, n), desc=f"running {label}"),
+                             should_stop=_stop_check(cancels, request))
         return _compare_outputs(result)
 
     @_engine_errors
     def run_ladder(model, custom_model, device, prompt, seed, steps, width, height, warmup, repeats,
-                   progress=gr.Progress()):
+                   request: gr.Request, progress=gr.Progress()):
         req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 None, width, height, None)
-        _, rows = api.ladder(studio, req, warmup, repeats, progress=lambda i, n, s: progress((i, n), desc=s))
+        _, rows = api.ladder(studio, req, warmup, repeats, progress=lambda i, n, s: progress((i, n), desc=s),
+                             should_stop=_stop_check(cancels, request))
         table = pd.DataFrame([{k: r.get(k) for k in ("step", "status", "latency", "speedup", "config", "note")}
                               for r in rows])
         return ladder.markdown(rows), table
