@@ -111,7 +111,8 @@ def metrics_of(result: RunResult) -> dict[str, Any]:
         "seed": result.request.seed,
         "device": result.request.device,
         "fidelity": fidelity.get("score"),
-        "image_path": result.image_paths[0],
+        "image_path": result.image_path,
+        "warnings": list(result.warnings),
     }
 
 

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from studio import devices, settings
-from studio.errors import StudioError
+from studio.errors import StudioError, describe
 from studio.optimizations import REGISTRY, unavailable_reason
 from studio.shard_cli import add_shard_parser, cmd_shard
 
@@ -111,9 +111,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     request = _validated(args, args.opt)
     result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
     data = {"run_id": result.run_id, "config": result.label, "applied": list(result.applied),
-            "image_path": result.image_paths[0], **result.metrics, **result.quality}
+            "image_path": result.image_path, "warnings": result.warnings, **result.metrics, **result.quality}
     data.pop("step_seconds", None)
-    text = f"run {result.run_id}: {result.label} {result.metrics['latency_median']:.3f}s -> {result.image_paths[0]}"
+    text = f"run {result.run_id}: {result.label} {result.metrics['latency_median']:.3f}s -> {result.image_path}"
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     _emit(data, args.json, text)
     return 0
 
@@ -153,5 +155,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except StudioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {describe(exc)}", file=sys.stderr)
         return 2

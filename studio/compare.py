@@ -68,7 +68,7 @@ def row_for(result: RunResult, baseline: RunResult) -> dict[str, Any]:
         "max_abs_diff": result.quality.get("max_abs_diff"),
         "fidelity": fidelity,
         "applied": ", ".join(result.applied) or "-",
-        "image_path": result.image_paths[0],
+        "image_path": result.image_path,
         "run_id": result.run_id,
     }
 

@@ -7,6 +7,11 @@ class StudioError(Exception):
     """Base class: a failure the user can act on; the message is shown as is."""
 
 
+def describe(exc: BaseException) -> str:
+    """The message of `exc` with its notes (e.g. a run log that could not record the failure)."""
+    return " ".join([str(exc), *getattr(exc, "__notes__", ())])
+
+
 class ValidationError(StudioError, ValueError):
     """A request is malformed or out of range; raised before any model work."""
 
@@ -25,6 +30,10 @@ class ModelLoadError(StudioError):
 
 class RunFailed(StudioError):
     """A generation started but failed (out of memory, NaN output, ...)."""
+
+
+class RunLogError(StudioError):
+    """The run log could not be written (read-only database, full disk, locked file)."""
 
 
 class Cancelled(StudioError):

@@ -61,7 +61,7 @@ def _row(rung: Rung, status: str, opts: tuple[str, ...], result: RunResult | Non
         base_latency = (base or result).metrics["latency_median"]
         row.update(latency=latency, speedup=base_latency / latency, run_id=result.run_id,
                    spread=result.metrics["latency_max"] - result.metrics["latency_min"],
-                   psnr=result.quality.get("psnr"), image_path=result.image_paths[0])
+                   psnr=result.quality.get("psnr"), image_path=result.image_path)
     return row
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import io
 import json
 import sqlite3
@@ -19,6 +20,7 @@ from typing import Any
 
 from sqlite_utils import Database, Migrations
 
+from studio.errors import RunLogError
 from studio.optimizations import REGISTRY
 
 migrations = Migrations("diffusion-studio")
@@ -73,6 +75,22 @@ def _decode(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _writes(method):
+    """Turn SQLite's write failures (read-only, disk full, locked) into RunLogError with what to do."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            raise RunLogError(
+                f"The run log {self.path} could not be written ({exc}); free disk space, fix its permissions "
+                "or point STUDIO_DB elsewhere."
+            ) from exc
+
+    return wrapper
+
+
 class RunLog:
     """A run log at `path`; safe to use from several threads (one connection per thread)."""
 
@@ -102,6 +120,7 @@ class RunLog:
             if f"opt_{name}" not in columns:
                 db["runs"].add_column(f"opt_{name}", int)
 
+    @_writes
     def start_run(self, record: dict[str, Any]) -> int:
         """Insert a run as `running` and return its id."""
         record = dict(record, status="running", created_at=now())
@@ -109,16 +128,19 @@ class RunLog:
             record[f"opt_{name}"] = int(name in (record.get("requested") or ()))
         return self.db["runs"].insert(_encode(record)).last_pk
 
+    @_writes
     def finish_run(self, run_id: int, status: str, **fields: Any) -> None:
         """Set a run's final status and results."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
         self.db["runs"].update(run_id, _encode(dict(fields, status=status, finished_at=now())))
 
+    @_writes
     def start_group(self, kind: str, **fields: Any) -> int:
         row = _encode(dict(fields, kind=kind, status="running", created_at=now()))
         return self.db["groups"].insert(row).last_pk
 
+    @_writes
     def finish_group(self, group_id: int, status: str = "ok", error: str | None = None) -> None:
         self.db["groups"].update(group_id, {"status": status, "error": error, "finished_at": now()})
 
@@ -161,6 +183,7 @@ class RunLog:
         )
         return [_decode(r) for r in rows]
 
+    @_writes
     def mark_interrupted(self) -> int:
         """Runs left `running` by a previous process become `interrupted`; returns how many."""
         with self.db.conn:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from studio import bench, devices, quality, settings, zerogpu
-from studio.errors import Cancelled, StudioError
+from studio.errors import Cancelled, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.runlog import RunLog
 from studio.validate import GenerationRequest
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 class RunResult:
     """One finished run: ids, images, metrics and quality against the baseline."""
 
-    run_id: int
+    run_id: int | None  # None when the run log could not be written (see `warnings`)
     request: GenerationRequest
     metrics: dict[str, Any]
     images: list[Image.Image]
@@ -37,10 +38,16 @@ class RunResult:
     arrays: np.ndarray
     quality: dict[str, Any] = field(default_factory=dict)
     applied: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return self.request.config_label
+
+    @property
+    def image_path(self) -> str | None:
+        """Where the first image was saved, or None when it could not be written."""
+        return self.image_paths[0] if self.image_paths else None
 
 
 @dataclass
@@ -105,13 +112,31 @@ class Studio:
         if interrupted:
             log.warning("marked %d unfinished run(s) from a previous process as interrupted", interrupted)
 
-    def _save(self, run_id: int, images: list[Image.Image]) -> list[str]:
+    def _save(self, run_id: int | None, images: list[Image.Image], warnings: list[str]) -> list[str]:
+        """Write the images as PNG; a failed write (full disk, read-only) becomes a warning, the images
+        are still returned to the caller."""
+        stem = f"run-{run_id:06d}" if run_id is not None else f"unlogged-{time.time_ns()}"
         paths = []
-        for i, img in enumerate(images):
-            path = self.outputs / f"run-{run_id:06d}-{i}.png"
-            img.save(path)
-            paths.append(str(path))
+        try:
+            for i, img in enumerate(images):
+                path = self.outputs / f"{stem}-{i}.png"
+                img.save(path)
+                paths.append(str(path))
+        except OSError as exc:
+            log.error("could not save the images of run %s: %s", run_id, exc)
+            warnings.append(f"The image could not be saved under {self.outputs} ({exc}); it is shown but not stored.")
         return paths
+
+    def _log(self, warnings: list[str], write: Callable[[], Any]) -> Any:
+        """A run-log write whose failure is reported (a warning for the caller, an error in the server log)
+        instead of costing the user the image."""
+        try:
+            return write()
+        except RunLogError as exc:
+            log.error("%s", exc)
+            if str(exc) not in warnings:
+                warnings.append(str(exc))
+            return None
 
     def generate(
         self,
@@ -124,18 +149,24 @@ class Studio:
         on_step: Callable[[int, int], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> RunResult:
-        """Run one configuration under the timing protocol and log it (failed runs too)."""
-        run_id = self.runlog.start_run(run_record(request, warmup, repeats, group_id))
+        """Run one configuration under the timing protocol and log it (failed runs too).
+
+        If the run log cannot be written (read-only database, full disk), the run still happens and
+        returns its images; the failure is in `RunResult.warnings` and the server log.
+        """
+        warnings: list[str] = []
+        run_id = self._log(warnings, lambda: self.runlog.start_run(run_record(request, warmup, repeats, group_id)))
         try:
             computed = self._compute(request, warmup, repeats, zerogpu.portable(on_step, "progress"),
                                      zerogpu.portable(should_stop, "cancel"))
-            return self._finish(run_id, request, computed, baseline)
-        except Cancelled as exc:
-            self.runlog.finish_run(run_id, "cancelled", error=str(exc))
-            raise
+            return self._finish(run_id, request, computed, baseline, warnings)
         except Exception as exc:
+            status = "cancelled" if isinstance(exc, Cancelled) else "failed"
             message = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
-            self.runlog.finish_run(run_id, "failed", error=message)
+            if run_id is not None:
+                self._log(warnings, lambda: self.runlog.finish_run(run_id, status, error=message))
+            for warning in warnings:
+                exc.add_note(warning)
             raise
 
     def _compute_run(self, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
@@ -148,10 +179,10 @@ class Studio:
             return Computed(measured, prepared.applied, prepared.load_seconds, prepared.switch_seconds,
                             prepared.first_call, dict(prepared.entry.stats))
 
-    def _finish(self, run_id, request, computed: Computed, baseline) -> RunResult:
+    def _finish(self, run_id, request, computed: Computed, baseline, warnings: list[str]) -> RunResult:
         measured = computed.measured
         images = _to_pil(measured.images)
-        paths = self._save(run_id, images)
+        paths = self._save(run_id, images, warnings)
         metrics = measured.summary()
         if computed.first_call and not measured.warmups:
             metrics["first_call_seconds"] = measured.latencies[0]
@@ -163,11 +194,12 @@ class Studio:
             stats=computed.stats,
         )
         qual = self._quality(request, measured.images, baseline)
-        self.runlog.finish_run(
-            run_id, "ok", applied=list(computed.applied), image_path=paths[0], image_paths=paths,
-            baseline_run_id=baseline.run_id if baseline else None, **metrics, **qual,
-        )
-        return RunResult(run_id, request, metrics, images, paths, measured.images, qual, computed.applied)
+        if run_id is not None:
+            self._log(warnings, lambda: self.runlog.finish_run(
+                run_id, "ok", applied=list(computed.applied), image_path=paths[0] if paths else None,
+                image_paths=paths, baseline_run_id=baseline.run_id if baseline else None, **metrics, **qual,
+            ))
+        return RunResult(run_id, request, metrics, images, paths, measured.images, qual, computed.applied, warnings)
 
     def _quality(self, request: GenerationRequest, arrays: np.ndarray, baseline: RunResult | None) -> dict:
         qual: dict[str, Any] = {}

@@ -90,3 +90,34 @@ def test_compare_validates_every_config_before_running(studio):
     with pytest.raises(ValidationError, match="Unknown optimization"):
         run_compare(studio, request(), ["bf16", "nonsense"], warmup=0, repeats=1)
     assert studio.runlog.runs() == []
+
+
+def test_read_only_run_log_still_returns_the_image_and_says_why(studio, tmp_path):
+    kept = studio.generate(request(seed=1))
+    studio.runlog.db.execute("PRAGMA query_only = ON")  # this thread's connection now refuses every write
+    result = studio.generate(request(seed=2))
+    assert result.images[0].size == (64, 64) and result.run_id is None
+    assert any("could not be written" in w and "readonly" in w for w in result.warnings), result.warnings
+    assert result.image_path and result.image_path.endswith(".png"), "the image is still stored"
+    from studio.runlog import RunLog
+
+    rows = RunLog(tmp_path / "runs.db").runs(limit=10)
+    assert [r["id"] for r in rows] == [kept.run_id] and rows[0]["status"] == "ok", "what was logged is intact"
+
+
+def test_full_disk_for_images_still_returns_the_image_and_says_why(studio):
+    next_id = studio.generate(request(seed=1)).run_id + 1
+    (studio.outputs / f"run-{next_id:06d}-0.png").symlink_to("/dev/full")  # writes fail with ENOSPC
+    result = studio.generate(request(seed=2))
+    assert result.run_id == next_id and result.images[0].size == (64, 64) and result.image_path is None
+    assert any("No space left on device" in w for w in result.warnings), result.warnings
+    row = studio.runlog.get_run(next_id)
+    assert row["status"] == "ok" and row["image_path"] is None
+
+
+def test_failed_run_with_a_read_only_log_keeps_both_reasons(studio):
+    studio.runlog.db.execute("PRAGMA query_only = ON")
+    with pytest.raises(Cancelled) as info:
+        studio.generate(request(), should_stop=lambda: "cancelled by the user")
+    assert "cancelled by the user" in str(info.value)
+    assert any("could not be written" in note for note in info.value.__notes__)

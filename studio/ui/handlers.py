@@ -16,7 +16,7 @@ from gradio.context import LocalContext
 
 from pipelines.registry import SPECS, resolve
 from studio import api, ladder
-from studio.errors import StudioError
+from studio.errors import StudioError, describe
 from studio.optimizations import REGISTRY
 from studio.service import Studio
 
@@ -36,10 +36,10 @@ def _engine_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except StudioError as exc:
-            raise gr.Error(str(exc), print_exception=False) from exc
+            raise gr.Error(describe(exc), print_exception=False) from exc
         except Exception as exc:
             log.exception("unexpected error in %s", fn.__name__)
-            raise gr.Error(f"Internal error ({type(exc).__name__}: {exc}). The run was logged; see the server log.") from exc
+            raise gr.Error(f"Internal error ({type(exc).__name__}: {describe(exc)}). See the server log.") from exc
 
     return wrapper
 
@@ -51,6 +51,7 @@ def metrics_markdown(m: dict[str, Any]) -> str:
         f"**{m['latency_s']:.3f} s** · {m['steps_per_s']:.1f} steps/s · peak {m['peak_memory_mb']:.0f} MB "
         f"({m['memory_kind']}) · load {m['load_s']:.2f} s · first call {first}{fidelity}  \n"
         f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed {m['seed']}"
+        + "".join(f"  \n⚠ {w}" for w in m.get("warnings") or ())
     )
 
 
@@ -111,6 +112,8 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
         result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
                                  should_stop=should_stop)
         metrics = api.metrics_of(result)
+        for warning in result.warnings:
+            gr.Warning(warning)
         return result.images[0], metrics_markdown(metrics), metrics
 
     def cancel(request: gr.Request):
