@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from studio.errors import Cancelled, RunFailed
+from studio.errors import Cancelled, OutOfMemory, RunFailed
 from studio.manager import Prepared
 from studio.memory_probe import PeakMemory
 from studio.optimizations import call_contexts
@@ -154,10 +154,7 @@ def run_once(
             seconds = time.perf_counter() - start
     except torch.OutOfMemoryError as exc:
         release_memory(device)
-        raise RunFailed(
-            f"Out of memory on {device} ({str(exc).splitlines()[0]}). Try a memory technique: "
-            "vae_tiling, vae_slicing, attention_slicing, model_cpu_offload, or a smaller size."
-        ) from exc
+        raise OutOfMemory(f"Out of memory on {device} ({str(exc).splitlines()[0]}).") from exc
     if getattr(prepared.pipe, "_interrupt", False):
         prepared.pipe._interrupt = False
         why = f" ({reasons[0]})" if reasons and reasons[0] else ""

@@ -32,6 +32,14 @@ class RunFailed(StudioError):
     """A generation started but failed (out of memory, NaN output, ...)."""
 
 
+class OutOfMemory(RunFailed):
+    """The device ran out of memory; `advice` names the memory techniques to retry with."""
+
+    def __init__(self, message: str, advice: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.advice = advice
+
+
 class RunLogError(StudioError):
     """The run log could not be written (read-only database, full disk, locked file)."""
 

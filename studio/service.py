@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import bench, devices, quality, settings, zerogpu
-from studio.errors import Cancelled, RunLogError, StudioError
+from studio import bench, devices, memory_advice, quality, settings, zerogpu
+from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.runlog import RunLog
 from studio.validate import GenerationRequest
@@ -161,6 +161,8 @@ class Studio:
                                      zerogpu.portable(should_stop, "cancel"))
             return self._finish(run_id, request, computed, baseline, warnings)
         except Exception as exc:
+            if isinstance(exc, OutOfMemory):
+                self._advise(exc, request)
             status = "cancelled" if isinstance(exc, Cancelled) else "failed"
             message = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
             if run_id is not None:
@@ -200,6 +202,12 @@ class Studio:
                 image_paths=paths, baseline_run_id=baseline.run_id if baseline else None, **metrics, **qual,
             ))
         return RunResult(run_id, request, metrics, images, paths, measured.images, qual, computed.applied, warnings)
+
+    def _advise(self, exc: OutOfMemory, request: GenerationRequest) -> None:
+        """Add to an out-of-memory error the memory techniques to retry with, ranked by the run log."""
+        advice = memory_advice.advise(self.runlog, request)
+        exc.advice = tuple(a.name for a in advice if a.saving is None or a.saving > 0)
+        exc.args = (f"{exc} {memory_advice.retry_message(advice)}",)
 
     def _quality(self, request: GenerationRequest, arrays: np.ndarray, baseline: RunResult | None) -> dict:
         qual: dict[str, Any] = {}

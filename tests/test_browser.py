@@ -72,3 +72,37 @@ def test_compare_shows_table_and_slider(page):
     page.locator("#cmp-slider img").first.wait_for(timeout=60_000)
     expect(table).to_contain_text("bf16")
     page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+
+def test_out_of_memory_offers_a_retry_with_memory_techniques(page, tmp_path, monkeypatch):
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    from studio.service import Studio
+    from studio.ui import build_demo
+
+    real, calls = UNet2DConditionModel.forward, []
+
+    def oom_once(self, *args, **kwargs):  # the first request runs out of memory, the retry fits
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(UNet2DConditionModel, "forward", oom_once)
+    demo = build_demo(Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out"))
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True)
+    try:
+        page.goto(url, wait_until="load")
+        page.locator("#gen-steps input").fill("4")
+        page.locator("#generate-btn").click()
+        retry = page.locator("#retry-memory-btn")
+        expect(retry).to_be_visible(timeout=120_000)
+        expect(retry).to_contain_text("Retry with attention_slicing + vae_slicing")  # nothing measured yet: registry order
+        page.screenshot(path=str(ARTIFACTS / "out-of-memory.png"), full_page=False)
+        retry.click()
+        expect(page.locator("#metrics-card")).to_contain_text("attention_slicing, vae_slicing", timeout=120_000)
+        expect(page.locator("#opt-vae_slicing input")).to_be_checked()
+        expect(retry).to_be_hidden()
+    finally:
+        demo.close()

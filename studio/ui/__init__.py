@@ -55,7 +55,7 @@ def _model_inputs(prefix: str):
 
 def _technique_boxes() -> tuple[list[gr.Checkbox], list[str]]:
     boxes, names = [], []
-    groups = h._techniques_by_group("auto")
+    groups = h._techniques_by_group("auto")  # the same order as h._checkbox_names()
     with gr.Row(equal_height=False):
         for group in h.GROUPS:
             with gr.Column(min_width=220), gr.Group():
@@ -80,6 +80,7 @@ def _generate_tab(handlers: dict) -> dict[str, Any]:
             with gr.Row():
                 go = gr.Button("Generate", variant="primary", elem_id="generate-btn")
                 stop = gr.Button("Cancel", variant="stop", elem_id="cancel-btn")
+                retry = gr.Button("Retry with …", visible=False, elem_id="retry-memory-btn")
         with gr.Column(scale=2):
             image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
             card = gr.Markdown(elem_id="metrics-card")
@@ -98,6 +99,12 @@ def _generate_tab(handlers: dict) -> dict[str, Any]:
     event = go.click(handlers["generate"], inputs, [image, card, metrics], api_name="generate",
                      concurrency_id="generation", concurrency_limit=generation_concurrency(), show_progress_on=[image])
     stop.click(handlers["cancel"], None, card, cancels=[event], queue=False, api_name="cancel")
+    advice = gr.State([])
+    event.failure(handlers["retry_offer"], None, [retry, advice], queue=False, api_visibility="private")
+    retry.click(handlers["apply_advice"], [advice, selected], [retry, selected, *boxes], queue=False,
+                api_visibility="private").then(
+        handlers["generate"], inputs, [image, card, metrics], concurrency_id="generation",
+        concurrency_limit=generation_concurrency(), show_progress_on=[image], api_visibility="private")
     return {"inputs": inputs, "boxes": boxes, "names": names}
 
 

@@ -16,7 +16,7 @@ from gradio.context import LocalContext
 
 from pipelines.registry import SPECS, resolve
 from studio import api, ladder
-from studio.errors import StudioError, describe
+from studio.errors import OutOfMemory, StudioError, describe
 from studio.optimizations import REGISTRY
 from studio.service import Studio
 
@@ -87,6 +87,12 @@ def _stop_check(cancels: api.Cancellations, request: gr.Request | None) -> Calla
     return cancels.begin(request.session_hash if request else "api", client_gone=client_gone_check())
 
 
+def _checkbox_names() -> list[str]:
+    """The techniques that have a checkbox in Generate, in the order the boxes are laid out."""
+    groups = _techniques_by_group("auto")
+    return [t["name"] for g in GROUPS for t in groups[g]]
+
+
 def _model_name(model: str, custom: str) -> str:
     return (custom or "").strip() or model
 
@@ -101,6 +107,7 @@ def _model_defaults(model: str, custom: str):
 
 def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Callable]:
     """The event functions, closed over one Studio."""
+    memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
 
     @_engine_errors
     def generate(model, custom_model, device, precision, optimizations, prompt, negative_prompt, seed, steps,
@@ -109,12 +116,30 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
                                 negative_prompt, seed, steps, guidance, width, height, scheduler, settings)
         should_stop = _stop_check(cancels, request)
         progress(0, desc="loading / configuring")
-        result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
-                                 should_stop=should_stop)
+        session = request.session_hash if request else "api"
+        memory_advice.pop(session, None)
+        try:
+            result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
+                                     should_stop=should_stop)
+        except OutOfMemory as exc:
+            memory_advice[session] = exc.advice[:2]
+            raise
         metrics = api.metrics_of(result)
         for warning in result.warnings:
             gr.Warning(warning)
         return result.images[0], metrics_markdown(metrics), metrics
+
+    def retry_offer(request: gr.Request):
+        """After a failed generate: a 'Retry with …' button when it ran out of memory."""
+        advice = memory_advice.pop(request.session_hash if request else "api", ())
+        if not advice:
+            return gr.update(visible=False), []
+        return gr.update(visible=True, value=f"Retry with {' + '.join(advice)}"), list(advice)
+
+    def apply_advice(advice, selected):
+        """Tick the advised memory techniques: the hidden selection the Generate event reads, and their boxes."""
+        chosen = [*selected, *(a for a in advice if a not in selected)]
+        return [gr.update(visible=False), chosen, *(name in chosen for name in _checkbox_names())]
 
     def cancel(request: gr.Request):
         cancels.cancel(request.session_hash if request else "api")
@@ -161,7 +186,8 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
     def system():
         return api.system(studio)
 
-    return {"generate": generate, "cancel": cancel, "compare": compare, "ladder": run_ladder,
+    return {"generate": generate, "retry_offer": retry_offer, "apply_advice": apply_advice, "cancel": cancel,
+             "compare": compare, "ladder": run_ladder,
             "history": history, "load_config": load_config, "system": system,
             "export_db": lambda: api.export_database(studio)}
 
