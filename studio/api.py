@@ -112,6 +112,7 @@ def metrics_of(result: RunResult) -> dict[str, Any]:
         "device": result.request.device,
         "fidelity": fidelity.get("score"),
         "image_path": result.image_path,
+        "device_map": (m.get("stats") or {}).get("hf_device_map"),
         "warnings": list(result.warnings),
     }
 

@@ -16,7 +16,7 @@ from studio.shard_cli import add_shard_parser, cmd_shard
 log = logging.getLogger("studio")
 
 
-def _parse_params(items: list[str]) -> dict[str, dict[str, Any]]:
+def parse_params(items: list[str]) -> dict[str, dict[str, Any]]:
     """`--param torch_compile.mode=max-autotune` -> {'torch_compile': {'mode': 'max-autotune'}}."""
     params: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -28,7 +28,7 @@ def _parse_params(items: list[str]) -> dict[str, dict[str, Any]]:
     return params
 
 
-def _request_args(p: argparse.ArgumentParser) -> None:
+def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-shapes", help="registry id, hub id or local directory")
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative-prompt", default="")
@@ -52,10 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("system", "optimizations"):
         sub.add_parser(name).add_argument("--json", action="store_true")
     gen = sub.add_parser("generate", help="one image, timed and logged")
-    _request_args(gen)
+    request_args(gen)
     gen.add_argument("--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`")
     cmp_ = sub.add_parser("compare", help="baseline vs configurations, side by side")
-    _request_args(cmp_)
+    request_args(cmp_)
     cmp_.add_argument("--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)")
     hist = sub.add_parser("history", help="runs from the log")
     for flag in ("--model", "--device", "--status", "--technique", "--since", "--until"):
@@ -66,13 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _emit(data: Any, as_json: bool, text: str) -> None:
+def emit(data: Any, as_json: bool, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
 def cmd_system(args: argparse.Namespace) -> int:
     info = {"hardware": devices.detect().summary(), "versions": settings.versions(), "database": str(settings.db_path())}
-    _emit(info, args.json, "\n".join(f"{k}: {v}" for k, v in info.items()))
+    emit(info, args.json, "\n".join(f"{k}: {v}" for k, v in info.items()))
     return 0
 
 
@@ -91,7 +91,7 @@ def availability() -> list[dict[str, Any]]:
 def cmd_optimizations(args: argparse.Namespace) -> int:
     rows = availability()
     text = "\n".join(f"{r['name']:24} {r['group']:9} {r['unavailable'] or 'available'}" for r in rows)
-    _emit(rows, args.json, text)
+    emit(rows, args.json, text)
     return 0
 
 
@@ -101,7 +101,7 @@ def _validated(args: argparse.Namespace, opts: Any):
     return validate_request(
         model=args.model, prompt=args.prompt, negative_prompt=args.negative_prompt, seed=args.seed,
         steps=args.steps, guidance=args.guidance, width=args.width, height=args.height,
-        scheduler=args.scheduler, device=args.device, opts=opts, params=_parse_params(args.param),
+        scheduler=args.scheduler, device=args.device, opts=opts, params=parse_params(args.param),
     )
 
 
@@ -116,7 +116,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     text = f"run {result.run_id}: {result.label} {result.metrics['latency_median']:.3f}s -> {result.image_path}"
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    _emit(data, args.json, text)
+    emit(data, args.json, text)
     return 0
 
 
@@ -127,7 +127,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     request = _validated(args, [])
     result = run_compare(Studio(), request, args.config,
                          warmup=1 if args.warmup is None else args.warmup, repeats=args.repeats or 3)
-    _emit({"group_id": result.group_id, "rows": result.rows}, args.json, markdown_table(result.rows))
+    emit({"group_id": result.group_id, "rows": result.rows}, args.json, markdown_table(result.rows))
     return 0
 
 
@@ -141,7 +141,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     keep = ("id", "created_at", "status", "model", "device", "config_label", "latency_median", "peak_memory", "error")
     rows = [{k: r.get(k) for k in keep} for r in rows]
     text = "\n".join(" | ".join(str(r[k]) for k in keep) for r in rows) or "no runs"
-    _emit(rows, args.json, text)
+    emit(rows, args.json, text)
     return 0
 
 

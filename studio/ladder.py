@@ -38,7 +38,7 @@ RUNGS = (
 )
 
 
-def _choose(rung: Rung, request: GenerationRequest) -> tuple[tuple[str, ...], str | None]:
+def choose(rung: Rung, request: GenerationRequest) -> tuple[tuple[str, ...], str | None]:
     """The techniques this rung adds here (its fallback if needed), or the reason it cannot run."""
     hw = devices.detect()
     reasons = []
@@ -52,7 +52,7 @@ def _choose(rung: Rung, request: GenerationRequest) -> tuple[tuple[str, ...], st
     return (), " ".join(reasons)
 
 
-def _row(rung: Rung, status: str, opts: tuple[str, ...], result: RunResult | None = None,
+def row(rung: Rung, status: str, opts: tuple[str, ...], result: RunResult | None = None,
          base: RunResult | None = None, note: str = "") -> dict[str, Any]:
     row: dict[str, Any] = {"step": rung.label, "status": status, "config": "+".join(opts), "note": note,
                            "latency": None, "speedup": None, "run_id": None}
@@ -75,9 +75,9 @@ def run_ladder(studio: Studio, request: GenerationRequest, *, warmup: int = 1, r
     for i, rung in enumerate(RUNGS):
         if progress:
             progress(i, len(RUNGS), rung.label)
-        names, reason = _choose(rung, request)
+        names, reason = choose(rung, request)
         if reason:
-            rows.append(_row(rung, "skipped", current, note=reason))
+            rows.append(row(rung, "skipped", current, note=reason))
             continue
         opts = check_opts([o for o in current if o not in rung.remove] + list(names), request.spec, request.device)
         note = "" if names == rung.add else f"{'+'.join(rung.add)} cannot run here; used {'+'.join(names)}"
@@ -88,11 +88,11 @@ def run_ladder(studio: Studio, request: GenerationRequest, *, warmup: int = 1, r
             studio.runlog.finish_group(group_id, "cancelled")
             raise
         except StudioError as exc:
-            rows.append(_row(rung, "failed", opts, note=str(exc)))
+            rows.append(row(rung, "failed", opts, note=str(exc)))
             continue
         base = base or result
         current = opts
-        rows.append(_row(rung, "ok", opts, result, base, note))
+        rows.append(row(rung, "ok", opts, result, base, note))
     studio.runlog.finish_group(group_id, "ok")
     return group_id, rows
 

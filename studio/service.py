@@ -92,6 +92,19 @@ def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: 
     }
 
 
+def compute_run(manager: PipelineManager, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
+                on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None) -> Computed:
+    """Configure, run and measure: compute only, no run-log or file writes."""
+    with manager.acquire(request) as prepared:
+        measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
+        stats = dict(prepared.entry.stats)
+        device_map = getattr(prepared.pipe, "hf_device_map", None)
+        if device_map:  # where accelerate placed each model (device_map="balanced"), logged with the run
+            stats["hf_device_map"] = {name: str(device) for name, device in device_map.items()}
+        return Computed(measured, prepared.applied, prepared.load_seconds, prepared.switch_seconds,
+                        prepared.first_call, stats)
+
+
 class Studio:
     """Runs requests and logs them.
 
@@ -173,13 +186,20 @@ class Studio:
 
     def _compute_run(self, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
                      on_step: Callable[[int, int], None] | None = None,
-                     should_stop: Callable[[], bool] | None = None) -> Computed:
-        """Configure, run and measure: compute only, no run-log or file writes (on ZeroGPU this runs
-        under `spaces.GPU` in a forked worker)."""
-        with self.manager.acquire(request) as prepared:
-            measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
-            return Computed(measured, prepared.applied, prepared.load_seconds, prepared.switch_seconds,
-                            prepared.first_call, dict(prepared.entry.stats))
+                     should_stop: bench.StopFn | None = None) -> Computed:
+        """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker)."""
+        return compute_run(self.manager, request, warmup, repeats, on_step, should_stop)
+
+    def log_computed(self, request: GenerationRequest, computed: Computed, *, warmup: int, repeats: int,
+                     group_id: int | None, baseline: RunResult | None, hardware: dict | None = None) -> RunResult:
+        """Log a run computed elsewhere (another process of a distributed sweep) and save its images."""
+        record = run_record(request, warmup, repeats, group_id)
+        run_id = self.runlog.start_run({**record, "hardware": hardware or record["hardware"]})
+        try:
+            return self._finish(run_id, request, computed, baseline, [])
+        except Exception as exc:
+            self.runlog.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
+            raise
 
     def _finish(self, run_id, request, computed: Computed, baseline, warnings: list[str]) -> RunResult:
         measured = computed.measured

@@ -97,3 +97,27 @@ def test_device_without_a_budget_takes_no_part(unet, two_fake_gpus):
     device_map = infer_auto_device_map(unet, max_memory={1: "6MB", "cpu": "1GB"},
                                        no_split_module_classes=unet._no_split_modules)
     assert 0 not in device_map.values() and 1 in device_map.values()
+
+
+def test_the_pipelines_device_map_is_logged_with_the_run_and_shown(tmp_path):
+    from pipelines import loader
+    from studio.api import metrics_of
+    from studio.manager import PipelineManager
+    from studio.service import Studio
+    from studio.ui.handlers import metrics_markdown
+    from studio.validate import validate_request
+
+    placed = {"text_encoder": "cpu", "unet": 0, "vae": 1}  # what accelerate reports after device_map="balanced"
+
+    def load(spec, **kwargs):
+        pipe = loader.load(spec, **kwargs)
+        pipe.hf_device_map = dict(placed)
+        return pipe
+
+    studio = Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out", manager=PipelineManager(load=load))
+    result = studio.generate(validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2))
+    expected = {name: str(device) for name, device in placed.items()}
+    assert studio.runlog.get_run(result.run_id)["stats"]["hf_device_map"] == expected
+    metrics = metrics_of(result)
+    assert metrics["device_map"] == expected
+    assert "unet → 0" in metrics_markdown(metrics) and "vae → 1" in metrics_markdown(metrics)

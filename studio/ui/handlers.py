@@ -51,6 +51,7 @@ def metrics_markdown(m: dict[str, Any]) -> str:
         f"**{m['latency_s']:.3f} s** · {m['steps_per_s']:.1f} steps/s · peak {m['peak_memory_mb']:.0f} MB "
         f"({m['memory_kind']}) · load {m['load_s']:.2f} s · first call {first}{fidelity}  \n"
         f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed {m['seed']}"
+        + (f"  \nDevice map: `{', '.join(f'{k} → {v}' for k, v in m['device_map'].items())}`" if m.get("device_map") else "")
         + "".join(f"  \n⚠ {w}" for w in m.get("warnings") or ())
     )
 
