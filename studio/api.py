@@ -7,6 +7,7 @@ shapes returned here are what `gradio_client` users receive.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import tempfile
 import threading
@@ -142,6 +143,24 @@ def history(studio: Studio, model: str | None = None, device: str | None = None,
                               technique=technique or None, since=since or None, until=until or None,
                               limit=int(limit))
     return rows
+
+
+SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def shard(model: Any, name: Any, max_shard_size: Any) -> dict[str, Any]:
+    """Save `model` as sharded safetensors under the studio's home (`sharded/<name>`) and list the shards.
+
+    The directory is chosen by name only, so a public studio never writes where a visitor points it.
+    """
+    from studio.shard import shard_model  # loads torch/diffusers machinery only when asked
+
+    if not isinstance(name, str) or not SHARD_NAME.fullmatch(name):
+        raise ValidationError("The shard folder name must be 1-64 letters, digits, '.', '_' or '-', "
+                              "starting with a letter or digit.")
+    if not isinstance(model, str) or not model.strip():
+        raise ValidationError("Name the model to shard (a registry id, hub id or local directory).")
+    return shard_model(model.strip(), settings.home() / "sharded" / name, max_shard_size)
 
 
 def export_database(studio: Studio) -> str:

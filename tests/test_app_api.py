@@ -14,7 +14,8 @@ PROMPT = "a big yellow star in the centre, on a black background"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("app")).start()
+    home = tmp_path_factory.mktemp("app")
+    srv = Server(home, STUDIO_MODEL_ROOTS=str(home)).start()
     yield srv
     srv.stop()
 
@@ -33,7 +34,7 @@ def generate_args(**kw):
 
 def test_view_api_lists_the_named_endpoints(client):
     endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
-    assert {"/generate", "/compare", "/ladder", "/history", "/system"} <= set(endpoints)
+    assert {"/generate", "/compare", "/ladder", "/history", "/system", "/shard"} <= set(endpoints)
     params = [p["parameter_name"] for p in endpoints["/generate"]["parameters"]]
     assert params[:6] == ["model", "custom_model", "device", "precision", "optimizations", "prompt"]
 
@@ -103,3 +104,16 @@ def test_load_config_returns_a_logged_runs_settings(client):
     model, custom, precision, opts, prompt = out[:5]
     assert (model, custom, precision, opts, prompt) == ("tiny-shapes", "", "bf16", ["vae_slicing"], PROMPT)
     assert list(out[6:9]) == [42, 3, 6.0]
+
+
+def test_shard_saves_small_shards_that_load_back_and_generate(client, server):
+    report = client.predict("tiny-shapes", "", "tiny-1mb", "1MB", api_name="/shard")[0]
+    unet = next(c for c in report["components"] if c["name"] == "unet")
+    assert unet["sharded"] and len(unet["shards"]) > 1 and all(s["bytes"] <= 1_000_000 for s in unet["shards"])
+    assert report["out"] == str(server.home / "sharded" / "tiny-1mb") and report["loadable"]
+    image, _, metrics = client.predict(**generate_args(custom_model=report["out"]), api_name="/generate")
+    reference, _, _ = client.predict(**generate_args(), api_name="/generate")
+    assert metrics["latency_s"] > 0
+    assert Image.open(image).tobytes() == Image.open(reference).tobytes(), "the sharded copy is the same model"
+    with pytest.raises(Exception, match="folder name must be"):
+        client.predict("tiny-shapes", "", "../../etc", "1MB", api_name="/shard")

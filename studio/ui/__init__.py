@@ -21,7 +21,7 @@ from studio.service import Studio
 from studio.ui import handlers as h
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
-DEFAULT_MODEL = "tiny-shapes"
+DEFAULT_MODEL = h.DEFAULT_MODEL
 
 
 def queue_size() -> int:
@@ -180,6 +180,22 @@ def _history_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
         api_visibility="private")
 
 
+def _shard_tab(handlers: dict) -> None:
+    gr.Markdown("Save a model's components as sharded safetensors (seed: *Working with big models*). The folder is "
+                "created under the studio's home, in `sharded/<name>`; load it back by typing its path in Generate's "
+                "model field (its parent must be in `STUDIO_MODEL_ROOTS`, which the report says).")
+    with gr.Row():
+        model = gr.Dropdown(list(SPECS), value=DEFAULT_MODEL, label="Model", allow_custom_value=True)
+        custom = gr.Textbox(label="…or a hub id / local directory")
+        name = gr.Textbox("tiny-shapes-sharded", label="Folder name", elem_id="shard-name")
+        size = gr.Textbox("1MB", label="Max shard size", placeholder="500KB, 1MB, 5GB", elem_id="shard-size")
+    go = gr.Button("Save sharded", variant="primary", elem_id="shard-btn")
+    table = gr.Dataframe(label="Shards", wrap=True, elem_id="shard-table")
+    report = gr.JSON(label="Report (as the API returns it)")
+    go.click(handlers["shard"], [model, custom, name, size], [report, table], api_name="shard",
+             concurrency_id="generation", concurrency_limit=generation_concurrency())
+
+
 def build_demo(studio: Studio | None = None) -> gr.Blocks:
     """The whole app around one Studio (a new one on the default database if not given)."""
     studio = studio or Studio()
@@ -195,6 +211,8 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
                 _ladder_tab(handlers)
             with gr.Tab("History", id="history"):
                 _history_tab(handlers, generate, tabs)
+            with gr.Tab("Big models", id="shard"):
+                _shard_tab(handlers)
             with gr.Tab("System", id="system"):
                 info = gr.JSON(label="Devices, versions, techniques")
                 gr.Button("Refresh", elem_id="system-btn").click(handlers["system"], None, info, api_name="system")

@@ -184,12 +184,19 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
         return (model, custom, row["dtype"], opts, row["prompt"], row["negative_prompt"], row["seed"], row["steps"],
                 row["guidance"], row["width"], row["height"], row["scheduler"], gr.update(selected="generate"))
 
+    @_engine_errors
+    def shard(model, custom_model, name, max_shard_size):
+        report = api.shard(_model_name(model, custom_model), name, max_shard_size)
+        rows = [{"component": c["name"], "file": s["file"], "MB": round(s["bytes"] / 1e6, 3), "tensors": s["tensors"]}
+                for c in report["components"] for s in c["shards"]]
+        return report, pd.DataFrame(rows, columns=["component", "file", "MB", "tensors"])
+
     def system():
         return api.system(studio)
 
     return {"generate": generate, "retry_offer": retry_offer, "apply_advice": apply_advice, "cancel": cancel,
              "compare": compare, "ladder": run_ladder,
-            "history": history, "load_config": load_config, "system": system,
+            "history": history, "shard": shard, "load_config": load_config, "system": system,
             "export_db": lambda: api.export_database(studio)}
 
 
