@@ -92,6 +92,20 @@ def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: 
     }
 
 
+def prompt_warnings(request: GenerationRequest) -> list[str]:
+    """What the user should know about the prompt before looking at the image (the bundled model's vocabulary)."""
+    if request.model != "tiny-shapes":
+        return []
+    from pipelines.tiny_shapes.language import unknown_words
+
+    unknown = unknown_words(f"{request.prompt} {request.negative_prompt}")
+    if not unknown:
+        return []
+    return [f"tiny-shapes does not know {', '.join(repr(w) for w in unknown)}; those words were ignored. "
+            "It knows shapes, colours, sizes, positions and backgrounds, e.g. 'a big red circle on the left, "
+            "on a white background'."]
+
+
 def compute_run(manager: PipelineManager, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
                 on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None) -> Computed:
     """Configure, run and measure: compute only, no run-log or file writes."""
@@ -167,7 +181,7 @@ class Studio:
         If the run log cannot be written (read-only database, full disk), the run still happens and
         returns its images; the failure is in `RunResult.warnings` and the server log.
         """
-        warnings: list[str] = []
+        warnings = prompt_warnings(request)
         run_id = self._log(warnings, lambda: self.runlog.start_run(run_record(request, warmup, repeats, group_id)))
         try:
             computed = self._compute(request, warmup, repeats, zerogpu.portable(on_step, "progress"),

@@ -121,3 +121,10 @@ def test_failed_run_with_a_read_only_log_keeps_both_reasons(studio):
         studio.generate(request(), should_stop=lambda: "cancelled by the user")
     assert "cancelled by the user" in str(info.value)
     assert any("could not be written" in note for note in info.value.__notes__)
+
+
+def test_unknown_words_are_ignored_with_a_warning_not_a_crash(studio):
+    result = studio.generate(request(prompt="a small blue zorblax square at the top, on a black background, 4k"))
+    assert result.images[0].size == (64, 64)
+    assert len(result.warnings) == 1 and "'zorblax'" in result.warnings[0] and "'4'" in result.warnings[0]
+    assert studio.generate(request()).warnings == [], "a prompt in the model's language has no warning"
