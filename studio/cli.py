@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="baseline vs configurations, side by side")
     request_args(cmp_)
     cmp_.add_argument("--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)")
+    tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
+    request_args(tune)
+    tune.add_argument("--technique", action="append", default=[], help="limit the search to these (repeat)")
+    tune.add_argument("--include-compile", action="store_true", help="also try torch_compile (slow to prepare)")
+    tune.add_argument("--min-psnr", type=float, default=30.0, help="dB against the baseline image (default 30)")
+    tune.add_argument("--min-ssim", type=float, default=0.95)
+    tune.add_argument("--fidelity-drop", type=float, default=0.03, help="tiny-shapes: max prompt-fidelity loss")
+    tune.add_argument("--confirm-rounds", type=int, default=5, help="interleaved baseline/winner rounds")
     hist = sub.add_parser("history", help="runs from the log")
     for flag in ("--model", "--device", "--status", "--technique", "--since", "--until"):
         hist.add_argument(flag)
@@ -131,6 +139,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_autotune(args: argparse.Namespace) -> int:
+    from studio import autotune
+    from studio.service import Studio
+
+    request = _validated(args, [])
+    floor = autotune.Floor(args.min_psnr, args.min_ssim, args.fidelity_drop)
+    result = autotune.run_autotune(Studio(), request, floor=floor, techniques=args.technique or None,
+                                   include_compile=args.include_compile,
+                                   warmup=1 if args.warmup is None else args.warmup, repeats=args.repeats or 3,
+                                   confirm_rounds=args.confirm_rounds)
+    emit(autotune.as_json(result), args.json, autotune.markdown(result))
+    return 0
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     from studio.runlog import RunLog
 
@@ -146,7 +168,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"system": cmd_system, "optimizations": cmd_optimizations, "generate": cmd_generate,
-            "compare": cmd_compare, "history": cmd_history, "shard": cmd_shard}
+            "compare": cmd_compare, "autotune": cmd_autotune, "history": cmd_history, "shard": cmd_shard}
 
 
 def main(argv: list[str] | None = None) -> int:

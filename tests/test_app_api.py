@@ -117,3 +117,14 @@ def test_shard_saves_small_shards_that_load_back_and_generate(client, server):
     assert Image.open(image).tobytes() == Image.open(reference).tobytes(), "the sharded copy is the same model"
     with pytest.raises(Exception, match="folder name must be"):
         client.predict("tiny-shapes", "", "../../etc", "1MB", api_name="/shard")
+
+
+def test_autotune_endpoint_returns_rows_fronts_and_a_winner_to_apply(client):
+    out = client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, ["channels_last"], False, 30, 0.95, 0.03,
+                         0, 1, 1, api_name="/autotune")
+    data = out[4]
+    assert [r["config"] for r in data["rows"]][:2] == ["baseline", "channels_last"]
+    assert data["pareto_quality"] and data["summary"] and set(data["winner"]) <= {"channels_last"}
+    with pytest.raises(Exception, match="min_psnr must be a number from 0 to 200"):
+        client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, [], False, -1, 0.95, 0.03, 0, 1, 1,
+                       api_name="/autotune")

@@ -61,3 +61,16 @@ def test_system_and_optimizations(tmp_path):
     opts = {r["name"]: r for r in json.loads(cli("optimizations", "--json", home=tmp_path).stdout)}
     assert opts["bf16"]["unavailable"] is None
     assert "CUDA" in opts["cudnn_benchmark"]["unavailable"]
+
+
+def test_autotune_prints_the_winner_and_logs_one_group(tmp_path):
+    proc = cli("autotune", "--prompt", PROMPT, "--seed", "1", "--steps", "3", "--technique", "channels_last",
+               "--technique", "bf16", "--repeats", "1", "--warmup", "0", "--confirm-rounds", "1", "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {r["config"] for r in data["rows"]} >= {"baseline", "channels_last", "bf16"}
+    assert set(data["winner"]) <= {"channels_last", "bf16"} and data["summary"]
+    runs = json.loads(cli("history", "--json", home=tmp_path).stdout)
+    assert len(runs) == len(data["rows"]) + 2 * data["confirmation"]["rounds"]
+    bad = cli("autotune", "--prompt", PROMPT, "--min-ssim", "2", home=tmp_path)
+    assert bad.returncode == 2 and "min_ssim must be a number from 0 to 1" in bad.stderr

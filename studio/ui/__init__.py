@@ -155,6 +155,43 @@ def _ladder_tab(handlers: dict) -> None:
              [md, table], api_name="ladder", concurrency_id="generation", concurrency_limit=generation_concurrency())
 
 
+def _autotune_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
+    gr.Markdown("The fastest configuration whose image stays within a quality floor of the baseline's: each technique "
+                "alone, then the survivors combined greedily, then the winner confirmed against the baseline in "
+                "interleaved rounds. Every configuration measured is logged as one group.")
+    model, custom, device, prompt, seed, steps, _guidance, width, height = _model_inputs("tune")
+    names = [t["name"] for t in api.techniques() if t["unavailable"] is None]
+    with gr.Row():
+        techniques = gr.Dropdown(names, value=[], multiselect=True, label="Techniques to search (empty: all that can help)",
+                                 scale=3)
+        include_compile = gr.Checkbox(False, label="include torch.compile (minutes per configuration on a CPU)")
+    with gr.Row():
+        min_psnr = gr.Number(30, label="Min PSNR vs baseline (dB)")
+        min_ssim = gr.Number(0.95, label="Min SSIM")
+        fidelity_drop = gr.Number(0.03, label="Max prompt-fidelity drop (tiny-shapes)")
+        warmup = gr.Number(1, label="Warm-up runs", precision=0)
+        repeats = gr.Number(3, label="Timed repeats", precision=0, elem_id="tune-repeats")
+        rounds = gr.Number(5, label="Confirmation rounds (A/B)", precision=0, elem_id="tune-rounds")
+    with gr.Row():
+        go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn")
+        apply = gr.Button("Apply the winner in Generate", interactive=False, elem_id="tune-apply")
+    md = gr.Markdown(elem_id="tune-md")
+    table = gr.Dataframe(label="Every configuration measured", wrap=True, elem_id="tune-table")
+    with gr.Row():
+        quality = gr.ScatterPlot(x="latency_s", y="psnr_db", color="front", title="Latency vs PSNR (capped at 100 dB)",
+                                 height=240)
+        memory = gr.ScatterPlot(x="latency_s", y="peak_memory_mb", color="front", title="Latency vs peak memory",
+                                height=240)
+    data = gr.JSON(label="Result (as the API returns it)", open=False)
+    winner = gr.State([])
+    inputs = [model, custom, device, prompt, seed, steps, width, height, techniques, include_compile, min_psnr,
+              min_ssim, fidelity_drop, warmup, repeats, rounds]
+    go.click(handlers["autotune"], inputs, [md, table, quality, memory, data, winner, apply], api_name="autotune",
+             concurrency_id="generation", concurrency_limit=generation_concurrency(), show_progress_on=[table])
+    apply.click(handlers["apply_winner"], winner, [generate["inputs"][4], *generate["boxes"], tabs], queue=False,
+                api_visibility="private")
+
+
 def _history_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
     with gr.Row():
         model = gr.Textbox(label="Model")
@@ -209,6 +246,8 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
                 _compare_tab(handlers)
             with gr.Tab("Ladder", id="ladder"):
                 _ladder_tab(handlers)
+            with gr.Tab("Auto-tune", id="autotune"):
+                _autotune_tab(handlers, generate, tabs)
             with gr.Tab("History", id="history"):
                 _history_tab(handlers, generate, tabs)
             with gr.Tab("Big models", id="shard"):

@@ -16,6 +16,7 @@ from gradio.context import LocalContext
 
 from pipelines.registry import SPECS, resolve
 from studio import api, ladder
+from studio import autotune as autotune_mod
 from studio.errors import OutOfMemory, StudioError, describe
 from studio.optimizations import REGISTRY
 from studio.service import Studio
@@ -169,6 +170,31 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
         return ladder.markdown(rows), table
 
     @_engine_errors
+    def autotune(model, custom_model, device, prompt, seed, steps, width, height, techniques, include_compile,
+                 min_psnr, min_ssim, fidelity_drop, warmup, repeats, confirm_rounds, request: gr.Request,
+                 progress=gr.Progress()):
+        req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
+                                None, width, height, None)
+        result = api.autotune(studio, req, techniques, include_compile, min_psnr, min_ssim, fidelity_drop, warmup,
+                              repeats, confirm_rounds, progress=lambda i, n, s: progress((i, n), desc=f"measuring {s}"),
+                              should_stop=_stop_check(cancels, request))
+        data = autotune_mod.as_json(result)
+        points = pd.DataFrame([
+            {"config": r["config"], "latency_s": r["latency_median"], "psnr_db": min(r["psnr"], 100.0),
+             "peak_memory_mb": r["peak_memory_mb"],
+             "front": "Pareto front" if r["config"] in result.pareto_quality else "dominated"}
+            for r in result.rows if r["status"] == "ok" and r["psnr"] is not None])
+        table = pd.DataFrame([{k: r.get(k) for k in ("config", "stage", "latency_median", "speedup", "verdict", "psnr",
+                                                       "ssim", "fidelity", "floor", "meets_floor")} for r in data["rows"]])
+        return (autotune_mod.markdown(result), table, points, points, data, list(result.winner),
+                gr.update(interactive=bool(result.winner), value=f"Apply {result.winner_label} in Generate"))
+
+    def apply_winner(winner):
+        """The winner's techniques ticked in Generate, and Generate shown."""
+        chosen = list(winner or [])
+        return [chosen, *(name in chosen for name in _checkbox_names()), gr.update(selected="generate")]
+
+    @_engine_errors
     def history(model, device, status, technique, since, limit):
         rows = api.history(studio, model, device, status, technique, since, None, limit or 200)
         table = pd.DataFrame([{k: r.get(k) for k in api.HISTORY_COLUMNS} for r in rows], columns=api.HISTORY_COLUMNS)
@@ -195,8 +221,8 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
         return api.system(studio)
 
     return {"generate": generate, "retry_offer": retry_offer, "apply_advice": apply_advice, "cancel": cancel,
-             "compare": compare, "ladder": run_ladder,
-            "history": history, "shard": shard, "load_config": load_config, "system": system,
+            "compare": compare, "ladder": run_ladder, "autotune": autotune, "apply_winner": apply_winner,
+            "history": history, "load_config": load_config, "shard": shard, "system": system,
             "export_db": lambda: api.export_database(studio)}
 
 
