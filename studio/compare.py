@@ -7,6 +7,7 @@ image changed. A speedup smaller than the spread of either run is called noise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,14 @@ def verdict(speedup: float, base_spread: float, spread: float, base_median: floa
     return "faster" if delta > 0 else "slower"
 
 
+def pays_off_after(first_call: float | None, latency: float, base_latency: float) -> int | None:
+    """After how many images a configuration's one-off first-call cost (compile, trace) is repaid by its
+    per-image saving; None when there is no extra first-call cost or no saving to repay it with."""
+    if first_call is None or first_call <= latency or latency >= base_latency:
+        return None
+    return math.ceil((first_call - latency) / (base_latency - latency))
+
+
 def row_for(result: RunResult, baseline: RunResult) -> dict[str, Any]:
     """One line of the comparison table."""
     m, b = result.metrics, baseline.metrics
@@ -60,6 +69,8 @@ def row_for(result: RunResult, baseline: RunResult) -> dict[str, Any]:
         "speedup": speedup,
         "verdict": "baseline" if result is baseline else verdict(speedup, base_spread, spread, b["latency_median"]),
         "first_call_seconds": m.get("first_call_seconds"),
+        "pays_off_after": pays_off_after(m.get("first_call_seconds"), m["latency_median"], b["latency_median"]),
+        "recompiles": (m.get("stats") or {}).get("trace_count") or (m.get("stats") or {}).get("compile_count"),
         "peak_memory_mb": m["peak_memory"] / 2**20,
         "memory_added_mb": m["memory_added"] / 2**20,
         "memory_saving": 1 - m["memory_added"] / b["memory_added"] if b["memory_added"] else 0.0,

@@ -92,6 +92,24 @@ def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: 
     }
 
 
+RECOMPILE_STORM = 3  # graph builds (traces, compilations) of one live pipeline before it is called a storm
+
+
+def graph_builds(stats: dict[str, Any]) -> int:
+    """How many times the live pipeline's UNet was traced or compiled (one per new input shape)."""
+    return int(stats.get("trace_count", 0)) + int(stats.get("compile_count", 0))
+
+
+def storm_warnings(stats: dict[str, Any]) -> list[str]:
+    """A recompile storm: this run built a new graph, and the pipeline has built too many already."""
+    total = graph_builds(stats)
+    if not stats.get("graph_builds_this_run") or total <= RECOMPILE_STORM:
+        return []
+    return [f"Recompile storm: the UNet of this pipeline has been traced/compiled {total} times, once per new input "
+            "shape (size, batch, guidance on/off), and each build costs far more than a step. Keep one size per "
+            "traced or compiled configuration, or leave jit_trace_unet/torch_compile off while exploring sizes."]
+
+
 def prompt_warnings(request: GenerationRequest) -> list[str]:
     """What the user should know about the prompt before looking at the image (the bundled model's vocabulary)."""
     if request.model != "tiny-shapes":
@@ -110,8 +128,10 @@ def compute_run(manager: PipelineManager, request: GenerationRequest, warmup: in
                 on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None) -> Computed:
     """Configure, run and measure: compute only, no run-log or file writes."""
     with manager.acquire(request) as prepared:
+        before = graph_builds(prepared.entry.stats)
         measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
         stats = dict(prepared.entry.stats)
+        stats["graph_builds_this_run"] = graph_builds(stats) - before
         device_map = getattr(prepared.pipe, "hf_device_map", None)
         if device_map:  # where accelerate placed each model (device_map="balanced"), logged with the run
             stats["hf_device_map"] = {name: str(device) for name, device in device_map.items()}
@@ -222,6 +242,7 @@ class Studio:
         metrics = measured.summary()
         if computed.first_call and not measured.warmups:
             metrics["first_call_seconds"] = measured.latencies[0]
+        warnings.extend(storm_warnings(computed.stats))
         metrics.update(
             load_seconds=computed.load_seconds,
             switch_seconds=computed.switch_seconds,

@@ -128,3 +128,22 @@ def test_unknown_words_are_ignored_with_a_warning_not_a_crash(studio):
     assert result.images[0].size == (64, 64)
     assert len(result.warnings) == 1 and "'zorblax'" in result.warnings[0] and "'4'" in result.warnings[0]
     assert studio.generate(request()).warnings == [], "a prompt in the model's language has no warning"
+
+
+def test_a_recompile_storm_is_detected_and_reported(studio):
+    results = [studio.generate(request(opts=["jit_trace_unet"], width=side, height=side, steps=2))
+               for side in (64, 72, 80, 88)]
+    assert [r.metrics["stats"]["trace_count"] for r in results] == [1, 2, 3, 4]
+    assert [bool(r.warnings) for r in results] == [False, False, False, True]
+    assert "Recompile storm" in results[-1].warnings[0] and "4 times" in results[-1].warnings[0]
+    again = studio.generate(request(opts=["jit_trace_unet"], width=88, height=88, steps=2))
+    assert again.warnings == [], "a shape already traced builds nothing: no storm warning"
+
+
+def test_pays_off_after_counts_the_images_that_repay_a_first_call_cost():
+    from studio.compare import pays_off_after
+
+    assert pays_off_after(first_call=5.0, latency=1.0, base_latency=2.0) == 4  # 4 s extra, 1 s saved per image
+    assert pays_off_after(first_call=1.05, latency=1.0, base_latency=2.0) == 1
+    assert pays_off_after(first_call=5.0, latency=2.5, base_latency=2.0) is None, "slower: never repaid"
+    assert pays_off_after(first_call=None, latency=1.0, base_latency=2.0) is None
