@@ -19,7 +19,12 @@ $(VENV)/.deps: requirements.txt | $(PY)
 	$(PIP) install -r requirements.txt
 	touch $@
 
-$(VENV)/.dev-deps: requirements-dev.txt $(VENV)/.deps
+# Optional accelerators (token merging, int8 quantization); without them those techniques show as unavailable.
+$(VENV)/.extras: requirements-extras.txt $(VENV)/.deps
+	$(PIP) install -r requirements-extras.txt
+	touch $@
+
+$(VENV)/.dev-deps: requirements-dev.txt $(VENV)/.extras
 	$(PIP) install -r requirements-dev.txt
 	touch $@
 
@@ -31,7 +36,7 @@ browser:
 	@test -x $(CHROMIUM) || { (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 	  echo "chromium could not be installed; browser tests will be skipped"; }
 
-run: $(VENV)/.deps
+run: $(VENV)/.extras
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(PY) app.py
 
 test: $(VENV)/.dev-deps browser

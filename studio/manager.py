@@ -157,7 +157,7 @@ class PipelineManager:
         removed = (set(entry.applied) - target) | changed
         ctx = Context(
             device=request.device, hw=devices.detect(), family=request.spec.family,
-            target=frozenset(target), params=params, state=entry.state, stats=entry.stats,
+            target=frozenset(target), params=dict(request.params), state=entry.state, stats=entry.stats,
         )
         if any(not get(n).reversible for n in removed):
             self._rebuild(entry, ctx)

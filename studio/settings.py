@@ -7,7 +7,7 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("torch", "diffusers", "transformers", "accelerate", "gradio", "sqlite-utils", "safetensors")
+PACKAGES = ("torch", "diffusers", "transformers", "accelerate", "gradio", "sqlite-utils", "safetensors", "torchao", "tomesd")
 
 
 def home() -> Path:

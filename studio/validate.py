@@ -19,6 +19,7 @@ from pipelines.registry import PipelineSpec, resolve
 from studio import devices
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason
+from studio.optimizations.runtime import max_threads
 
 MAX_PROMPT = 2000
 MAX_STEPS = 200
@@ -27,6 +28,11 @@ MIN_SIDE = 8
 MAX_IMAGES = 8
 MAX_SEED = 2**32 - 1
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+DEEPCACHE_MAX_INTERVAL = 10
+DEEPCACHE_MAX_BRANCH = 3  # SD and SDXL UNets have 4 / 3 down blocks; the UNet itself is checked when applied
+TOME_MAX_RATIO = 0.75  # tomesd merges at most 1 - 1/(sx*sy) of the tokens with its 2x2 strides
+TOME_DOWNSAMPLES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,50 @@ def parse_opts(value: Any) -> list[str]:
     return names
 
 
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in BOOL_WORDS:
+        return BOOL_WORDS[text]
+    raise ValidationError(f"{name} must be true or false, not {value!r}.")
+
+
+def _one_of(name: str, value: Any, allowed: tuple) -> Any:
+    matches = [a for a in allowed if str(a) == str(value).strip()]
+    if not matches:
+        raise ValidationError(f"{name} must be one of {', '.join(map(str, allowed))}, not {value!r}.")
+    return matches[0]
+
+
+def _slice_size(value: Any) -> Any:
+    return value if value in ("auto", "max") else _int("attention_slicing slice_size", value, 1, 1024)
+
+
+def _max_memory(value: Any) -> Any:
+    return None if value is None else parse_max_memory(value)
+
+
+# technique -> setting -> checker(value) returning the checked value; settings not listed here pass as given.
+PARAM_CHECKS: dict[str, dict[str, Any]] = {
+    "torch_compile": {
+        "mode": lambda v: _one_of("torch_compile mode", v, COMPILE_MODES),
+        "regional": lambda v: _bool("torch_compile regional", v),
+    },
+    "attention_slicing": {"slice_size": _slice_size},
+    "device_map_balanced": {"max_memory": _max_memory},
+    "threads": {"num_threads": lambda v: _int("threads num_threads", v, 1, max_threads())},
+    "deepcache": {
+        "interval": lambda v: _int("deepcache interval", v, 1, DEEPCACHE_MAX_INTERVAL),
+        "branch": lambda v: _int("deepcache branch", v, 0, DEEPCACHE_MAX_BRANCH),
+    },
+    "token_merging": {
+        "ratio": lambda v: _float("token_merging ratio", v, 0.0, TOME_MAX_RATIO),
+        "max_downsample": lambda v: _one_of("token_merging max_downsample", v, TOME_DOWNSAMPLES),
+    },
+}
+
+
 def _check_params(opts: list[str], params: Any) -> dict[str, dict[str, Any]]:
     if params in (None, ""):
         return {}
@@ -132,16 +182,10 @@ def _check_params(opts: list[str], params: Any) -> dict[str, dict[str, Any]]:
         if not isinstance(settings, dict) or not set(settings) <= set(opt.params):
             allowed = ", ".join(opt.params) or "none"
             raise ValidationError(f"{name} settings must be a mapping with keys from: {allowed}.")
-        if name == "torch_compile" and settings.get("mode", "default") not in COMPILE_MODES:
-            raise ValidationError(f"torch_compile mode must be one of {', '.join(COMPILE_MODES)}.")
-        if name == "attention_slicing" and "slice_size" in settings:
-            size = settings["slice_size"]
-            if size not in ("auto", "max"):
-                settings = {"slice_size": _int("attention_slicing slice_size", size, 1, 1024)}
-        if name == "device_map_balanced" and settings.get("max_memory") is not None:
-            settings = {"max_memory": parse_max_memory(settings["max_memory"])}
+        checks = PARAM_CHECKS.get(name, {})
+        settings = {k: checks[k](v) if k in checks else v for k, v in settings.items()}
         if name in opts:
-            checked[name] = dict(settings)
+            checked[name] = settings
     return checked
 
 

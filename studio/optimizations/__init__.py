@@ -1,6 +1,16 @@
 """The one registry of optimization techniques; importing this package fills it."""
 
-from studio.optimizations import attention, compile, memory, precision  # noqa: F401  (registers)
+from studio.optimizations import (  # noqa: F401  (_quiet first: before diffusers imports torchao; the rest register)
+    _quiet,
+    attention,
+    caching,
+    compile,
+    memory,
+    precision,
+    quantization,
+    runtime,
+    tokens,
+)
 from studio.optimizations.base import (
     REGISTRY,
     Context,

@@ -1,8 +1,12 @@
-"""Attention kernels and attention slicing, switched with attention processors.
+"""Attention kernels, attention slicing and fused QKV projections, switched with attention processors.
 
 diffusers 0.42's `set_attention_backend` does nothing on UNet pipelines (SD, SDXL), so
 the kernel is chosen per attention module with `set_processor`. The processors the
 model was loaded with are saved on first change and restored exactly on revert.
+
+`fused_qkv` is diffusers' `fuse_qkv_projections` done layer by layer so that it goes
+through the same processor bookkeeping: `pipe.fuse_qkv_projections()` sets processors
+behind this module's back, and `unfuse_qkv_projections()` leaves the fused layers in place.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from diffusers.models.attention_processor import (
     Attention,
     AttnProcessor,
     AttnProcessor2_0,
+    FusedAttnProcessor2_0,
     SlicedAttnProcessor,
     XFormersAttnProcessor,
 )
@@ -21,6 +26,7 @@ from studio.optimizations.base import Context, Optimization, register
 
 ATTENTION_MODULES = ("unet", "vae")
 KERNELS = ("classic_attention", "sdpa", "xformers", "attention_slicing")
+FUSED = ("to_qkv", "to_kv", "to_added_qkv")
 
 
 def _attention_layers(pipe: Any) -> list[tuple[str, Attention]]:
@@ -43,6 +49,8 @@ def _slice_size(layer: Attention, setting: Any) -> int:
 
 def _processor_for(layer: Attention, ctx: Context) -> Any | None:
     target = ctx.target
+    if "fused_qkv" in target and layer.fused_projections:
+        return FusedAttnProcessor2_0()
     if "attention_slicing" in target:
         return SlicedAttnProcessor(_slice_size(layer, ctx.params.get("attention_slicing", {}).get("slice_size")))
     if "xformers" in target:
@@ -54,18 +62,47 @@ def _processor_for(layer: Attention, ctx: Context) -> Any | None:
     return None
 
 
+def _layers(pipe: Any, ctx: Context) -> list[tuple[str, Attention]]:
+    if "attention_layers" not in ctx.state:  # found once per pipeline: walking every module costs more than switching
+        ctx.state["attention_layers"] = _attention_layers(pipe)
+    return ctx.state["attention_layers"]
+
+
 def set_attention(pipe: Any, ctx: Context) -> None:
     """Give every attention layer the processor the target configuration asks for.
 
     With no attention technique in the target, the original processors come back.
     """
     originals = ctx.state.setdefault("attention_originals", {})
-    if "attention_layers" not in ctx.state:  # found once per pipeline: walking every module costs more than switching
-        ctx.state["attention_layers"] = _attention_layers(pipe)
-    for name, layer in ctx.state["attention_layers"]:
+    for name, layer in _layers(pipe, ctx):
         originals.setdefault(name, layer.processor)
         wanted = _processor_for(layer, ctx)
         layer.set_processor(wanted if wanted is not None else originals[name])
+
+
+def fuse_qkv(pipe: Any, ctx: Context) -> None:
+    """Concatenate each attention layer's Q/K/V (self-attention) or K/V (cross-attention) projections into one
+    Linear and switch to `FusedAttnProcessor2_0`; the separate projections stay for an exact revert."""
+    from studio.optimizations.quantization import float_weights  # here: the registry lists int8_dynamic after these
+
+    with float_weights(pipe, ctx):
+        for _, layer in _layers(pipe, ctx):
+            if not layer.fused_projections and getattr(layer, "add_k_proj", None) is None:
+                layer.fuse_projections()
+    set_attention(pipe, ctx)
+
+
+def unfuse_qkv(pipe: Any, ctx: Context) -> None:
+    """Processors back to what the rest of the configuration asks for, fused projection layers deleted."""
+    from studio.optimizations.quantization import float_weights
+
+    set_attention(pipe, ctx)
+    with float_weights(pipe, ctx):
+        for _, layer in _layers(pipe, ctx):
+            for attr in FUSED:
+                if attr in layer._modules:
+                    delattr(layer, attr)
+            layer.fused_projections = False
 
 
 def _attention(name: str, label: str, group: str, description: str, **kw: Any) -> Optimization:
@@ -109,4 +146,19 @@ _attention(
     "memory",
     "Compute attention a few heads at a time: lower peak memory, some latency cost.",
     params={"slice_size": "auto"},
+)
+register(
+    Optimization(
+        name="fused_qkv",
+        label="fused QKV projections",
+        group="speed",
+        description=(
+            "Fuse each attention layer's query/key/value projections into one matmul (diffusers' fuse_qkv_projections) "
+            "and run them with SDPA."
+        ),
+        conflicts=("classic_attention", "xformers", "attention_slicing"),
+        apply=fuse_qkv,
+        revert=unfuse_qkv,
+        order=25,
+    )
 )

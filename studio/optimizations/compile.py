@@ -2,6 +2,18 @@
 
 Traced and compiled UNets wrap the original module, which is kept in the pipeline's
 state so that revert puts back exactly the module that was loaded.
+
+Regional compilation (`torch_compile` with `regional=True`) compiles each repeated block
+in place instead (diffusers' `compile_repeated_blocks`: the classes named in the model's
+`_repeated_blocks`, `BasicTransformerBlock` for UNets): one small graph reused by every
+block of the same shape, so the first call pays much less compile time. It matches classes
+through the MRO, so blocks whose class another technique swapped (token merging) still count.
+Revert drops each block's compiled call.
+
+Modes (validated in studio.validate.COMPILE_MODES): "default"; "reduce-overhead" adds CUDA
+graphs, which inductor skips on a CPU (it then behaves as "default"); "max-autotune" also
+benchmarks GEMM/convolution templates while compiling, which on a CPU makes the first call
+take many minutes for a small gain.
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from typing import Any
 import torch
 from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 
+from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, register
 
 log = logging.getLogger(__name__)
@@ -104,9 +117,41 @@ def _traced(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     return TracedUNet(unet.eval(), ctx.stats)
 
 
+def _compile_settings(ctx: Context) -> tuple[str | None, bool]:
+    settings = ctx.params.get("torch_compile", {})
+    mode = settings.get("mode") or "default"
+    return (None if mode == "default" else mode), bool(settings.get("regional", False))
+
+
 def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-    mode = ctx.params.get("torch_compile", {}).get("mode") or "default"
-    return torch.compile(unet, mode=None if mode == "default" else mode)
+    return torch.compile(unet, mode=_compile_settings(ctx)[0])
+
+
+def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The submodules whose class (or a base class) is named in `model._repeated_blocks`."""
+    names = set(getattr(model, "_repeated_blocks", None) or ())
+    return [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
+
+
+def _compile(pipe: Any, ctx: Context) -> None:
+    mode, regional = _compile_settings(ctx)
+    if not regional:
+        _swap_unet(_compiled)(pipe, ctx)
+        return
+    blocks = repeated_blocks(pipe.unet)
+    if not blocks:
+        raise ValidationError(
+            f"torch_compile regional=true found no repeated blocks in {type(pipe.unet).__name__}; use regional=false."
+        )
+    for block in blocks:
+        block.compile(mode=mode)
+    ctx.state["compiled_blocks"] = blocks
+
+
+def _uncompile(pipe: Any, ctx: Context) -> None:
+    for block in ctx.state.pop("compiled_blocks", []):
+        block.__dict__.pop("_compiled_call_impl", None)
+    _restore_unet(pipe, ctx)
 
 
 register(
@@ -139,12 +184,15 @@ register(
         name="torch_compile",
         label="torch.compile UNet",
         group="speed",
-        description="Compile the UNet with torch.compile (inductor); the first call pays the compile time.",
+        description=(
+            "Compile the UNet with torch.compile (inductor), whole or block by block (regional); "
+            "the first call pays the compile time."
+        ),
         conflicts=("jit_trace_unet",),
         reversible=False,
-        apply=_swap_unet(_compiled),
-        revert=_restore_unet,
-        params={"mode": "default"},
+        apply=_compile,
+        revert=_uncompile,
+        params={"mode": "default", "regional": False},
         order=80,
     )
 )

@@ -1,0 +1,328 @@
+"""The newer techniques on the bundled model: threads, fused QKV, DeepCache, token merging, int8
+dynamic quantization, regional compilation. Each applies, stays within a measured tolerance of
+the baseline, reverts to the bit-identical baseline, has its settings checked and its conflicts
+refused; a missing optional package makes a technique unavailable with a sentence saying so."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines import loader
+from studio import bench
+from studio.errors import ConflictError, UnavailableError, ValidationError
+from studio.manager import PipelineManager
+from studio.optimizations import REGISTRY, Context, base, unavailable_reason
+from studio.optimizations.runtime import max_threads, num_threads, physical_cores
+from studio.quality import max_abs_diff, prompt_fidelity, psnr
+from studio.validate import validate_request
+
+PROMPT = "a big red circle on the left, on a white background"
+STEPS = 6
+
+needs_tomesd = pytest.mark.skipif(importlib.util.find_spec("tomesd") is None, reason="tomesd is not installed")
+needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
+
+
+@pytest.fixture(scope="module")
+def manager():
+    return PipelineManager(load=loader.load)
+
+
+def request(opts=(), params=None, steps=STEPS, **kw):
+    args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": steps, **kw}
+    return validate_request(opts=list(opts), params=params, **args)
+
+
+def run(manager, req):
+    with manager.acquire(req) as prepared:
+        return bench.run_once(prepared, req).images, prepared
+
+
+@pytest.fixture(scope="module")
+def baseline(manager):
+    return run(manager, request())[0]
+
+
+# technique -> (largest max-abs pixel difference, smallest PSNR in dB) against fp32 at the model's 20 steps, seed 3.
+# Measured here: fused_qkv 0 (bit-identical), deepcache (interval 3) 0.225 / 35.8 dB, token_merging (ratio 0.5)
+# 0.268 / 28.0 dB, int8_dynamic 0.032 / 50.2 dB. The lossy ones keep what the shape analyser sees in the baseline.
+TOLERANCES = {
+    "fused_qkv": (1e-3, 60.0),
+    "deepcache": (0.35, 32.0),
+    "token_merging": (0.4, 25.0),
+    "int8_dynamic": (0.08, 45.0),
+}
+MODULES = {"token_merging": "tomesd", "int8_dynamic": "torchao"}
+
+
+@pytest.fixture(scope="module")
+def baseline20(manager):
+    return run(manager, request(steps=20))[0]
+
+
+@pytest.mark.parametrize("name", sorted(TOLERANCES))
+def test_technique_within_tolerance_then_reverts_exactly(manager, baseline20, name):
+    if name in MODULES and importlib.util.find_spec(MODULES[name]) is None:
+        pytest.skip(f"{MODULES[name]} is not installed")
+    images, prepared = run(manager, request([name], steps=20))
+    assert name in prepared.applied
+    again, _ = run(manager, request([name], steps=20))
+    assert np.array_equal(images, again), f"{name} is not reproducible from run to run"
+    diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
+    most, least = TOLERANCES[name]
+    assert diff <= most and db >= least, f"{name} changed the image by {diff:.4f} ({db:.1f} dB)"
+    if name != "fused_qkv":
+        assert diff > 0, f"{name} did not change the image: did it engage?"
+        assert prompt_fidelity(images[0], PROMPT)["detected"] == prompt_fidelity(baseline20[0], PROMPT)["detected"]
+    assert np.array_equal(run(manager, request(steps=20))[0], baseline20), f"reverting {name} did not restore the baseline"
+
+
+def test_fused_qkv_switches_processors_and_removes_the_fused_layers(manager):
+    from diffusers.models.attention_processor import AttnProcessor2_0, FusedAttnProcessor2_0
+
+    with manager.acquire(request(["fused_qkv", "sdpa"])) as p:
+        unet = p.pipe.unet
+        assert {type(x) for x in unet.attn_processors.values()} == {FusedAttnProcessor2_0}
+        assert hasattr(unet.down_blocks[0].attentions[0].transformer_blocks[0].attn1, "to_qkv")
+        assert hasattr(unet.down_blocks[0].attentions[0].transformer_blocks[0].attn2, "to_kv")
+    with manager.acquire(request(["sdpa"])) as p:  # fused_qkv removed, sdpa stays
+        assert {type(x) for x in p.pipe.unet.attn_processors.values()} == {AttnProcessor2_0}
+        names = {n.rsplit(".", 1)[-1] for n, _ in p.pipe.unet.named_modules()} | {
+            n.rsplit(".", 1)[-1] for n, _ in p.pipe.vae.named_modules()}
+        assert not names & {"to_qkv", "to_kv"}
+        assert not any(getattr(m, "fused_projections", False) for m in p.pipe.unet.modules())
+
+
+def _count_calls(modules):
+    counts = dict.fromkeys(modules, 0)
+    handles = [m.register_forward_pre_hook(lambda mod, args: counts.__setitem__(mod, counts[mod] + 1)) for m in modules]
+    return counts, handles
+
+
+def test_deepcache_skips_the_deep_blocks_between_full_steps(manager):
+    with manager.acquire(request()) as p:
+        unet = p.pipe.unet
+    shallow, deep_down = unet.down_blocks[0].resnets[0], unet.down_blocks[1].resnets[0]
+    mid, deep_up, last_up = unet.mid_block.resnets[0], unet.up_blocks[0].resnets[0], unet.up_blocks[-1].resnets[-1]
+    counts, handles = _count_calls([shallow, deep_down, mid, deep_up, last_up])
+    try:
+        run(manager, request(["deepcache"]))  # 6 UNet calls, interval 3: full at calls 0 and 3
+        assert counts == {shallow: 6, deep_down: 2, mid: 2, deep_up: 2, last_up: 6}
+        with manager.acquire(request(["deepcache"])) as p:
+            assert p.entry.stats["deepcache_full_calls"] == 2 and p.entry.stats["deepcache_reused_calls"] == 4
+        for m in counts:
+            counts[m] = 0
+        run(manager, request())
+        assert set(counts.values()) == {6}, "after revert every block runs at every step again"
+    finally:
+        for h in handles:
+            h.remove()
+    assert not any("forward" in vars(m) for m in unet.modules()), "a wrapped forward was left behind"
+
+
+def test_deepcache_at_few_steps_changes_the_picture(manager, baseline):
+    """DeepCache is for long schedules: at 6 steps adjacent steps differ too much to share features
+    (measured 12.6 dB; the shape analyser sees a small yellow circle instead of the baseline's red shape)."""
+    images, _ = run(manager, request(["deepcache"]))
+    assert psnr(images, baseline) < 20
+
+
+def test_deepcache_branch_deeper_than_the_unet_is_refused_with_a_sentence(manager, baseline):
+    req = request(["deepcache"], params={"deepcache": {"branch": 1}})  # the bundled UNet has 2 down blocks
+    with pytest.raises(ValidationError, match="deepcache branch 1 leaves no deep down block to cache .* 2 down blocks"):
+        run(manager, req)
+    assert np.array_equal(run(manager, request())[0], baseline)
+
+
+@needs_tomesd
+def test_token_merging_patches_blocks_and_removes_every_trace(manager):
+    with manager.acquire(request()) as p:
+        unet = p.pipe.unet
+    attributes = {name: set(vars(m)) for name, m in unet.named_modules()}
+    with manager.acquire(request(["token_merging"], params={"token_merging": {"ratio": 0.3}})):
+        kinds = {type(m).__name__ for m in unet.modules()}
+        assert "ToMeBlock" in kinds and "BasicTransformerBlock" not in kinds
+        assert unet._tome_info["args"]["ratio"] == 0.3
+    run(manager, request())
+    assert "ToMeBlock" not in {type(m).__name__ for m in unet.modules()}
+    assert {name: set(vars(m)) for name, m in unet.named_modules()} == attributes, "tomesd left attributes behind"
+    assert not unet._forward_pre_hooks
+
+
+@needs_tomesd
+def test_token_merging_ratio_zero_is_the_baseline(manager, baseline):
+    """tomesd's block forward is a copy of an older diffusers one: with nothing merged it must match 0.42.1's."""
+    images, _ = run(manager, request(["token_merging"], params={"token_merging": {"ratio": 0}}))
+    assert np.array_equal(images, baseline)
+
+
+@needs_torchao
+def test_int8_dynamic_quantizes_linears_and_puts_the_same_weights_back(manager):
+    with manager.acquire(request()) as p:
+        unet = p.pipe.unet
+    linears = [m for m in unet.modules() if isinstance(m, torch.nn.Linear)]
+    before = [m.weight for m in linears]
+    with manager.acquire(request(["int8_dynamic"])):
+        assert all(type(m.weight.data).__name__ == "Int8Tensor" for m in linears)
+        assert unet.conv_in.weight.dtype == torch.float32, "convolutions stay in floating point"
+    run(manager, request())
+    assert all(m.weight is w for m, w in zip(linears, before, strict=True))
+    assert not any("extra_repr" in vars(m) for m in linears)
+
+
+@needs_torchao
+def test_fused_qkv_added_to_a_quantized_unet_is_fused_from_float_weights(manager, baseline):
+    int8, _ = run(manager, request(["int8_dynamic"]))
+    both, prepared = run(manager, request(["int8_dynamic", "fused_qkv"]))  # fused_qkv applied after int8
+    attn = prepared.pipe.unet.down_blocks[0].attentions[0].transformer_blocks[0].attn1
+    assert type(attn.to_qkv.weight.data).__name__ == "Int8Tensor"
+    assert max_abs_diff(both, int8) <= 1e-3
+    run(manager, request(["int8_dynamic"]))  # fused_qkv removed while int8 stays
+    assert "to_qkv" not in attn._modules
+    assert np.array_equal(run(manager, request())[0], baseline)
+
+
+def test_all_new_pipeline_techniques_together_revert_exactly(manager, baseline):
+    names = ["deepcache", "fused_qkv", "sdpa", "channels_last"]
+    names += [n for n, mod in MODULES.items() if importlib.util.find_spec(mod) is not None]
+    images, prepared = run(manager, request(names))
+    assert set(names) <= set(prepared.applied)
+    assert np.isfinite(images).all() and psnr(images, baseline) > 10  # measured 13.3 dB at 6 steps, mostly deepcache
+    assert np.array_equal(run(manager, request())[0], baseline)
+
+
+def test_threads_are_set_for_the_call_and_restored():
+    before = torch.get_num_threads()
+    ctx = Context(device="cpu", hw=None, params={"threads": {"num_threads": 1}})
+    with num_threads(ctx):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with num_threads(Context(device="cpu", hw=None)):
+        assert torch.get_num_threads() == physical_cores()
+    assert torch.get_num_threads() == before
+
+
+def test_threads_default_runs_and_leaves_the_setting_alone(manager, baseline):
+    before = torch.get_num_threads()
+    seen = []
+    req = request(["threads"])
+    with manager.acquire(req) as prepared:
+        images = bench.run_once(prepared, req, on_step=lambda i, n: seen.append(torch.get_num_threads())).images
+    assert seen and set(seen) == {physical_cores()}
+    assert torch.get_num_threads() == before
+    assert np.array_equal(images, baseline), "the thread count must not change the image"
+
+
+def test_threads_setting_reaches_the_call(manager):
+    seen = []
+    req = request(["threads"], params={"threads": {"num_threads": 1}})
+    with manager.acquire(req) as prepared:
+        bench.run_once(prepared, req, on_step=lambda i, n: seen.append(torch.get_num_threads()))
+    assert set(seen) == {1}
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"threads": {"num_threads": 0}}, f"threads num_threads must be a whole number between 1 and {max_threads()}"),
+        ({"threads": {"num_threads": max_threads() + 1}}, "threads num_threads must be a whole number"),
+        ({"threads": {"num_threads": "many"}}, "threads num_threads must be a whole number"),
+        ({"deepcache": {"interval": 0}}, "deepcache interval must be a whole number between 1 and 10"),
+        ({"deepcache": {"interval": 2.5}}, "deepcache interval must be a whole number"),
+        ({"deepcache": {"branch": -1}}, "deepcache branch must be a whole number between 0 and 3"),
+        ({"deepcache": {"depth": 1}}, "deepcache settings must be a mapping with keys from: interval, branch"),
+        ({"token_merging": {"ratio": 0.8}}, "token_merging ratio must be a finite number between 0.0 and 0.75"),
+        ({"token_merging": {"ratio": "half"}}, "token_merging ratio must be a number"),
+        ({"token_merging": {"max_downsample": 3}}, "token_merging max_downsample must be one of 1, 2, 4, 8"),
+        ({"torch_compile": {"regional": "maybe"}}, "torch_compile regional must be true or false"),
+        ({"torch_compile": {"mode": "ludicrous"}}, "torch_compile mode must be one of default, reduce-overhead"),
+        ({"int8_dynamic": {"bits": 4}}, "int8_dynamic settings must be a mapping with keys from: none"),
+        ({"fused_qkv": {"x": 1}}, "fused_qkv settings must be a mapping with keys from: none"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_sentence(params, message):
+    opts = [n for n in params if importlib.util.find_spec(MODULES.get(n, "torch")) is not None]
+    with pytest.raises(ValidationError, match=message):
+        request(opts, params=params)
+
+
+def test_good_settings_are_normalised():
+    r = request(["torch_compile"], params={"torch_compile": {"mode": "max-autotune", "regional": "true"}})
+    assert r.params["torch_compile"] == {"mode": "max-autotune", "regional": True}
+    r = request(["threads", "deepcache"], params={"threads": {"num_threads": "1"}, "deepcache": {"interval": "2"}})
+    assert r.params == {"threads": {"num_threads": 1}, "deepcache": {"interval": 2}}
+    r = request([], params={"token_merging": {"ratio": "0.25", "max_downsample": "2"}})
+    assert r.params == {}, "settings of techniques not requested are checked, then dropped"
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [("fused_qkv", "classic_attention"), ("fused_qkv", "attention_slicing"), ("fused_qkv", "xformers"),
+     ("deepcache", "jit_trace_unet"), ("token_merging", "jit_trace_unet"), ("int8_dynamic", "jit_trace_unet")],
+)
+def test_conflicts_are_refused(pair):
+    with pytest.raises(ConflictError, match=f"{pair[0]} and {pair[1]} cannot be combined|{pair[1]} and {pair[0]} cannot"):
+        request(list(pair))
+
+
+def test_fused_qkv_combines_with_sdpa():
+    assert request(["fused_qkv", "sdpa"]).opts == ("sdpa", "fused_qkv")
+
+
+def _missing(monkeypatch, *modules):
+    real = base._module_available
+    monkeypatch.setattr(base, "_module_available", lambda name: name not in modules and real(name))
+
+
+def test_missing_packages_make_techniques_unavailable_with_a_reason(monkeypatch, manager, baseline):
+    _missing(monkeypatch, "tomesd", "torchao")
+    from studio import devices
+
+    hw = devices.detect()
+    for name, module in MODULES.items():
+        sentence = f"{name} needs the {module} package, which is not installed."
+        assert unavailable_reason(REGISTRY[name], hw, "cpu") == sentence
+        with pytest.raises(UnavailableError, match=sentence.replace(".", r"\.")):
+            request([name])
+    for name in ("deepcache", "fused_qkv", "threads", "torch_compile", "sdpa"):
+        assert unavailable_reason(REGISTRY[name], hw, "cpu") is None, name
+    images, prepared = run(manager, request(["fused_qkv", "deepcache", "threads"]))
+    assert {"fused_qkv", "deepcache", "threads"} <= set(prepared.applied) and np.isfinite(images).all()
+    assert np.array_equal(run(manager, request())[0], baseline)
+
+
+def test_missing_xformers_is_named_once_cuda_is_there(monkeypatch, fake_gpus):
+    _missing(monkeypatch, "xformers")
+    hw = fake_gpus(1, major=8)
+    sentence = "xformers needs the xformers package, which is not installed."
+    assert unavailable_reason(REGISTRY["xformers"], hw, "cuda:0") == sentence
+    with pytest.raises(UnavailableError, match=sentence.replace(".", r"\.")):
+        request(["xformers"], device="cuda:0")
+    assert unavailable_reason(REGISTRY["sdpa"], hw, "cuda:0") is None
+
+
+def test_new_entries_declare_defaults_for_every_setting():
+    assert REGISTRY["threads"].params == {"num_threads": physical_cores()}
+    assert REGISTRY["deepcache"].params == {"interval": 3, "branch": 0}
+    assert REGISTRY["token_merging"].params == {"ratio": 0.5, "max_downsample": 1}
+    assert REGISTRY["torch_compile"].params == {"mode": "default", "regional": False}
+    assert REGISTRY["threads"].stage == "call" and REGISTRY["int8_dynamic"].reversible
+
+
+@pytest.mark.slow
+def test_regional_compile_matches_and_reverts(manager, baseline):
+    req = request(["torch_compile"], params={"torch_compile": {"regional": True}})
+    with manager.acquire(req) as prepared:
+        bench.run_once(prepared, req)
+        images = bench.run_once(prepared, req).images
+        unet = prepared.pipe.unet
+        compiled = [m for m in unet.modules() if "_compiled_call_impl" in vars(m)]
+        assert compiled and {type(m).__name__ for m in compiled} == {"BasicTransformerBlock"}
+        assert type(unet).__name__ == "UNet2DConditionModel", "regional compilation keeps the UNet itself"
+    assert max_abs_diff(images, baseline) <= 1e-3
+    assert np.array_equal(run(manager, request())[0], baseline)
+    assert not any("_compiled_call_impl" in vars(m) for m in unet.modules())
