@@ -231,7 +231,7 @@ def _compare_outputs(result):
     ok = [(r, res) for r, res in zip(result.rows, result.results, strict=True) if res is not None]
     gallery = [(res.images[0], f"{r['config']}: {r['latency_median']:.3f}s x{r['speedup']:.2f} ({r['verdict']})")
                for r, res in ok]
-    table = pd.DataFrame(api.compare_table(result))
+    table = pd.DataFrame(api.compare_table(result)).dropna(axis=1, how="all").round(4)  # readable at 1280 px
     bars = pd.DataFrame([{"config": r["config"], "latency_s": r["latency_median"], "memory_mb": r["memory_added_mb"]}
                          for r, _ in ok])
     choices = [r["config"] for r, _ in ok[1:]]
