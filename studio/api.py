@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from studio import devices, settings
-from studio.autotune import AutotuneResult, Floor, run_autotune
+from studio.autotune import AutotuneResult, floor_of, run_autotune
 from studio.compare import CompareResult, markdown_table, run_compare
 from studio.errors import ValidationError
 from studio.ladder import run_ladder
 from studio.optimizations import REGISTRY, unavailable_reason
 from studio.runlog import to_csv
 from studio.service import RunResult, Studio
-from studio.validate import GenerationRequest, parse_opts, validate_request
+from studio.validate import GenerationRequest, parse_opts, validate_autotune, validate_request
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 HISTORY_COLUMNS = ["id", "created_at", "status", "model", "device", "config_label", "dtype", "steps", "width",
@@ -137,24 +137,11 @@ def ladder(studio: Studio, request: GenerationRequest, warmup: int, repeats: int
 def autotune(studio: Studio, request: GenerationRequest, techniques: Any, include_compile: Any, min_psnr: Any,
              min_ssim: Any, fidelity_drop: Any, warmup: Any, repeats: Any, confirm_rounds: Any, progress=None,
              should_stop=None) -> AutotuneResult:
-    """The auto-tuner with the endpoint's plain arguments (numbers may arrive as text or floats)."""
-    def number(name: str, value: Any) -> float:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ValidationError(f"{name} must be a number, not {value!r}.") from None
-
-    def whole(name: str, value: Any) -> int:
-        number_ = number(name, value)
-        if number_ != int(number_):
-            raise ValidationError(f"{name} must be a whole number, not {value!r}.")
-        return int(number_)
-
-    floor = Floor(number("min_psnr", min_psnr), number("min_ssim", min_ssim), number("fidelity_drop", fidelity_drop))
-    return run_autotune(studio, request, floor=floor, techniques=parse_opts(techniques) or None,
-                        include_compile=bool(include_compile), warmup=whole("warmup", warmup),
-                        repeats=whole("repeats", repeats), confirm_rounds=whole("confirm_rounds", confirm_rounds),
-                        progress=progress, should_stop=should_stop)
+    """The auto-tuner with the endpoint's plain arguments, checked at the one validation boundary."""
+    checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, repeats, confirm_rounds)
+    return run_autotune(studio, request, floor=floor_of(checked), techniques=parse_opts(techniques) or None,
+                        include_compile=bool(include_compile), warmup=checked.warmup, repeats=checked.repeats,
+                        confirm_rounds=checked.confirm_rounds, progress=progress, should_stop=should_stop)
 
 
 def history(studio: Studio, model: str | None = None, device: str | None = None, status: str | None = None,

@@ -29,7 +29,7 @@ from studio.compare import row_for, verdict
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
 from studio.service import RunResult, Studio
-from studio.validate import GenerationRequest
+from studio.validate import AutotuneSettings, GenerationRequest
 
 Progress = Callable[[int, int, str], None]
 # Techniques that are never candidates: placement (they trade speed for memory by design), memory-only
@@ -46,12 +46,6 @@ class Floor:
     min_psnr: float = 30.0
     min_ssim: float = 0.95
     fidelity_drop: float = 0.03  # tiny-shapes: at most this much below the baseline's prompt fidelity
-
-    def __post_init__(self):
-        for name, value, low, high in (("min_psnr", self.min_psnr, 0, 200), ("min_ssim", self.min_ssim, 0, 1),
-                                       ("fidelity_drop", self.fidelity_drop, 0, 1)):
-            if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
-                raise ValidationError(f"The quality floor's {name} must be a number from {low} to {high}, not {value!r}.")
 
     def check(self, row: dict[str, Any], baseline_fidelity: float | None) -> str | None:
         """Why `row` misses the floor, or None when it meets it."""
@@ -77,6 +71,10 @@ class AutotuneResult:
     @property
     def winner_label(self) -> str:
         return "+".join(self.winner) or "baseline"
+
+
+def floor_of(settings: AutotuneSettings) -> Floor:
+    return Floor(settings.min_psnr, settings.min_ssim, settings.fidelity_drop)
 
 
 def candidates(request: GenerationRequest, include_compile: bool = False) -> list[str]:
@@ -124,10 +122,9 @@ def run_autotune(
     progress: Progress | None = None,
     should_stop: StopFn | None = None,
 ) -> AutotuneResult:
-    """Search, measure and confirm; one `autotune` group in the run log."""
+    """Search, measure and confirm; one `autotune` group in the run log (settings checked by
+    `validate.validate_autotune` at the faces)."""
     pool = sorted(set(techniques)) if techniques else candidates(request, include_compile)
-    if not 0 <= confirm_rounds <= 50 or not 0 <= warmup <= 10 or not 1 <= repeats <= 50:
-        raise ValidationError("Auto-tune needs 0-10 warm-up runs, 1-50 repeats and 0-50 confirmation rounds.")
     hw = devices.detect()
     for name in pool:
         if name not in REGISTRY:
@@ -265,9 +262,7 @@ def markdown(result: AutotuneResult) -> str:
 
 def as_json(result: AutotuneResult) -> dict[str, Any]:
     """The result as plain JSON (infinite PSNR of identical images becomes null)."""
-    rows = [{k: finite(v) for k, v in r.items() if k != "image_path"} | {"image_path": r.get("image_path")}
-            for r in result.rows]
-    confirmation = {k: v for k, v in result.confirmation.items()}
+    rows = [{k: finite(v) for k, v in r.items()} for r in result.rows]
     return {"group_id": result.group_id, "winner": list(result.winner), "winner_label": result.winner_label,
-            "summary": summary(result), "confirmation": confirmation, "rows": rows,
+            "summary": summary(result), "confirmation": result.confirmation, "rows": rows,
             "pareto_quality": result.pareto_quality, "pareto_memory": result.pareto_memory}

@@ -142,13 +142,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_autotune(args: argparse.Namespace) -> int:
     from studio import autotune
     from studio.service import Studio
+    from studio.validate import validate_autotune
 
     request = _validated(args, [])
-    floor = autotune.Floor(args.min_psnr, args.min_ssim, args.fidelity_drop)
-    result = autotune.run_autotune(Studio(), request, floor=floor, techniques=args.technique or None,
-                                   include_compile=args.include_compile,
-                                   warmup=1 if args.warmup is None else args.warmup, repeats=args.repeats or 3,
-                                   confirm_rounds=args.confirm_rounds)
+    checked = validate_autotune(args.min_psnr, args.min_ssim, args.fidelity_drop,
+                                1 if args.warmup is None else args.warmup, 3 if args.repeats is None else args.repeats,
+                                args.confirm_rounds)
+    result = autotune.run_autotune(Studio(), request, floor=autotune.floor_of(checked),
+                                   techniques=args.technique or None, include_compile=args.include_compile,
+                                   warmup=checked.warmup, repeats=checked.repeats, confirm_rounds=checked.confirm_rounds)
     emit(autotune.as_json(result), args.json, autotune.markdown(result))
     return 0
 

@@ -268,3 +268,33 @@ def validate_request(
         params=_check_params(names, params),
         num_images=_int("num_images", num_images, 1, MAX_IMAGES),
     )
+
+
+@dataclass(frozen=True)
+class AutotuneSettings:
+    """The auto-tuner's quality floor and measurement counts, checked."""
+
+    min_psnr: float
+    min_ssim: float
+    fidelity_drop: float
+    warmup: int
+    repeats: int
+    confirm_rounds: int
+
+
+def validate_autotune(min_psnr: Any = 30.0, min_ssim: Any = 0.95, fidelity_drop: Any = 0.03, warmup: Any = 1,
+                      repeats: Any = 3, confirm_rounds: Any = 5) -> AutotuneSettings:
+    """Check the auto-tuner's settings from UI, API or CLI (numbers may arrive as text)."""
+    floor = {}
+    for name, value, low, high in (("min_psnr", min_psnr, 0, 200), ("min_ssim", min_ssim, 0, 1),
+                                   ("fidelity_drop", fidelity_drop, 0, 1)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, bool) or not math.isfinite(number) or not low <= number <= high:
+            raise ValidationError(f"The quality floor's {name} must be a number from {low} to {high}, not {value!r}.")
+        floor[name] = number
+    counts = {name: _int(name, value, low, high) for name, value, low, high in
+              (("warmup", warmup, 0, 10), ("repeats", repeats, 1, 50), ("confirm_rounds", confirm_rounds, 0, 50))}
+    return AutotuneSettings(**floor, **counts)

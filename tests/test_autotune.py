@@ -63,3 +63,17 @@ def test_pareto_front_keeps_only_undominated_points():
     mem = [{"config": c, "status": "ok", "latency_median": lat, "peak_memory_mb": m} for c, lat, m in
            [("baseline", 1.0, 100.0), ("a", 0.5, 120.0), ("b", 0.6, 90.0), ("c", 0.7, 130.0)]]
     assert pareto(mem, "peak_memory_mb", better_high=False) == ["a", "b"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"min_ssim": 2}, "min_ssim must be a number from 0 to 1"),
+    ({"min_psnr": float("nan")}, "min_psnr must be a number from 0 to 200"),
+    ({"warmup": float("nan")}, "warmup must be a whole number between 0 and 10"),
+    ({"repeats": 0}, "repeats must be a whole number between 1 and 50"),
+    ({"confirm_rounds": "x"}, "confirm_rounds must be a whole number between 0 and 50"),
+])
+def test_autotune_settings_are_checked_at_the_validation_boundary(settings, message):
+    from studio.validate import validate_autotune
+
+    with pytest.raises(ValidationError, match=message):
+        validate_autotune(**settings)
