@@ -162,8 +162,11 @@ def test_torch_compile_on_cpu_matches_and_reverts(manager, baseline):
     req = request(["torch_compile"])
     with manager.acquire(req) as prepared:
         first = bench.run_once(prepared, req)
+        builds = prepared.entry.stats.get("compile_count", 0)
         second = bench.run_once(prepared, req)
         assert type(prepared.pipe.unet).__name__ == "OptimizedModule"
+        assert builds >= 1 and prepared.entry.stats["compile_seconds"] > 0, "each graph built is counted"
+        assert prepared.entry.stats["compile_count"] == builds, "the same shape again compiles nothing"
     assert max_abs_diff(second.images, baseline) <= 1e-3
     assert first.seconds > second.seconds, "the first compiled call should pay the compile time"
     assert np.array_equal(run(manager, request())[0], baseline)

@@ -318,7 +318,12 @@ def test_regional_compile_matches_and_reverts(manager, baseline):
     req = request(["torch_compile"], params={"torch_compile": {"regional": True}})
     with manager.acquire(req) as prepared:
         bench.run_once(prepared, req)
+        builds = prepared.entry.stats["compile_count"]
         images = bench.run_once(prepared, req).images
+        assert prepared.entry.stats["compile_count"] == builds, "the same shape again compiles nothing"
+        bench.run_once(prepared, request(["torch_compile"], params={"torch_compile": {"regional": True}},
+                                         steps=2, width=72, height=72))
+        assert prepared.entry.stats["compile_count"] > builds, "a new shape is a recompile, and is counted"
         unet = prepared.pipe.unet
         compiled = [m for m in unet.modules() if "_compiled_call_impl" in vars(m)]
         assert compiled and {type(m).__name__ for m in compiled} == {"BasicTransformerBlock"}

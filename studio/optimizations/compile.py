@@ -123,8 +123,30 @@ def _compile_settings(ctx: Context) -> tuple[str | None, bool]:
     return (None if mode == "default" else mode), bool(settings.get("regional", False))
 
 
+def counting_backend(stats: dict[str, Any], mode: str | None):
+    """Inductor (with ``mode``'s options) that counts each graph it builds in ``stats``.
+
+    Dynamo calls the backend once per new graph: the first call, and every recompile (a new
+    input shape, a guard that failed). ``compile_count`` and ``compile_seconds`` feed the
+    "recompiles" column and the recompile-storm warning.
+    """
+    from torch._inductor.compile_fx import compile_fx
+
+    options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
+
+    def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Any:
+        start = time.perf_counter()
+        compiled = compile_fx(graph, example_inputs, config_patches=options)
+        stats["compile_count"] = stats.get("compile_count", 0) + 1
+        stats["compile_seconds"] = stats.get("compile_seconds", 0.0) + time.perf_counter() - start
+        log.info("torch.compile built graph %d in %.2fs", stats["compile_count"], time.perf_counter() - start)
+        return compiled
+
+    return backend
+
+
 def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-    return torch.compile(unet, mode=_compile_settings(ctx)[0])
+    return torch.compile(unet, backend=counting_backend(ctx.stats, _compile_settings(ctx)[0]))
 
 
 def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -143,8 +165,9 @@ def _compile(pipe: Any, ctx: Context) -> None:
         raise ValidationError(
             f"torch_compile regional=true found no repeated blocks in {type(pipe.unet).__name__}; use regional=false."
         )
+    backend = counting_backend(ctx.stats, mode)
     for block in blocks:
-        block.compile(mode=mode)
+        block.compile(backend=backend)
     ctx.state["compiled_blocks"] = blocks
 
 
