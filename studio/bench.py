@@ -113,9 +113,26 @@ def call_kwargs(request: GenerationRequest) -> dict[str, Any]:
     }
 
 
+def step_tensor_inputs(prepared: Prepared) -> dict[str, Any]:
+    """`callback_on_step_end_tensor_inputs` for the step hooks of the request's techniques, if any.
+
+    Only the tensors this pipeline class hands to callbacks are asked for (SDXL has pooled
+    text embeddings and time ids, SD 1.5 does not).
+    """
+    allowed = list(getattr(prepared.pipe, "_callback_tensor_inputs", ["latents"]))
+    wanted = [n for o in prepared.call_opts if o.step_end is not None for n in o.step_tensors if n in allowed]
+    if not wanted:
+        return {}
+    return {"callback_on_step_end_tensor_inputs": list(dict.fromkeys(["latents", *wanted]))}
+
+
 def _step_callback(marks: list[float], total: int, on_step: StepFn | None, should_stop: StopFn | None,
-                   reasons: list[str]):
+                   reasons: list[str], prepared: Prepared):
+    hooks = [o.step_end for o in prepared.call_opts if o.step_end is not None]
+
     def callback(pipe: Any, i: int, t: Any, kwargs: dict) -> dict:
+        for hook in hooks:
+            kwargs = hook(pipe, i, prepared.ctx, kwargs)
         marks.append(time.perf_counter())
         if on_step is not None:
             on_step(i + 1, total)
@@ -143,7 +160,8 @@ def run_once(
     marks: list[float] = []
     reasons: list[str] = []
     kwargs = call_kwargs(request)
-    kwargs["callback_on_step_end"] = _step_callback(marks, request.steps, on_step, should_stop, reasons)
+    kwargs["callback_on_step_end"] = _step_callback(marks, request.steps, on_step, should_stop, reasons, prepared)
+    kwargs.update(step_tensor_inputs(prepared))
     device = prepared.ctx.device
     try:
         with PeakMemory(device) as mem, call_contexts(prepared.call_opts, prepared.ctx):

@@ -164,6 +164,7 @@ PARAM_CHECKS: dict[str, dict[str, Any]] = {
         "interval": lambda v: _int("deepcache interval", v, 1, DEEPCACHE_MAX_INTERVAL),
         "branch": lambda v: _int("deepcache branch", v, 0, DEEPCACHE_MAX_BRANCH),
     },
+    "cfg_cutoff": {"after": lambda v: _float("cfg_cutoff after", v, 0.05, 1.0)},
     "token_merging": {
         "ratio": lambda v: _float("token_merging ratio", v, 0.0, TOME_MAX_RATIO),
         "max_downsample": lambda v: _one_of("token_merging max_downsample", v, TOME_DOWNSAMPLES),

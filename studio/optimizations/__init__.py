@@ -5,6 +5,7 @@ from studio.optimizations import (  # noqa: F401  (_quiet first: before diffuser
     attention,
     caching,
     compile,
+    guidance,
     memory,
     precision,
     quantization,

@@ -4,7 +4,8 @@ Every technique is one `Optimization`. Its `stage` says how the manager treats i
 
 - "load": part of how weights are loaded (dtype, device map); selects the cached pipeline.
 - "pipeline": applied to and reverted from the live pipeline (`apply` / `revert`).
-- "call": a context manager around the pipeline call (autocast, backend flags).
+- "call": a context manager around the pipeline call (autocast, backend flags), and/or a
+  step hook (`step_end`) the pipeline's step callback runs after each denoising step.
 
 UI checkboxes, CLI flags, database columns and docs are generated from `REGISTRY`.
 """
@@ -67,6 +68,8 @@ class Optimization:
     apply: Callable[[Any, Context], None] = _noop
     revert: Callable[[Any, Context], None] = _noop
     call_context: Callable[[Context], contextlib.AbstractContextManager] | None = None
+    step_end: Callable[[Any, int, Context, dict], dict] | None = None
+    step_tensors: tuple[str, ...] = ()
     dtype: torch.dtype | None = None
     places_modules: bool = False
     params: dict[str, Any] = field(default_factory=dict)
