@@ -1,8 +1,8 @@
 """Stage 2 of training: the UNet and the text encoder, jointly, on precomputed VAE latents.
 
-    nice -n 10 python -m pipelines.tiny_shapes.train_vae --steps 1000             # first
-    nice -n 10 python -m pipelines.tiny_shapes.train_vae --decoder-only --minutes 50 &  # then, in parallel:
-    nice -n 10 python -m pipelines.tiny_shapes.train --minutes 50 --batch 32 --lr 6e-4 --ema 0.9985
+    python -m pipelines.tiny_shapes.train_vae --steps 3500 --batch 16                                # first
+    taskset -c 0 python -m pipelines.tiny_shapes.train_vae --decoder-only --minutes 55 --batch 16 &  # then, in parallel:
+    taskset -c 1 python -m pipelines.tiny_shapes.train --minutes 58 --batch 64 --lr 8e-4 --ema 0.999
 
 Seeded and resumable (``runs/unet/ckpt.pt`` is picked up automatically; pass a larger
 ``--steps`` to continue a finished run). Every ``--eval-every`` steps the EMA weights draw

@@ -1,12 +1,13 @@
 """Stage 1 of training: the AutoencoderKL (64x64 RGB <-> 4x8x8 latents).
 
-    nice -n 10 python -m pipelines.tiny_shapes.train_vae --steps 3000
+    python -m pipelines.tiny_shapes.train_vae --steps 3500 --batch 16
 
-    nice -n 10 python -m pipelines.tiny_shapes.train_vae --decoder-only --minutes 50
+    taskset -c 0 python -m pipelines.tiny_shapes.train_vae --decoder-only --minutes 55 --batch 16
 
 Seeded and resumable: the checkpoints in ``runs/vae/`` are picked up automatically.
-The loss is a foreground-weighted L1 (shapes are small; the background is most pixels)
-plus a tiny KL term, as in Stable Diffusion's autoencoder.
+The loss is a foreground-weighted L1 (shapes are small; the background is most pixels), an
+L1 on the shape's mean colour, and a tiny KL term as in Stable Diffusion's autoencoder; the
+decoder-only stage adds an edge (image-gradient) loss against blurred corners.
 
 ``--decoder-only`` freezes the encoder (so the latents the UNet trains on never change) and
 keeps improving the decoder on the precomputed latents, in parallel with the UNet training.
