@@ -21,6 +21,7 @@ from typing import Any
 from studio.optimizations.base import Context, Optimization, register
 
 GUIDED_TENSORS = ("prompt_embeds", "add_text_embeds", "add_time_ids")
+DEFAULTS = {"after": 0.5}
 
 
 def cutoff_step(steps: int, after: float) -> int:
@@ -30,7 +31,7 @@ def cutoff_step(steps: int, after: float) -> int:
 
 def _drop_guidance(pipe: Any, i: int, ctx: Context, tensors: dict) -> dict:
     """At the end of the last guided step, keep the conditional half and turn guidance off."""
-    after = ctx.params.get("cfg_cutoff", {}).get("after", 0.5)
+    after = {**DEFAULTS, **ctx.params.get("cfg_cutoff", {})}["after"]
     if not pipe.do_classifier_free_guidance or i + 1 != cutoff_step(pipe.num_timesteps, after):
         return tensors
     for name in GUIDED_TENSORS:
@@ -53,6 +54,6 @@ register(
         stage="call",
         step_end=_drop_guidance,
         step_tensors=GUIDED_TENSORS,
-        params={"after": 0.5},
+        params=dict(DEFAULTS),
     )
 )
