@@ -19,6 +19,7 @@ from pipelines.registry import PipelineSpec, resolve
 from studio import devices
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason
+from studio.optimizations.compile import DYNAMIC as COMPILE_DYNAMIC
 from studio.optimizations.runtime import max_threads
 
 MAX_PROMPT = 2000
@@ -156,6 +157,9 @@ PARAM_CHECKS: dict[str, dict[str, Any]] = {
     "torch_compile": {
         "mode": lambda v: _one_of("torch_compile mode", v, COMPILE_MODES),
         "regional": lambda v: _bool("torch_compile regional", v),
+        "dynamic": lambda v: _one_of("torch_compile dynamic", str(v).lower(), tuple(COMPILE_DYNAMIC)),
+        "freezing": lambda v: _bool("torch_compile freezing", v),
+        "cpp_wrapper": lambda v: _bool("torch_compile cpp_wrapper", v),
     },
     "attention_slicing": {"slice_size": _slice_size},
     "device_map_balanced": {"max_memory": _max_memory},

@@ -243,6 +243,9 @@ def test_threads_setting_reaches_the_call(manager):
         ({"token_merging": {"max_downsample": 3}}, "token_merging max_downsample must be one of 1, 2, 4, 8"),
         ({"torch_compile": {"regional": "maybe"}}, "torch_compile regional must be true or false"),
         ({"torch_compile": {"mode": "ludicrous"}}, "torch_compile mode must be one of default, reduce-overhead"),
+        ({"torch_compile": {"dynamic": "sometimes"}}, "torch_compile dynamic must be one of auto, true, false"),
+        ({"torch_compile": {"freezing": "yes please"}}, "torch_compile freezing must be true or false"),
+        ({"torch_compile": {"cpp_wrapper": 2}}, "torch_compile cpp_wrapper must be true or false"),
         ({"int8_dynamic": {"bits": 4}}, "int8_dynamic settings must be a mapping with keys from: none"),
         ({"fused_qkv": {"x": 1}}, "fused_qkv settings must be a mapping with keys from: none"),
     ],
@@ -256,6 +259,8 @@ def test_bad_settings_are_refused_with_a_sentence(params, message):
 def test_good_settings_are_normalised():
     r = request(["torch_compile"], params={"torch_compile": {"mode": "max-autotune", "regional": "true"}})
     assert r.params["torch_compile"] == {"mode": "max-autotune", "regional": True}
+    r = request(["torch_compile"], params={"torch_compile": {"dynamic": "False", "freezing": "yes", "cpp_wrapper": "0"}})
+    assert r.params["torch_compile"] == {"dynamic": "false", "freezing": True, "cpp_wrapper": False}
     r = request(["threads", "deepcache"], params={"threads": {"num_threads": "1"}, "deepcache": {"interval": "2"}})
     assert r.params == {"threads": {"num_threads": 1}, "deepcache": {"interval": 2}}
     r = request([], params={"token_merging": {"ratio": "0.25", "max_downsample": "2"}})
@@ -312,7 +317,8 @@ def test_new_entries_declare_defaults_for_every_setting():
     assert REGISTRY["threads"].params == {"num_threads": physical_cores()}
     assert REGISTRY["deepcache"].params == {"interval": 3, "branch": 0}
     assert REGISTRY["token_merging"].params == {"ratio": 0.5, "max_downsample": 1}
-    assert REGISTRY["torch_compile"].params == {"mode": "default", "regional": False}
+    assert REGISTRY["torch_compile"].params == {"mode": "default", "regional": False, "dynamic": "auto",
+                                                "freezing": False, "cpp_wrapper": False}
     assert REGISTRY["threads"].stage == "call" and REGISTRY["int8_dynamic"].reversible
 
 
@@ -334,6 +340,25 @@ def test_regional_compile_matches_and_reverts(manager, baseline):
     assert max_abs_diff(images, baseline) <= 1e-3
     assert np.array_equal(run(manager, request())[0], baseline)
     assert not any("_compiled_call_impl" in vars(m) for m in unet.modules())
+
+
+@pytest.mark.slow
+def test_static_compile_with_caching_and_cutoff_builds_each_graph_once_in_every_pipeline(manager):
+    """dynamic=false with DeepCache and the guidance cut-off: one static graph per (cache path, batch) -- four --
+    built on the first run and reused after, in later pipelines of the same class too (dynamo counts graphs per
+    code object, shared by every UNet: past 8 it would run the third one eagerly without saying so)."""
+    eager_req = request(["deepcache", "cfg_cutoff"], params={"cfg_cutoff": {"after": 0.4}}, steps=STEPS)
+    eager = run(manager, eager_req)[0]
+    params = {"cfg_cutoff": {"after": 0.4}, "torch_compile": {"dynamic": "false"}}
+    req = request(["deepcache", "cfg_cutoff", "torch_compile"], params=params, steps=STEPS)
+    for _ in range(3):  # more pipelines of the same class, each holding graphs of its own
+        engine = PipelineManager(load=loader.load)
+        with engine.acquire(req) as prepared:
+            images = bench.run_once(prepared, req).images
+            assert prepared.entry.stats["compile_count"] == 4, "full and cached path, at batch 2 then 1"
+            bench.run_once(prepared, req)
+            assert prepared.entry.stats["compile_count"] == 4, "the same request again builds nothing"
+        assert max_abs_diff(images, eager) <= 1e-3, "compiled draws what eager draws"
 
 
 def test_cfg_cutoff_runs_the_late_steps_on_one_sample_then_leaves_no_trace(manager, baseline):

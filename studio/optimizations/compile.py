@@ -14,12 +14,24 @@ Modes (validated in studio.validate.COMPILE_MODES): "default"; "reduce-overhead"
 graphs, which inductor skips on a CPU (it then behaves as "default"); "max-autotune" also
 benchmarks GEMM/convolution templates while compiling, which on a CPU makes the first call
 take many minutes for a small gain.
+
+Settings for inference on a CPU (Intel's and PyTorch's recommended inductor options):
+- `dynamic`: "auto" is torch's default (the second input shape seen recompiles the graph with
+  symbolic sizes, slower kernels but no further recompiles); "false" builds one static graph
+  per shape (fastest kernels; each new resolution, or the batch dropping from 2 to 1 under
+  `cfg_cutoff`, costs one more build); "true" starts symbolic.
+- `freezing`: inline the weights as constants, fold them and pre-pack convolution/linear
+  weights for oneDNN. The compiled graph keeps its own copies, so later changes to the
+  weights are not seen (torch_compile is applied last and is not reverted in place).
+- `cpp_wrapper`: the graph's launcher is generated C++ instead of Python, which removes
+  per-kernel Python overhead on small models; compiling takes longer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -117,14 +129,30 @@ def _traced(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     return TracedUNet(unet.eval(), ctx.stats)
 
 
-def _compile_settings(ctx: Context) -> tuple[str | None, bool]:
-    settings = ctx.params.get("torch_compile", {})
-    mode = settings.get("mode") or "default"
-    return (None if mode == "default" else mode), bool(settings.get("regional", False))
+DEFAULTS = {"mode": "default", "regional": False, "dynamic": "auto", "freezing": False, "cpp_wrapper": False}
+DYNAMIC = {"auto": None, "true": True, "false": False}  # the `dynamic` setting -> torch.compile(dynamic=...)
 
 
-def counting_backend(stats: dict[str, Any], mode: str | None):
-    """Inductor (with ``mode``'s options) that counts each graph it builds in ``stats``.
+@dataclass(frozen=True)
+class CompileSettings:
+    """A request's torch_compile settings, as torch.compile and inductor take them."""
+
+    mode: str | None
+    regional: bool
+    dynamic: bool | None
+    options: dict[str, Any]
+
+
+def compile_settings(ctx: Context) -> CompileSettings:
+    settings = {**DEFAULTS, **ctx.params.get("torch_compile", {})}
+    mode = None if settings["mode"] == "default" else settings["mode"]
+    options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
+    options.update({k: True for k in ("freezing", "cpp_wrapper") if settings[k]})
+    return CompileSettings(mode, bool(settings["regional"]), DYNAMIC[str(settings["dynamic"])], options)
+
+
+def counting_backend(stats: dict[str, Any], options: dict[str, Any]):
+    """Inductor (with these config ``options``) that counts each graph it builds in ``stats``.
 
     Dynamo calls the backend once per new graph: the first call, and every recompile (a new
     input shape, a guard that failed). ``compile_count`` and ``compile_seconds`` feed the
@@ -132,7 +160,7 @@ def counting_backend(stats: dict[str, Any], mode: str | None):
     """
     from torch._inductor.compile_fx import compile_fx
 
-    options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
+    options = dict(options)
 
     def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Any:
         start = time.perf_counter()
@@ -146,7 +174,8 @@ def counting_backend(stats: dict[str, Any], mode: str | None):
 
 
 def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-    return torch.compile(unet, backend=counting_backend(ctx.stats, _compile_settings(ctx)[0]))
+    settings = compile_settings(ctx)
+    return torch.compile(unet, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic)
 
 
 def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -155,9 +184,24 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
 
 
+# Dynamo keeps at most `recompile_limit` graphs per code object (8 by default) and then runs it
+# eagerly, with only a log warning. Every UNet of a class shares its forward's code object, so a
+# studio holding a few compiled pipelines (each with a graph per shape, per DeepCache path and per
+# batch under cfg_cutoff) would silently lose compilation on the later ones. The studio reports
+# recompile storms itself (studio.service), so it gives dynamo room for every live pipeline.
+RECOMPILE_LIMIT = 64
+
+
+def _room_for_graphs() -> None:
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+
+
 def _compile(pipe: Any, ctx: Context) -> None:
-    mode, regional = _compile_settings(ctx)
-    if not regional:
+    settings = compile_settings(ctx)
+    _room_for_graphs()
+    if not settings.regional:
         _swap_unet(_compiled)(pipe, ctx)
         return
     blocks = repeated_blocks(pipe.unet)
@@ -165,9 +209,9 @@ def _compile(pipe: Any, ctx: Context) -> None:
         raise ValidationError(
             f"torch_compile regional=true found no repeated blocks in {type(pipe.unet).__name__}; use regional=false."
         )
-    backend = counting_backend(ctx.stats, mode)
+    backend = counting_backend(ctx.stats, settings.options)
     for block in blocks:
-        block.compile(backend=backend)
+        block.compile(backend=backend, dynamic=settings.dynamic)
     ctx.state["compiled_blocks"] = blocks
 
 
@@ -209,13 +253,14 @@ register(
         group="speed",
         description=(
             "Compile the UNet with torch.compile (inductor), whole or block by block (regional); "
-            "the first call pays the compile time."
+            "the first call pays the compile time. Settings: mode, regional, dynamic (auto/true/false), "
+            "freezing and cpp_wrapper (inductor's CPU inference options)."
         ),
         conflicts=("jit_trace_unet",),
         reversible=False,
         apply=_compile,
         revert=_uncompile,
-        params={"mode": "default", "regional": False},
+        params=dict(DEFAULTS),
         order=80,
     )
 )
