@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.speed_floors tiny   [--rounds 5]   # tiny-shapes, 20 steps: best vs fp32 (floor x3.0)
     .venv/bin/python -m benchmarks.speed_floors sd15   [--rounds 2]   # sd15-arch 256x256, 10 steps (floor x3.5)
+    # (sd15 takes ~30 min: int8_static calibrates and compiles the UNet for ~8 min, torch_compile ~4 min)
 
 A configuration is techniques joined by commas, then optional settings:
     --config "deepcache,cfg_cutoff,torch_compile deepcache.interval=4 cfg_cutoff.after=0.3"
@@ -127,10 +128,9 @@ def matmul_peak(dtype: torch.dtype = torch.bfloat16, n: int = 4096, reps: int = 
 def sd15(rounds: int, configs: list[str], side: int) -> None:
     studio = _studio()
     peaks = {name: matmul_peak(dtype) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
-    peak = max(peaks.values())
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
           + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
-          + f" (AMX: {devices.detect().amx_bf16}); fractions below are of the higher one")
+          + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each")
     requests = {c: _request(c, "sd15-arch", "a photo", seed=1, steps=10, width=side, height=side) for c in configs}
     order = [*configs, configs[0]]  # the baseline again at the end: drift shows as a change in it
     reference, flops, results = None, None, {}
@@ -153,7 +153,8 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
         print(f"  {key:48} {m['latency_median']:.2f}s (min {m['latency_min']:.2f}, max {m['latency_max']:.2f}) "
               f"first call {m['first_call_seconds']:.1f}s  step {step:.3f}s  "
               f"x{results[configs[0]] / m['latency_median']:.2f}  UNet rel. error {rel:.2e}  "
-              f"UNet {flops / step / 1e9:.0f} GFLOP/s = {flops / step / 1e9 / peak:.0%} of the matmul peak", flush=True)
+              f"UNet {flops / step / 1e9:.0f} GFLOP/s = {flops / step / 1e9 / peaks['bf16']:.0%} of the bf16 peak, "
+              f"{flops / step / 1e9 / peaks['fp32']:.0%} of the fp32 peak", flush=True)
         if i < len(configs) - 1:  # free the configuration's pipeline before the next loads
             studio.manager = PipelineManager(max_pipelines=8)
     print(f"UNet FLOPs per call (batch 2 = guidance, {side}x{side}): {flops / 1e9:.1f} GFLOP")
@@ -167,9 +168,14 @@ if __name__ == "__main__":
     parser.add_argument("--config", action="append", default=None)
     args = parser.parse_args()
     if args.which == "tiny":
-        tiny(args.rounds or 7, args.config or ["baseline", "bf16", "torch_compile", "torch_compile,deepcache",
-                                               "torch_compile,deepcache deepcache.interval=5",
-                                               "torch_compile,cfg_cutoff cfg_cutoff.after=0.4"])
+        static = "torch_compile.dynamic=false"
+        tiny(args.rounds or 7, args.config or [
+            "baseline", "bf16", f"torch_compile {static}", f"torch_compile,deepcache {static}",
+            f"torch_compile,deepcache,cfg_cutoff cfg_cutoff.after=0.4 {static}",
+            f"torch_compile,deepcache,cfg_cutoff cfg_cutoff.after=0.4 {static} torch_compile.cpp_wrapper=true",
+        ])
     else:
-        sd15(args.rounds or 2, args.config or ["baseline", "bf16,channels_last", "bf16,channels_last,jit_trace_unet",
-                                               "bf16,channels_last,torch_compile", "int8_dynamic,channels_last"], args.side)
+        sd15(args.rounds or 2, args.config or [
+            "baseline", "channels_last,torch_compile torch_compile.dynamic=false torch_compile.freezing=true",
+            "int8_static",
+        ], args.side)

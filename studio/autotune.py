@@ -36,7 +36,7 @@ Progress = Callable[[int, int, str], None]
 # slicing/tiling, the seed documents' slow "original" attention, and thread control (a machine setting).
 EXCLUDED = frozenset({"model_cpu_offload", "sequential_cpu_offload", "device_map_balanced", "vae_slicing",
                       "vae_tiling", "attention_slicing", "classic_attention", "threads"})
-SLOW_TO_PREPARE = frozenset({"torch_compile"})  # minutes of compilation per configuration on a CPU
+SLOW_TO_PREPARE = frozenset({"torch_compile", "int8_static"})  # minutes of compilation per configuration on a CPU
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,8 @@ class PipelineManager:
             ctx = self._configure(entry, request)
             entry.pipe.scheduler = self._scheduler(entry, request.scheduler)
             switch = time.perf_counter() - start
-            call_opts = [get(o) for o in request.opts if get(o).stage == "call"]
+            # call-stage techniques, and pipeline-stage ones that also set something around each call
+            call_opts = [get(o) for o in request.opts if get(o).stage == "call" or get(o).call_context is not None]
             entry.calls += 1
             yield Prepared(
                 pipe=entry.pipe,

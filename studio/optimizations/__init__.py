@@ -10,6 +10,7 @@ from studio.optimizations import (  # noqa: F401  (_quiet first: before diffuser
     precision,
     quantization,
     runtime,
+    static_quantization,
     tokens,
 )
 from studio.optimizations.base import (

@@ -123,6 +123,10 @@ def _requirement_reason(req: str, hw: Hardware, device: str, family: str) -> str
         want = int(req.removeprefix("gpus>="))
         have = len(hw.gpus) if hw.cuda_functional else 0
         return None if have >= want else f"needs at least {want} CUDA GPUs; {have} functional here"
+    if req == "cpu-x86":
+        if dtype != "cpu":
+            return f"runs on the CPU (oneDNN int8 kernels); this run is on {device}"
+        return None if {"avx2", "avx512f"} & hw.cpu_flags else "needs an x86 CPU with AVX2 or AVX-512"
     if req.startswith("module:"):
         mod = req.removeprefix("module:")
         return None if _module_available(mod) else f"needs the {mod} package, which is not installed"

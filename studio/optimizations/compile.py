@@ -29,6 +29,7 @@ Settings for inference on a CPU (Intel's and PyTorch's recommended inductor opti
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -71,17 +72,21 @@ class _PlainUNet(torch.nn.Module):
         return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
 
 
-class TracedUNet(torch.nn.Module):
-    """Stands in for a UNet; traces it once per input shape (a new shape is a re-trace).
+class PerShapeUNet(torch.nn.Module):
+    """Stands in for a UNet; builds a graph of it once per input shape (a new shape is a new build).
 
     Attributes the pipeline reads (config, dtype, device, ...) come from the original.
+    Subclasses say how a graph is built (`build`) and under which name builds are counted in
+    the pipeline's stats (`counter`: `<counter>_count`, `<counter>_seconds`).
     """
+
+    counter = "trace"
 
     def __init__(self, unet: torch.nn.Module, stats: dict[str, Any]):
         super().__init__()
         self.original = unet
         self._plain = _PlainUNet(unet)
-        self._traces: dict[tuple, torch.jit.ScriptModule] = {}
+        self._graphs: dict[tuple, Any] = {}
         self._stats = stats
 
     def __getattr__(self, name: str) -> Any:
@@ -90,25 +95,40 @@ class TracedUNet(torch.nn.Module):
         except AttributeError:
             return getattr(self._modules["original"], name)
 
-    def _trace(self, key: tuple, args: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
+    def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
+        raise NotImplementedError
+
+    def _build(self, key: tuple, inputs: tuple[torch.Tensor, ...]) -> Any:
         start = time.perf_counter()
-        traced = torch.jit.trace(self._plain, args, check_trace=False)
-        self._stats["trace_count"] = self._stats.get("trace_count", 0) + 1
-        self._stats["trace_seconds"] = self._stats.get("trace_seconds", 0.0) + time.perf_counter() - start
-        log.info("traced the UNet for input shape %s in %.2fs", key, time.perf_counter() - start)
-        self._traces[key] = traced
-        return traced
+        graph = self.build(inputs)
+        seconds = time.perf_counter() - start
+        self._stats[f"{self.counter}_count"] = self._stats.get(f"{self.counter}_count", 0) + 1
+        self._stats[f"{self.counter}_seconds"] = self._stats.get(f"{self.counter}_seconds", 0.0) + seconds
+        log.info("%s: built the UNet for input shape %s in %.2fs", type(self).__name__, key, seconds)
+        self._graphs[key] = graph
+        return graph
 
     def forward(self, sample, timestep, encoder_hidden_states=None, *args, return_dict: bool = True, **kwargs):
         extra = [k for k, v in kwargs.items() if v is not None]
         if args or extra:
-            raise TypeError(f"the traced UNet takes no extra conditioning ({extra or 'positional'}); use torch_compile")
+            raise TypeError(
+                f"{type(self).__name__} takes no extra conditioning ({extra or 'positional'}); use torch_compile"
+            )
         timestep = torch.as_tensor(timestep, device=sample.device)
         inputs = (sample, timestep, encoder_hidden_states)
         key = tuple((tuple(t.shape), t.dtype) for t in inputs)
-        traced = self._traces.get(key) or self._trace(key, inputs)
-        out = traced(*inputs)
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._build(key, inputs)
+        out = graph(*inputs)
         return UNet2DConditionOutput(sample=out) if return_dict else (out,)
+
+
+class TracedUNet(PerShapeUNet):
+    """A torch.jit.trace of the UNet per input shape."""
+
+    def build(self, inputs: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
+        return torch.jit.trace(self._plain, inputs, check_trace=False)
 
 
 def _swap_unet(make):
@@ -119,7 +139,7 @@ def _swap_unet(make):
     return apply
 
 
-def _restore_unet(pipe: Any, ctx: Context) -> None:
+def restore_unet(pipe: Any, ctx: Context) -> None:
     original = ctx.state.pop("unet_original", None)
     if original is not None:
         pipe.unet = original
@@ -173,6 +193,16 @@ def counting_backend(stats: dict[str, Any], options: dict[str, Any]):
     return backend
 
 
+def freezing(enabled: bool = True) -> contextlib.AbstractContextManager:
+    """Inductor's freezing on around calls of a compiled graph. Dynamo reads it while tracing (weights
+    become constants of the graph only then), so a backend option alone would come too late."""
+    return torch._inductor.config.patch(freezing=True) if enabled else contextlib.nullcontext()
+
+
+def _freezing_if_asked(ctx: Context) -> contextlib.AbstractContextManager:
+    return freezing(bool(compile_settings(ctx).options.get("freezing")))
+
+
 def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     settings = compile_settings(ctx)
     return torch.compile(unet, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic)
@@ -218,7 +248,7 @@ def _compile(pipe: Any, ctx: Context) -> None:
 def _uncompile(pipe: Any, ctx: Context) -> None:
     for block in ctx.state.pop("compiled_blocks", []):
         block.__dict__.pop("_compiled_call_impl", None)
-    _restore_unet(pipe, ctx)
+    restore_unet(pipe, ctx)
 
 
 register(
@@ -242,7 +272,7 @@ register(
         conflicts=("torch_compile",),
         reversible=False,
         apply=_swap_unet(_traced),
-        revert=_restore_unet,
+        revert=restore_unet,
         order=80,
     )
 )
@@ -261,6 +291,7 @@ register(
         apply=_compile,
         revert=_uncompile,
         params=dict(DEFAULTS),
+        call_context=_freezing_if_asked,
         order=80,
     )
 )
