@@ -169,7 +169,10 @@ PARAM_CHECKS: dict[str, dict[str, Any]] = {
         "branch": lambda v: _int("deepcache branch", v, 0, DEEPCACHE_MAX_BRANCH),
     },
     "cfg_cutoff": {"after": lambda v: _float("cfg_cutoff after", v, 0.05, 1.0)},
-    "int8_static": {"calibration_steps": lambda v: _int("int8_static calibration_steps", v, 1, 50)},
+    "int8_static": {
+        "calibration_steps": lambda v: _int("int8_static calibration_steps", v, 1, 50),
+        "vae": lambda v: _bool("int8_static vae", v),
+    },
     "token_merging": {
         "ratio": lambda v: _float("token_merging ratio", v, 0.0, TOME_MAX_RATIO),
         "max_downsample": lambda v: _one_of("token_merging max_downsample", v, TOME_DOWNSAMPLES),

@@ -72,8 +72,8 @@ class _PlainUNet(torch.nn.Module):
         return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
 
 
-class PerShapeUNet(torch.nn.Module):
-    """Stands in for a UNet; builds a graph of it once per input shape (a new shape is a new build).
+class PerShapeModule(torch.nn.Module):
+    """Stands in for a module; builds a graph of it once per input shape (a new shape is a new build).
 
     Attributes the pipeline reads (config, dtype, device, ...) come from the original.
     Subclasses say how a graph is built (`build`) and under which name builds are counted in
@@ -82,10 +82,9 @@ class PerShapeUNet(torch.nn.Module):
 
     counter = "trace"
 
-    def __init__(self, unet: torch.nn.Module, stats: dict[str, Any]):
+    def __init__(self, module: torch.nn.Module, stats: dict[str, Any]):
         super().__init__()
-        self.original = unet
-        self._plain = _PlainUNet(unet)
+        self.original = module
         self._graphs: dict[tuple, Any] = {}
         self._stats = stats
 
@@ -98,15 +97,26 @@ class PerShapeUNet(torch.nn.Module):
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
         raise NotImplementedError
 
-    def _build(self, key: tuple, inputs: tuple[torch.Tensor, ...]) -> Any:
-        start = time.perf_counter()
-        graph = self.build(inputs)
-        seconds = time.perf_counter() - start
-        self._stats[f"{self.counter}_count"] = self._stats.get(f"{self.counter}_count", 0) + 1
-        self._stats[f"{self.counter}_seconds"] = self._stats.get(f"{self.counter}_seconds", 0.0) + seconds
-        log.info("%s: built the UNet for input shape %s in %.2fs", type(self).__name__, key, seconds)
-        self._graphs[key] = graph
+    def graph_for(self, inputs: tuple[torch.Tensor, ...]) -> Any:
+        """The graph for these inputs' shapes and dtypes, built on first sight."""
+        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        graph = self._graphs.get(key)
+        if graph is None:
+            start = time.perf_counter()
+            graph = self._graphs[key] = self.build(inputs)
+            seconds = time.perf_counter() - start
+            self._stats[f"{self.counter}_count"] = self._stats.get(f"{self.counter}_count", 0) + 1
+            self._stats[f"{self.counter}_seconds"] = self._stats.get(f"{self.counter}_seconds", 0.0) + seconds
+            log.info("%s: built a graph for input shape %s in %.2fs", type(self).__name__, key, seconds)
         return graph
+
+
+class PerShapeUNet(PerShapeModule):
+    """A UNet called the way pipelines call it, with a graph per input shape of (sample, timestep, text)."""
+
+    def __init__(self, unet: torch.nn.Module, stats: dict[str, Any]):
+        super().__init__(unet, stats)
+        self._plain = _PlainUNet(unet)
 
     def forward(self, sample, timestep, encoder_hidden_states=None, *args, return_dict: bool = True, **kwargs):
         extra = [k for k, v in kwargs.items() if v is not None]
@@ -116,11 +126,7 @@ class PerShapeUNet(torch.nn.Module):
             )
         timestep = torch.as_tensor(timestep, device=sample.device)
         inputs = (sample, timestep, encoder_hidden_states)
-        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
-        graph = self._graphs.get(key)
-        if graph is None:
-            graph = self._build(key, inputs)
-        out = graph(*inputs)
+        out = self.graph_for(inputs)(*inputs)
         return UNet2DConditionOutput(sample=out) if return_dict else (out,)
 
 
