@@ -1,8 +1,9 @@
 """Issue 'Faster than the docs' floors, through the engine (PipelineManager + timing protocol), on this CPU.
 
     .venv/bin/python -m benchmarks.speed_floors tiny   [--rounds 5]   # tiny-shapes, 20 steps: best vs fp32 (floor x3.0)
-    .venv/bin/python -m benchmarks.speed_floors sd15   [--rounds 2]   # sd15-arch 256x256, 10 steps (floor x3.5)
-    # (sd15 takes ~30 min: int8_static calibrates and compiles the UNet for ~8 min, torch_compile ~4 min)
+    .venv/bin/python -m benchmarks.speed_floors sd15   [--rounds 5]   # sd15-arch 256x256, 10 steps (floor x3.5)
+    # (sd15 takes ~35 min: int8_static calibrates and compiles for ~5 min, torch_compile ~4 min, and an
+    # fp32 round is ~50 s; `--config baseline --config int8_static` alone takes ~15 min)
 
 A configuration is techniques joined by commas, then optional settings:
     --config "deepcache,cfg_cutoff,torch_compile deepcache.interval=4 cfg_cutoff.after=0.3"
@@ -12,8 +13,9 @@ across configurations (A B C A B C ...), medians; prompt fidelity is measured on
 x 1 seed through the engine's call path, so a fast configuration that draws the wrong picture shows.
 
 sd15: techniques that keep the math only (precision, layout, attention kernel, compile,
-quantization, threads); each configuration is measured after a warm-up (compile and trace costs
-are reported separately), the fp32 baseline is measured first and last to show drift. Also the
+quantization, threads); every configuration is loaded and warmed up (compile and trace costs are
+reported separately), then timed in interleaved rounds, each speedup as the median of the
+per-round ratios with their range. Also the
 UNet output's relative error vs fp32 on a guided step's inputs (noise, the prompt's embeddings), the UNet's FLOPs per call
 (torch.utils.flop_counter) and the achieved GFLOP/s as a fraction of this machine's measured bf16
 matmul peak.
@@ -129,19 +131,31 @@ def matmul_peak(dtype: torch.dtype = torch.bfloat16, n: int = 4096, reps: int = 
 
 
 def sd15(rounds: int, configs: list[str], side: int) -> None:
-    studio = _studio()
+    # Every configuration stays loaded in its own engine (fp32 SD 1.5 is ~4 GB), so rounds interleave
+    # (A B C A B C ...) and the host's speed swings (here +-25% over tens of seconds) fall on all of them alike.
     peaks = {name: matmul_peak(dtype) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
           + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
-          + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each")
+          + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each", flush=True)
+    studios = {c: _studio() for c in configs}
     requests = {c: _request(c, "sd15-arch", "a photo", seed=1, steps=10, width=side, height=side) for c in configs}
-    order = [*configs, configs[0]]  # the baseline again at the end: drift shows as a change in it
-    reference, flops, results = None, None, {}
-    for i, c in enumerate(order):
-        req = requests[c]
-        result = studio.generate(req, warmup=1, repeats=rounds)
-        m = result.metrics
-        with studio.manager.acquire(req) as prepared:
+    first: dict[str, float] = {}
+    latency: dict[str, list[float]] = {c: [] for c in configs}
+    step: dict[str, list[float]] = {c: [] for c in configs}
+    for c in configs:  # load, calibrate/compile, first call
+        first[c] = studios[c].generate(requests[c], warmup=1, repeats=1).metrics["first_call_seconds"]
+        print(f"  ready: {c} (first call {first[c]:.1f}s)", flush=True)
+    for _ in range(rounds):
+        for c in configs:
+            m = studios[c].generate(requests[c]).metrics
+            latency[c].append(m["latency_median"])
+            step[c].append(m["step_median"])
+    reference, flops = None, None
+    base = configs[0]
+    print(f"sd15-arch {side}x{side}, 10 steps, guidance, CPU; {rounds} interleaved rounds, pipeline call end to end "
+          f"(text encoder, denoising, VAE decode); speedup = median of the per-round ratios to {base} (min-max):")
+    for c in configs:
+        with studios[c].manager.acquire(requests[c]) as prepared:
             inputs = _unet_inputs(prepared.pipe, side)
             out = _unet_out(prepared, inputs)
             if flops is None:
@@ -150,15 +164,13 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
                 flops = counter.get_total_flops()
         reference = out if reference is None else reference
         rel = float((out - reference).norm() / reference.norm())
-        step = m["step_median"]
-        key = c if i < len(configs) else f"{c} (again, last)"
-        results[key] = m["latency_median"]
-        print(f"  {key:48} {m['latency_median']:.2f}s (min {m['latency_min']:.2f}, max {m['latency_max']:.2f}) "
-              f"first call {m['first_call_seconds']:.1f}s  step {step:.3f}s  "
-              f"x{results[configs[0]] / m['latency_median']:.2f}  UNet rel. error {rel:.2e}  "
-              f"UNet {flops / step / 1e9:.0f} GFLOP/s = {flops / step / 1e9 / peaks['bf16']:.0%} of the bf16 peak, "
-              f"{flops / step / 1e9 / peaks['fp32']:.0%} of the fp32 peak", flush=True)
-        studio.manager = PipelineManager(max_pipelines=8)  # free the configuration's pipeline before the next loads
+        ratios = [b / x for b, x in zip(latency[base], latency[c], strict=True)]
+        med_step = statistics.median(step[c])
+        print(f"  {c:48} {statistics.median(latency[c]):.2f}s (min {min(latency[c]):.2f}, max {max(latency[c]):.2f}) "
+              f"x{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})  first call {first[c]:.1f}s  "
+              f"step {med_step:.3f}s  UNet rel. error {rel:.2e}  UNet {flops / med_step / 1e9:.0f} GFLOP/s = "
+              f"{flops / med_step / 1e9 / peaks['bf16']:.0%} of the bf16 peak, "
+              f"{flops / med_step / 1e9 / peaks['fp32']:.0%} of the fp32 peak", flush=True)
     print(f"UNet FLOPs per call (batch 2 = guidance, {side}x{side}): {flops / 1e9:.1f} GFLOP")
 
 
@@ -177,7 +189,7 @@ if __name__ == "__main__":
             f"torch_compile,deepcache,cfg_cutoff cfg_cutoff.after=0.4 {static} torch_compile.cpp_wrapper=true",
         ])
     else:
-        sd15(args.rounds or 2, args.config or [
+        sd15(args.rounds or 5, args.config or [
             "baseline", "channels_last,torch_compile torch_compile.dynamic=false torch_compile.freezing=true",
             "int8_static",
         ], args.side)

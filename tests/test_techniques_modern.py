@@ -397,6 +397,30 @@ def test_static_compile_with_caching_and_cutoff_builds_each_graph_once_in_every_
         assert max_abs_diff(images, eager) <= 1e-3, "compiled draws what eager draws"
 
 
+@pytest.mark.parametrize("settings", [{}, {"freezing": True, "cpp_wrapper": True}])
+def test_compile_inference_settings_reach_inductor_while_dynamo_traces(monkeypatch, settings):
+    """freezing and cpp_wrapper are in force when inductor is handed each graph -- freezing already while dynamo
+    traces, since weights become constants of the graph only then -- and nowhere else afterwards. Inductor is
+    replaced by running the graph it is handed eagerly: the test costs a trace, not a compile."""
+    import torch._inductor.compile_fx as compile_fx
+
+    seen = []
+
+    def inductor(graph, example_inputs, config_patches=None, **kwargs):
+        seen.append({"freezing while traced": torch._inductor.config.freezing, **(config_patches or {})})
+        return graph.forward
+
+    monkeypatch.setattr(compile_fx, "compile_fx", inductor)
+    req = request(["torch_compile"], params={"torch_compile": {"dynamic": "false", **settings}})
+    with PipelineManager(load=loader.load).acquire(req) as prepared:
+        bench.run_once(prepared, req)
+    assert len(seen) == prepared.entry.stats["compile_count"] >= 1
+    for graph in seen:
+        assert graph["freezing while traced"] is settings.get("freezing", False)
+        assert graph.get("cpp_wrapper", False) is settings.get("cpp_wrapper", False)
+    assert torch._inductor.config.freezing is False and torch._inductor.config.cpp_wrapper is False, "no leak"
+
+
 def test_cfg_cutoff_runs_the_late_steps_on_one_sample_then_leaves_no_trace(manager, baseline):
     with manager.acquire(request()) as p:
         unet = p.pipe.unet
