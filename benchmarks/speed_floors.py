@@ -118,14 +118,40 @@ def _unet_out(prepared, inputs) -> torch.Tensor:
         return unet(sample.to(dtype), t, encoder_hidden_states=context.to(dtype)).sample.float()
 
 
+KERNEL_KINDS = (("int8 conv", ("onednn::qconv",)), ("int8 linear", ("onednn::qlinear", "aten::_int_mm")),
+                ("attention", ("aten::_scaled_dot_product", "aten::_efficient_attention", "aten::_flash_attention")),
+                ("float conv/matmul", ("aten::mkldnn_convolution", "aten::convolution", "aten::_convolution", "aten::mm",
+                                       "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::", "onednn::")))
+
+
+def unet_breakdown(prepared, inputs) -> dict[str, float]:
+    """Share of one UNet call's CPU time by kind of kernel (profiler self time); "other" is normalisation,
+    activations, (de)quantisation and layout copies, inside compiled graphs or not."""
+    from torch.profiler import profile
+
+    with profile() as prof:
+        _unet_out(prepared, inputs)
+    shares = dict.fromkeys([k for k, _ in KERNEL_KINDS] + ["other"], 0.0)
+    for event in prof.key_averages():
+        kind = next((k for k, prefixes in KERNEL_KINDS if event.key.startswith(prefixes)), "other")
+        shares[kind] += event.self_cpu_time_total
+    total = sum(shares.values())
+    return {k: v / total for k, v in shares.items() if v}
+
+
 def matmul_peak(dtype: torch.dtype = torch.bfloat16, n: int = 4096, reps: int = 10) -> float:
-    """Measured GFLOP/s of an n x n matmul in `dtype` on this machine (best of `reps`)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    torch.mm(a, b)
+    """Measured GFLOP/s (GOP/s for int8, through torch._int_mm) of an n x n matmul in `dtype` here (best of `reps`)."""
+    if dtype == torch.int8:
+        a, b = (torch.randint(-128, 128, (n, n), dtype=torch.int8) for _ in range(2))
+        mm = torch._int_mm
+    else:
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        mm = torch.mm
+    mm(a, b)
     best = float("inf")
     for _ in range(reps):
         start = time.perf_counter()
-        torch.mm(a, b)
+        mm(a, b)
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best / 1e9
 
@@ -133,7 +159,8 @@ def matmul_peak(dtype: torch.dtype = torch.bfloat16, n: int = 4096, reps: int = 
 def sd15(rounds: int, configs: list[str], side: int) -> None:
     # Every configuration stays loaded in its own engine (fp32 SD 1.5 is ~4 GB), so rounds interleave
     # (A B C A B C ...) and the host's speed swings (here +-25% over tens of seconds) fall on all of them alike.
-    peaks = {name: matmul_peak(dtype) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    peaks = {name: matmul_peak(dtype) for name, dtype in
+             (("fp32", torch.float32), ("bf16", torch.bfloat16), ("int8", torch.int8))}
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
           + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
           + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each", flush=True)
@@ -158,6 +185,7 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
         with studios[c].manager.acquire(requests[c]) as prepared:
             inputs = _unet_inputs(prepared.pipe, side)
             out = _unet_out(prepared, inputs)
+            shares = unet_breakdown(prepared, inputs)
             if flops is None:
                 with FlopCounterMode(display=False) as counter:
                     _unet_out(prepared, inputs)
@@ -170,7 +198,9 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
               f"x{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})  first call {first[c]:.1f}s  "
               f"step {med_step:.3f}s  UNet rel. error {rel:.2e}  UNet {flops / med_step / 1e9:.0f} GFLOP/s = "
               f"{flops / med_step / 1e9 / peaks['bf16']:.0%} of the bf16 peak, "
-              f"{flops / med_step / 1e9 / peaks['fp32']:.0%} of the fp32 peak", flush=True)
+              f"{flops / med_step / 1e9 / peaks['fp32']:.0%} of the fp32 peak, "
+              f"{flops / med_step / 1e9 / peaks['int8']:.0%} of the int8 one", flush=True)
+        print("      UNet call by kernel: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()), flush=True)
     print(f"UNet FLOPs per call (batch 2 = guidance, {side}x{side}): {flops / 1e9:.1f} GFLOP")
 
 
