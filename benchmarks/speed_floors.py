@@ -162,7 +162,7 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
     peaks = {name: matmul_peak(dtype) for name, dtype in
              (("fp32", torch.float32), ("bf16", torch.bfloat16), ("int8", torch.int8))}
     print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
-          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
+          + ", ".join(f"{k} {v:.0f} {'GOP/s' if k == 'int8' else 'GFLOP/s'}" for k, v in peaks.items())
           + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each", flush=True)
     studios = {c: _studio() for c in configs}
     requests = {c: _request(c, "sd15-arch", "a photo", seed=1, steps=10, width=side, height=side) for c in configs}

@@ -213,6 +213,15 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
         assert prepared.pipe.unet is unet and prepared.pipe.vae.decoder is decoder, "the very same float modules"
 
 
+@needs_torchao
+def test_int8_static_with_vae_off_leaves_the_decoder_in_float():
+    """vae=false quantizes the UNet only (nothing is built before the first call, so this costs a load)."""
+    req = request(["int8_static"], params={"int8_static": {"vae": False}})
+    with PipelineManager(load=loader.load).acquire(req) as prepared:
+        assert type(prepared.pipe.unet).__name__ == "Int8StaticUNet"
+        assert type(prepared.pipe.vae.decoder).__name__ == "Decoder"
+
+
 def test_int8_static_is_refused_before_any_compute_where_it_cannot_run(fake_gpus):
     with pytest.raises(ValidationError, match="int8_static calibration_steps must be a whole number between 1 and 50"):
         request(["int8_static"], params={"int8_static": {"calibration_steps": 0}})
