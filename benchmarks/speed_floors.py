@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.speed_floors tiny   [--rounds 5]   # tiny-shapes, 20 steps: best vs fp32 (floor x3.0)
     .venv/bin/python -m benchmarks.speed_floors sd15   [--rounds 5]   # sd15-arch 256x256, 10 steps (floor x3.5)
     # (sd15 takes ~35 min: int8_static calibrates and compiles for ~5 min, torch_compile ~4 min, and an
-    # fp32 round is ~50 s; `--config baseline --config int8_static` alone takes ~15 min)
+    # fp32 round is ~50 s; `--config baseline --config int8_static` alone takes ~20 min at 5 rounds)
 
 A configuration is techniques joined by commas, then optional settings:
     --config "deepcache,cfg_cutoff,torch_compile deepcache.interval=4 cfg_cutoff.after=0.3"
@@ -17,8 +17,8 @@ quantization, threads); every configuration is loaded and warmed up (compile and
 reported separately), then timed in interleaved rounds, each speedup as the median of the
 per-round ratios with their range. Also the
 UNet output's relative error vs fp32 on a guided step's inputs (noise, the prompt's embeddings), the UNet's FLOPs per call
-(torch.utils.flop_counter) and the achieved GFLOP/s as a fraction of this machine's measured bf16
-matmul peak.
+(torch.utils.flop_counter), the achieved GFLOP/s as a fraction of this machine's measured fp32, bf16
+and int8 matmul peaks, and each configuration's UNet call split by kind of kernel.
 """
 
 from __future__ import annotations
