@@ -25,7 +25,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from gradio_client import Client
 
-from benchmarks.timing import describe, interleaved, overhead
+from benchmarks.timing import describe, overhead, times
 from studio.service import Studio
 from studio.ui import build_demo
 from studio.validate import validate_request
@@ -65,7 +65,7 @@ def main(rounds: int, steps: int) -> None:
     request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps)
     args = ("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", 1, steps, 6.0, 64, 64, "default", "")
     try:
-        times = interleaved({
+        timed = times({
             "engine (Studio.generate)": lambda: studio.generate(request),
             "gradio_client /generate": lambda: client.predict(*args, api_name="/generate"),
             "  same, shared SSL context": lambda: reusing.predict(*args, api_name="/generate"),
@@ -73,10 +73,10 @@ def main(rounds: int, steps: int) -> None:
     finally:
         demo.close()
     print(f"tiny-shapes, {steps} steps, CPU, one process, interleaved:")
-    for name, samples in times.items():
+    for name, samples in timed.items():
         print(f"  {name:26} {describe(samples)}")
-    ratio = overhead(times["gradio_client /generate"], times["engine (Studio.generate)"])
-    tuned = overhead(times["  same, shared SSL context"], times["engine (Studio.generate)"])
+    ratio = overhead(timed["gradio_client /generate"], timed["engine (Studio.generate)"])
+    tuned = overhead(timed["  same, shared SSL context"], timed["engine (Studio.generate)"])
     print(f"  gradio_client overhead, default Client(url): {ratio:+.2%}")
     print(f"  gradio_client overhead, Client(url, ssl_verify=ssl.create_default_context()): {tuned:+.2%} (floor: <= 5%)")
     print(f"  for reference, a no-op Gradio echo endpoint round trip (shared SSL context): {describe(gradio_floor(rounds))}")

@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from diffusers import StableDiffusionPipeline
 
-from benchmarks.timing import describe, interleaved, overhead
+from benchmarks.timing import describe, overhead, times
 from pipelines import loader
 from pipelines.registry import SPECS
 from studio import cli
@@ -48,11 +48,11 @@ def switching(rounds: int) -> None:
 
         return fn
 
-    times = interleaved({"cold load": lambda: loader.load(spec), "switch A->B": switch(b), "switch B->A": switch(a),
+    timed = times({"cold load": lambda: loader.load(spec), "switch A->B": switch(b), "switch B->A": switch(a),
                          "rebuild after trace": lambda: (switch(trace)(), switch(a)())}, rounds)
-    cold = statistics.median(times["cold load"])
+    cold = statistics.median(timed["cold load"])
     print("Switching between configurations (tiny-shapes, CPU):")
-    for name, samples in times.items():
+    for name, samples in timed.items():
         print(f"  {name:22} {describe(samples)}  = {statistics.median(samples) / cold:.2%} of a cold load")
     print(f"  disk loads by the manager during all switches: {manager.disk_loads} (the first load only)")
 
@@ -73,12 +73,12 @@ def cli_overhead(rounds: int, steps: int) -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             assert cli.main(["generate", "--prompt", PROMPT, "--seed", "1", "--steps", str(steps), "--json"]) == 0
 
-    times = interleaved({"diffusers script": direct, "python -m studio generate": via_cli}, rounds)
+    timed = times({"diffusers script": direct, "python -m studio generate": via_cli}, rounds)
     print(f"CLI vs a direct diffusers script (load + {steps} steps + PNG; the CLI also validates, logs to SQLite and "
           "judges prompt fidelity), in one process:")
-    for name, samples in times.items():
+    for name, samples in timed.items():
         print(f"  {name:26} {describe(samples)}")
-    print(f"  CLI overhead: {overhead(times['python -m studio generate'], times['diffusers script']):+.2%} (floor: <= 2%)")
+    print(f"  CLI overhead: {overhead(timed['python -m studio generate'], timed['diffusers script']):+.2%} (floor: <= 2%)")
 
 
 if __name__ == "__main__":

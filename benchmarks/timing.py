@@ -1,31 +1,21 @@
-"""Interleaved timing for benchmark scripts: A B A B ... so drift hits every variant alike."""
+"""Timing helpers for benchmark scripts: the engine's own protocol (studio.measure.protocol), re-exported."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
+from studio.measure.protocol import describe, interleaved, overhead
 
-def interleaved(variants: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Run each variant once per round, in turn, after `warmup` untimed rounds; seconds per call."""
-    for _ in range(warmup):
-        for fn in variants.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
+__all__ = ["describe", "overhead", "times"]
 
 
-def describe(samples: list[float]) -> str:
-    """Median with min-max, in seconds."""
-    return f"{statistics.median(samples):.4f}s (min {min(samples):.4f}, max {max(samples):.4f}, n={len(samples)})"
+def _untimed(fn: Callable[[], object]) -> Callable[[], None]:
+    def call() -> None:
+        fn()
+
+    return call
 
 
-def overhead(ours: list[float], reference: list[float]) -> float:
-    """Relative overhead of the medians: 0.02 means 2% slower than the reference."""
-    return statistics.median(ours) / statistics.median(reference) - 1
+def times(variants: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call of each variant, interleaved (A B A B ...) after `warmup` untimed calls each."""
+    return interleaved({k: _untimed(f) for k, f in variants.items()}, rounds, warmup).timed

@@ -30,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from diffusers import StableDiffusionPipeline  # noqa: E402
 
+from benchmarks.timing import times  # noqa: E402
 from pipelines.tiny_shapes import ASSET_DIR, DEFAULT_GUIDANCE, DEFAULT_STEPS, EXAMPLE_PROMPT  # noqa: E402
 from pipelines.tiny_shapes.evaluate import eval_prompts, evaluate  # noqa: E402
 
@@ -78,17 +79,8 @@ def run_once(cfg: Config, seed: int = 0) -> float:
 
 
 def time_interleaved(cfgs: list[Config], repeats: int, warmup: int = 2) -> dict[str, list[float]]:
-    """Per-configuration timings, rotating the order every repeat so drift hits all alike."""
-    for cfg in cfgs:
-        for _ in range(warmup):
-            run_once(cfg)
-    times: dict[str, list[float]] = {cfg.name: [] for cfg in cfgs}
-    for r in range(repeats):
-        order = cfgs[r % len(cfgs):] + cfgs[: r % len(cfgs)]
-        for cfg in order:
-            times[cfg.name].append(run_once(cfg))
-        logger.info("repeat %d/%d done", r + 1, repeats)
-    return times
+    """Per-configuration timings through the engine's interleaved protocol (A B C, A B C, ...)."""
+    return times({cfg.name: (lambda cfg=cfg: run_once(cfg)) for cfg in cfgs}, repeats, warmup)
 
 
 def fidelity_of(cfg: Config, seeds: tuple[int, ...], prompts: int = 48) -> dict[str, float]:

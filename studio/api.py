@@ -15,19 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from studio import devices, settings
-from studio.autotune import AutotuneResult, floor_of, run_autotune
-from studio.compare import CompareResult, markdown_table, run_compare
+from studio import devices, report, settings
 from studio.errors import ValidationError
-from studio.ladder import run_ladder
 from studio.optimizations import REGISTRY, unavailable_reason
-from studio.runlog import to_csv
-from studio.service import RunResult, Studio
+from studio.service import Studio
+from studio.sweeps.autotune import AutotuneResult, floor_of, run_autotune
+from studio.sweeps.compare import CompareResult, run_compare
+from studio.sweeps.ladder import run_ladder
 from studio.validate import GenerationRequest, parse_opts, validate_autotune, validate_request
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-HISTORY_COLUMNS = ["id", "created_at", "status", "model", "device", "config_label", "dtype", "steps", "width",
-                   "height", "latency_median", "peak_memory", "psnr", "ssim", "error"]
 
 
 class Cancellations:
@@ -95,42 +92,14 @@ def build_request(model: Any, device: Any, precision: Any, optimizations: Any, p
     )
 
 
-def metrics_of(result: RunResult) -> dict[str, Any]:
-    """The metrics card of one run, as the API returns it."""
-    m = result.metrics
-    fidelity = result.quality.get("fidelity") or {}
-    return {
-        "run_id": result.run_id,
-        "config": result.label,
-        "applied": list(result.applied),
-        "latency_s": round(m["latency_median"], 4),
-        "steps_per_s": round(m["steps_per_second"], 2),
-        "peak_memory_mb": round(m["peak_memory"] / 2**20, 1),
-        "memory_kind": m["memory_kind"],
-        "load_s": round(m["load_seconds"], 3),
-        "first_call_s": None if m.get("first_call_seconds") is None else round(m["first_call_seconds"], 4),
-        "switch_s": round(m["switch_seconds"], 4),
-        "seed": result.request.seed,
-        "device": result.request.device,
-        "fidelity": fidelity.get("score"),
-        "image_path": result.image_path,
-        "device_map": (m.get("stats") or {}).get("hf_device_map"),
-        "warnings": list(result.warnings),
-    }
-
-
-def compare_table(result: CompareResult) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if k != "image_path"} for row in result.rows]
-
-
-def compare(studio: Studio, request: GenerationRequest, configs: list[str], warmup: int, repeats: int,
+def compare(studio: Studio, request: GenerationRequest, configs: list[str], warmup: int, rounds: int,
             progress=None, should_stop=None) -> CompareResult:
-    return run_compare(studio, request, configs, warmup=int(warmup), repeats=int(repeats), progress=progress,
+    return run_compare(studio, request, configs, warmup=int(warmup), rounds=int(rounds), progress=progress,
                        should_stop=should_stop)
 
 
-def ladder(studio: Studio, request: GenerationRequest, warmup: int, repeats: int, progress=None, should_stop=None):
-    return run_ladder(studio, request, warmup=int(warmup), repeats=int(repeats), progress=progress,
+def ladder(studio: Studio, request: GenerationRequest, warmup: int, rounds: int, progress=None, should_stop=None):
+    return run_ladder(studio, request, warmup=int(warmup), rounds=int(rounds), progress=progress,
                       should_stop=should_stop)
 
 
@@ -153,7 +122,7 @@ def history(studio: Studio, model: str | None = None, device: str | None = None,
     rows = studio.runlog.runs(model=model or None, device=device or None, status=status or None,
                               technique=technique or None, since=since or None, until=until or None,
                               limit=int(limit))
-    return rows
+    return [report.log_record(r) for r in rows]
 
 
 SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -182,15 +151,15 @@ def export_database(studio: Studio) -> str:
     return str(target)
 
 
-def export_csv(rows: list[dict[str, Any]], name: str = "runs.csv") -> str:
+def export_csv(records: list[dict[str, Any]], name: str = "runs.csv") -> str:
     target = Path(tempfile.mkdtemp(prefix="studio-export-")) / name
-    target.write_text(to_csv(rows))
+    target.write_text(report.to_csv(records))
     return str(target)
 
 
-def export_markdown(rows: list[dict[str, Any]]) -> str:
-    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / "compare.md"
-    target.write_text(markdown_table(rows) + "\n")
+def export_markdown(records: list[dict[str, Any]], name: str = "compare.md") -> str:
+    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / name
+    target.write_text(report.markdown(records) + "\n")
     return str(target)
 
 

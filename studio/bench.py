@@ -86,6 +86,7 @@ class Measurement:
             "step_median": statistics.median(self.step_seconds) if self.step_seconds else None,
             "peak_memory": self.peak_memory,
             "memory_added": self.memory_added,
+            "memory_added_all": [r.memory_added for r in self.runs],
             "memory_kind": self.memory_kind,
         }
 

@@ -40,9 +40,13 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler")
     p.add_argument("--device", default="auto")
     p.add_argument("--param", action="append", default=[], help="technique.setting=value")
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls per configuration first (default 1)")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def rounds_arg(p: argparse.ArgumentParser, default: int) -> None:
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"timed calls per configuration, interleaved with the others (default {default})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,12 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name).add_argument("--json", action="store_true")
     gen = sub.add_parser("generate", help="one image, timed and logged")
     request_args(gen)
+    gen.add_argument("--repeats", type=int, default=None, help="timed calls (default 1)")
     gen.add_argument("--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`")
     cmp_ = sub.add_parser("compare", help="baseline vs configurations, side by side")
     request_args(cmp_)
+    rounds_arg(cmp_, 5)
     cmp_.add_argument("--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)")
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
     request_args(tune)
+    rounds_arg(tune, 3)
     tune.add_argument("--technique", action="append", default=[], help="limit the search to these (repeat)")
     tune.add_argument("--include-compile", action="store_true", help="also try torch_compile (slow to prepare)")
     tune.add_argument("--min-psnr", type=float, default=30.0, help="dB against the baseline image (default 30)")
@@ -114,14 +121,14 @@ def _validated(args: argparse.Namespace, opts: Any):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from studio import report
     from studio.service import Studio
 
     request = _validated(args, args.opt)
     result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
-    data = {"run_id": result.run_id, "config": result.label, "applied": list(result.applied),
-            "image_path": result.image_path, "warnings": result.warnings, **result.metrics, **result.quality}
-    data.pop("step_seconds", None)
-    text = f"run {result.run_id}: {result.label} {result.metrics['latency_median']:.3f}s -> {result.image_path}"
+    data = report.single_record(result)
+    text = (f"run {data['run_id']}: {data['config']} {report.seconds(data['latency_s'])}, "
+            f"peak {report.memory(data)} -> {data['image_path']}")
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     emit(data, args.json, text)
@@ -129,24 +136,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from studio.compare import markdown_table, run_compare
+    from studio import report
     from studio.service import Studio
+    from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
 
     request = _validated(args, [])
-    result = run_compare(Studio(), request, args.config,
-                         warmup=1 if args.warmup is None else args.warmup, repeats=args.repeats or 3)
-    emit({"group_id": result.group_id, "rows": result.rows}, args.json, markdown_table(result.rows))
+    result = run_compare(Studio(), request, args.config, warmup=1 if args.warmup is None else args.warmup,
+                         rounds=args.rounds or DEFAULT_ROUNDS)
+    emit({"group_id": result.group_id, "rows": result.records}, args.json, report.markdown(result.records))
     return 0
 
 
 def cmd_autotune(args: argparse.Namespace) -> int:
-    from studio import autotune
     from studio.service import Studio
+    from studio.sweeps import autotune
     from studio.validate import validate_autotune
 
     request = _validated(args, [])
     checked = validate_autotune(args.min_psnr, args.min_ssim, args.fidelity_drop,
-                                1 if args.warmup is None else args.warmup, 3 if args.repeats is None else args.repeats,
+                                1 if args.warmup is None else args.warmup, 3 if args.rounds is None else args.rounds,
                                 args.confirm_rounds)
     result = autotune.run_autotune(Studio(), request, floor=autotune.floor_of(checked),
                                    techniques=args.technique or None, include_compile=args.include_compile,
@@ -156,16 +164,17 @@ def cmd_autotune(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from studio import report
     from studio.runlog import RunLog
 
     rows = RunLog(settings.db_path()).runs(
         model=args.model, device=args.device, status=args.status, technique=args.technique,
         since=args.since, until=args.until, limit=args.limit,
     )
-    keep = ("id", "created_at", "status", "model", "device", "config_label", "latency_median", "peak_memory", "error")
-    rows = [{k: r.get(k) for k in keep} for r in rows]
-    text = "\n".join(" | ".join(str(r[k]) for k in keep) for r in rows) or "no runs"
-    emit(rows, args.json, text)
+    records = [report.log_record(r) for r in rows]
+    first = (("Run", lambda r: str(r["run_id"])), ("When", lambda r: (r["created_at"] or "")[:19].replace("T", " ")),
+             ("Model", lambda r: r["model"]))
+    emit(records, args.json, report.markdown(records, first) if records else "no runs")
     return 0
 
 

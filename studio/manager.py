@@ -63,6 +63,19 @@ class Prepared:
     entry: LivePipeline
 
 
+def _modules(pipe: Any) -> list[torch.nn.Module]:
+    return [m for m in vars(pipe).values() if isinstance(m, torch.nn.Module)]
+
+
+def _clone(pipe: Any) -> Any:
+    """A pipeline whose torch modules are copies (same values, separate tensors); the rest is shared."""
+    clone = copy.copy(pipe)
+    for name, module in list(vars(pipe).items()):
+        if isinstance(module, torch.nn.Module):
+            clone.__dict__[name] = copy.deepcopy(module)  # not setattr: that would re-register the config
+    return clone
+
+
 def _cache_key(request: GenerationRequest) -> tuple:
     load_opts = tuple(o for o in request.opts if get(o).stage == "load")
     memory = request.params.get("device_map_balanced", {}).get("max_memory")
@@ -83,12 +96,55 @@ class PipelineManager:
         self._entries: OrderedDict[tuple, LivePipeline] = OrderedDict()
         self._lock = threading.Lock()
         self._loading: dict[tuple, threading.Lock] = {}
+        self._slots: dict[tuple, LivePipeline] = {}
+        self._sweeps: set[str] = set()
         self.disk_loads = 0
 
     def loaded(self) -> list[tuple]:
         """Keys of the pipelines in the cache, least recently used first."""
         with self._lock:
             return list(self._entries)
+
+    def needs_own_pipeline(self, request: GenerationRequest) -> bool:
+        """Whether `request`'s configuration changes its pipeline irreversibly (trace, compile, int8 build):
+        in an interleaved sweep such a configuration keeps a live pipeline of its own."""
+        return any(get(o).stage == "pipeline" and not get(o).reversible for o in request.opts)
+
+    def model_bytes(self, request: GenerationRequest) -> int:
+        """The bytes of weights and buffers a copy of `request`'s pipeline holds (loads it if needed)."""
+        entry, _ = self._entry(request)
+        return sum(t.numel() * t.element_size() for m in _modules(entry.base)
+                   for t in [*m.parameters(), *m.buffers()])
+
+    @contextlib.contextmanager
+    def own_pipelines(self, name: str) -> Iterator[None]:
+        """For the block, `acquire(request, slot=...)` with a slot under `name` gets a live pipeline of its own:
+        a copy of the cached weights (no disk read), kept outside the cache, dropped when the block ends."""
+        with self._lock:
+            self._sweeps.add(name)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sweeps.discard(name)
+                for key in [k for k in self._slots if k[-1][0] == name]:
+                    del self._slots[key]
+
+    def _slot_entry(self, request: GenerationRequest, slot: tuple[str, str]) -> tuple[LivePipeline, bool]:
+        if slot[0] not in self._sweeps:
+            raise RuntimeError(f"slot {slot} used outside manager.own_pipelines({slot[0]!r})")
+        key = (*_cache_key(request), slot)
+        with self._lock:
+            if key in self._slots:
+                return self._slots[key], False
+        shared, _ = self._entry(request)
+        with shared.lock:
+            start = time.perf_counter()
+            base = _clone(shared.base)
+            entry = LivePipeline(key=key, base=base, pipe=copy.copy(base), load_seconds=time.perf_counter() - start)
+        with self._lock:
+            self._slots[key] = entry
+        return entry, True
 
     def _entry(self, request: GenerationRequest) -> tuple[LivePipeline, bool]:
         key = _cache_key(request)
@@ -120,9 +176,12 @@ class PipelineManager:
         return LivePipeline(key=key, base=base, pipe=copy.copy(base), load_seconds=seconds)
 
     @contextlib.contextmanager
-    def acquire(self, request: GenerationRequest) -> Iterator[Prepared]:
-        """Hold the pipeline for `request`, configured as it asks, for the duration of the block."""
-        entry, loaded_now = self._entry(request)
+    def acquire(self, request: GenerationRequest, slot: tuple[str, str] | None = None) -> Iterator[Prepared]:
+        """Hold the pipeline for `request`, configured as it asks, for the duration of the block.
+
+        `slot` (sweep name, configuration) selects a live pipeline of the sweep's own (see `own_pipelines`).
+        """
+        entry, loaded_now = self._slot_entry(request, slot) if slot else self._entry(request)
         with entry.lock:
             start = time.perf_counter()
             ctx = self._configure(entry, request)

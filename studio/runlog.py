@@ -8,10 +8,8 @@ into `interrupted` at start-up. Comparisons, ladders and sweeps are rows of
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import functools
-import io
 import json
 import sqlite3
 import threading
@@ -25,7 +23,7 @@ from studio.optimizations import REGISTRY
 
 migrations = Migrations("diffusion-studio")
 JSON_COLUMNS = ("requested", "applied", "params", "hardware", "latency_all", "warmup_seconds",
-                "step_seconds", "fidelity", "versions", "stats", "settings", "image_paths")
+                "step_seconds", "fidelity", "versions", "stats", "settings", "image_paths", "memory_added_all")
 STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
 
 
@@ -53,6 +51,15 @@ def m001_create_runs(db: Database) -> None:
     )
     db["runs"].create_index(["created_at"])
     db["runs"].create_index(["model", "status"])
+
+
+@migrations()
+def m002_sweep_figures(db: Database) -> None:
+    """Per-round speedups and their verdict (interleaved sweeps), host noise, per-call memory."""
+    for column, kind in (("speedup", float), ("speedup_min", float), ("speedup_max", float), ("verdict", str),
+                         ("host_busy_pct", float), ("host_steal_pct", float), ("warmup_unsettled", int),
+                         ("memory_added_all", str)):
+        db["runs"].add_column(column, kind)
 
 
 def now() -> str:
@@ -196,14 +203,3 @@ class RunLog:
 
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-
-
-def to_csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    """Rows as CSV text (JSON columns encoded as JSON)."""
-    columns = columns or (list(rows[0]) if rows else [])
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()})
-    return buf.getvalue()

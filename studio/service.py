@@ -20,6 +20,7 @@ from PIL import Image
 from studio import bench, devices, memory_advice, quality, settings, zerogpu
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
+from studio.measure.host import HostLoad, HostMonitor
 from studio.runlog import RunLog
 from studio.validate import GenerationRequest
 
@@ -60,6 +61,16 @@ class Computed:
     switch_seconds: float
     first_call: bool
     stats: dict[str, Any]
+    host: HostLoad | None = None  # how busy the rest of the machine was (set by the caller that timed it)
+
+
+@dataclass
+class Pending:
+    """A run logged as `running`: its id (None when the log could not be written) and its warnings so far."""
+
+    run_id: int | None
+    request: GenerationRequest
+    warnings: list[str] = field(default_factory=list)
 
 
 def _to_pil(arrays: np.ndarray) -> list[Image.Image]:
@@ -125,9 +136,10 @@ def prompt_warnings(request: GenerationRequest) -> list[str]:
 
 
 def compute_run(manager: PipelineManager, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
-                on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None) -> Computed:
+                on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None,
+                slot: tuple[str, str] | None = None) -> Computed:
     """Configure, run and measure: compute only, no run-log or file writes."""
-    with manager.acquire(request) as prepared:
+    with manager.acquire(request, slot) as prepared:
         before = graph_builds(prepared.entry.stats)
         measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
         stats = dict(prepared.entry.stats)
@@ -185,6 +197,30 @@ class Studio:
                 warnings.append(str(exc))
             return None
 
+    def begin(self, request: GenerationRequest, *, warmup: int, repeats: int, group_id: int | None) -> Pending:
+        """Log a run as `running` before any compute (a crash leaves a trace); what to warn about it."""
+        warnings = prompt_warnings(request)
+        run_id = self._log(warnings, lambda: self.runlog.start_run(run_record(request, warmup, repeats, group_id)))
+        return Pending(run_id, request, warnings)
+
+    def compute(self, request: GenerationRequest, *, warmup: int = 0, repeats: int = 1,
+                on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None,
+                slot: tuple[str, str] | None = None) -> Computed:
+        """Configure, run and measure one configuration (on ZeroGPU, inside the GPU allocation)."""
+        return self._compute(request, warmup, repeats, zerogpu.portable(on_step, "progress"),
+                             zerogpu.portable(should_stop, "cancel"), slot)
+
+    def fail(self, pending: Pending, exc: BaseException) -> None:
+        """Log a run that did not finish (cancelled or failed), and attach its warnings to the error."""
+        if isinstance(exc, OutOfMemory):
+            self._advise(exc, pending.request)
+        status = "cancelled" if isinstance(exc, Cancelled) else "failed"
+        message = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+        if pending.run_id is not None:
+            self._log(pending.warnings, lambda: self.runlog.finish_run(pending.run_id, status, error=message))
+        for warning in pending.warnings:
+            exc.add_note(warning)
+
     def generate(
         self,
         request: GenerationRequest,
@@ -201,62 +237,70 @@ class Studio:
         If the run log cannot be written (read-only database, full disk), the run still happens and
         returns its images; the failure is in `RunResult.warnings` and the server log.
         """
-        warnings = prompt_warnings(request)
-        run_id = self._log(warnings, lambda: self.runlog.start_run(run_record(request, warmup, repeats, group_id)))
+        pending = self.begin(request, warmup=warmup, repeats=repeats, group_id=group_id)
         try:
-            computed = self._compute(request, warmup, repeats, zerogpu.portable(on_step, "progress"),
-                                     zerogpu.portable(should_stop, "cancel"))
-            return self._finish(run_id, request, computed, baseline, warnings)
+            with HostMonitor() as host:
+                computed = self.compute(request, warmup=warmup, repeats=repeats, on_step=on_step,
+                                        should_stop=should_stop)
+            computed.host = host.result
+            return self.finish(pending, computed, baseline)
         except Exception as exc:
-            if isinstance(exc, OutOfMemory):
-                self._advise(exc, request)
-            status = "cancelled" if isinstance(exc, Cancelled) else "failed"
-            message = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
-            if run_id is not None:
-                self._log(warnings, lambda: self.runlog.finish_run(run_id, status, error=message))
-            for warning in warnings:
-                exc.add_note(warning)
+            self.fail(pending, exc)
             raise
 
     def _compute_run(self, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
                      on_step: Callable[[int, int], None] | None = None,
-                     should_stop: bench.StopFn | None = None) -> Computed:
+                     should_stop: bench.StopFn | None = None, slot: tuple[str, str] | None = None) -> Computed:
         """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker)."""
-        return compute_run(self.manager, request, warmup, repeats, on_step, should_stop)
+        return compute_run(self.manager, request, warmup, repeats, on_step, should_stop, slot)
 
     def log_computed(self, request: GenerationRequest, computed: Computed, *, warmup: int, repeats: int,
-                     group_id: int | None, baseline: RunResult | None, hardware: dict | None = None) -> RunResult:
+                     group_id: int | None, baseline: RunResult | None, hardware: dict | None = None,
+                     extra: dict[str, Any] | None = None) -> RunResult:
         """Log a run computed elsewhere (another process of a distributed sweep) and save its images."""
         record = run_record(request, warmup, repeats, group_id)
         run_id = self.runlog.start_run({**record, "hardware": hardware or record["hardware"]})
         try:
-            return self._finish(run_id, request, computed, baseline, [])
+            return self.finish(Pending(run_id, request, []), computed, baseline, extra)
         except Exception as exc:
             self.runlog.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
             raise
 
-    def _finish(self, run_id, request, computed: Computed, baseline, warnings: list[str]) -> RunResult:
+    def finish(self, pending: Pending, computed: Computed, baseline: RunResult | None,
+               extra: dict[str, Any] | None = None) -> RunResult:
+        """Save the images, compare with the baseline, and log the run as `ok` with its figures.
+
+        `extra`: figures known only to a sweep (speedup and its range, verdict), logged with the run.
+        """
+        request, warnings = pending.request, pending.warnings
         measured = computed.measured
         images = _to_pil(measured.images)
-        paths = self._save(run_id, images, warnings)
+        paths = self._save(pending.run_id, images, warnings)
         metrics = measured.summary()
         if computed.first_call and not measured.warmups:
             metrics["first_call_seconds"] = measured.latencies[0]
         warnings.extend(storm_warnings(computed.stats))
+        host = computed.host
+        if host is not None and host.note():
+            warnings.append(host.note())
         metrics.update(
             load_seconds=computed.load_seconds,
             switch_seconds=computed.switch_seconds,
             step_seconds=measured.step_seconds,
             steps_per_second=request.steps / metrics["latency_median"],
             stats=computed.stats,
+            host_busy_pct=None if host is None else host.busy_pct,
+            host_steal_pct=None if host is None else host.steal_pct,
+            **(extra or {}),
         )
         qual = self._quality(request, measured.images, baseline)
-        if run_id is not None:
+        if pending.run_id is not None:
             self._log(warnings, lambda: self.runlog.finish_run(
-                run_id, "ok", applied=list(computed.applied), image_path=paths[0] if paths else None,
+                pending.run_id, "ok", applied=list(computed.applied), image_path=paths[0] if paths else None,
                 image_paths=paths, baseline_run_id=baseline.run_id if baseline else None, **metrics, **qual,
             ))
-        return RunResult(run_id, request, metrics, images, paths, measured.images, qual, computed.applied, warnings)
+        return RunResult(pending.run_id, request, metrics, images, paths, measured.images, qual, computed.applied,
+                         warnings)
 
     def _advise(self, exc: OutOfMemory, request: GenerationRequest) -> None:
         """Add to an out-of-memory error the memory techniques to retry with, ranked by the run log."""

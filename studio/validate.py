@@ -64,7 +64,12 @@ class GenerationRequest:
 
     @property
     def config_label(self) -> str:
-        return "+".join(self.opts) or "baseline"
+        """'bf16+deepcache[interval=2]': the techniques in order, with the settings given for them."""
+        def named(o: str) -> str:
+            given = self.params.get(o)
+            return f"{o}[{','.join(f'{k}={v}' for k, v in sorted(given.items()))}]" if given else o
+
+        return "+".join(named(o) for o in self.opts) or "baseline"
 
 
 def _int(name: str, value: Any, lo: int, hi: int) -> int:

@@ -1,0 +1,1 @@
+"""Measurement: the interleaved timing protocol and the host-noise probe."""

@@ -1,0 +1,237 @@
+"""Auto-tune: the fastest configuration that keeps the image within a quality floor, answered by measurement.
+
+1. the baseline and every candidate alone (techniques with settings once per point of `GRID`), interleaved;
+   a candidate survives if it is faster beyond noise and its image meets the floor (PSNR and SSIM against the
+   baseline, and for tiny-shapes prompt fidelity no more than `fidelity_drop` below the baseline's); only the
+   best grid point of each technique survives;
+2. survivors are added one at a time, fastest first, to the best configuration so far, each trial timed
+   interleaved with the baseline and the current best; it is kept only if it beats the current best beyond
+   noise and still meets the floor;
+3. the winner is confirmed against the baseline in its own interleaved rounds. The confirmation decides: only
+   a winner it measured faster beyond noise is offered; otherwise the answer is that nothing here beats the
+   baseline beyond noise.
+Everything measured is one `autotune` group in the run log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from studio import devices, report
+from studio.bench import StopFn
+from studio.errors import Cancelled, StudioError, ValidationError
+from studio.measure import protocol
+from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
+from studio.optimizations.runtime import max_threads
+from studio.service import Studio
+from studio.sweeps.compare import records_of
+from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
+from studio.validate import AutotuneSettings, GenerationRequest
+
+# Never candidates: placement (trades speed for memory by design), memory-only slicing/tiling, and the
+# documentation's slow "original" attention.
+EXCLUDED = frozenset({"model_cpu_offload", "sequential_cpu_offload", "device_map_balanced", "vae_slicing",
+                      "vae_tiling", "attention_slicing", "classic_attention"})
+SLOW_TO_PREPARE = frozenset({"torch_compile", "int8_static"})  # minutes of compilation per configuration on a CPU
+GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for techniques that have them
+    "deepcache": [{"interval": 2}, {"interval": 3}, {"interval": 5}],
+    "cfg_cutoff": [{"after": 0.3}, {"after": 0.5}, {"after": 0.75}],
+    "token_merging": [{"ratio": 0.3}, {"ratio": 0.5}],
+    "threads": [{"num_threads": n} for n in sorted({1, max(1, max_threads() // 2), max_threads()})],
+}
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The quality a configuration must keep against the baseline's image."""
+
+    min_psnr: float = 30.0
+    min_ssim: float = 0.95
+    fidelity_drop: float = 0.03
+
+    def check(self, record: dict[str, Any], baseline_fidelity: float | None) -> str | None:
+        """Why `record` misses the floor, or None when it meets it."""
+        if record["psnr_db"] is not None and record["psnr_db"] < self.min_psnr:
+            return f"PSNR {record['psnr_db']:.1f} dB < {self.min_psnr:g}"
+        if record["ssim"] is not None and record["ssim"] < self.min_ssim:
+            return f"SSIM {record['ssim']:.3f} < {self.min_ssim:g}"
+        if baseline_fidelity is not None and record["fidelity"] is not None \
+                and record["fidelity"] < baseline_fidelity - self.fidelity_drop - 1e-9:
+            return f"prompt fidelity {record['fidelity']:.0%} < baseline {baseline_fidelity:.0%} - {self.fidelity_drop:.0%}"
+        return None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    opts: tuple[str, ...]
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def request(self, base: GenerationRequest) -> GenerationRequest:
+        return dataclasses.replace(base, opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))),
+                                   params=self.params)
+
+    def plus(self, other: Candidate) -> Candidate:
+        return Candidate(tuple(sorted({*self.opts, *other.opts})), {**self.params, **other.params})
+
+
+@dataclass
+class AutotuneResult:
+    group_id: int
+    rows: list[dict[str, Any]]  # every configuration measured, shared vocabulary + stage and floor
+    winner: Candidate | None  # None: nothing beat the baseline beyond noise
+    confirmation: dict[str, Any] | None
+    pareto_quality: list[str] = field(default_factory=list)
+    pareto_memory: list[str] = field(default_factory=list)
+
+    @property
+    def winner_label(self) -> str:
+        return self.confirmation["config"] if self.winner and self.confirmation else "baseline"
+
+
+def floor_of(settings: AutotuneSettings) -> Floor:
+    return Floor(settings.min_psnr, settings.min_ssim, settings.fidelity_drop)
+
+
+def candidates(request: GenerationRequest, include_compile: bool = False) -> list[str]:
+    """Techniques worth trying for `request` on its device: available here and able to make it faster."""
+    hw = devices.detect()
+    return sorted(name for name, opt in REGISTRY.items()
+                  if name not in EXCLUDED and (include_compile or name not in SLOW_TO_PREPARE)
+                  and unavailable_reason(opt, hw, request.device, request.spec.family) is None)
+
+
+def check_pool(request: GenerationRequest, techniques: list[str] | None, include_compile: bool) -> list[str]:
+    pool = sorted(set(techniques)) if techniques else candidates(request, include_compile)
+    hw = devices.detect()
+    for name in pool:
+        if name not in REGISTRY:
+            raise ValidationError(f"Unknown technique {name!r} for the auto-tuner.")
+        reason = unavailable_reason(REGISTRY[name], hw, request.device, request.spec.family)
+        if reason:
+            raise ValidationError(f"{reason} Leave it out of the auto-tuner's techniques.")
+    return pool
+
+
+def _combinable(c: Candidate) -> bool:
+    try:
+        check_conflicts(set(c.opts))
+    except StudioError:
+        return False
+    return True
+
+
+def pareto(rows: list[dict[str, Any]], key: str, better_high: bool) -> list[str]:
+    """Configurations no other one beats on both latency and `key` (ok rows that have both values)."""
+    points = [(r["latency_s"], -r[key] if better_high else r[key], r["config"])
+              for r in rows if r["status"] == "ok" and r.get(key) is not None]
+    return [name for lat, val, name in points
+            if not any(l2 <= lat and v2 <= val and (l2, v2) != (lat, val) for l2, v2, _ in points)]
+
+
+class _Search:
+    """The state of one auto-tune: its group, the rows so far, the floor and the baseline's fidelity."""
+
+    def __init__(self, studio: Studio, request: GenerationRequest, floor: Floor, warmup: int, rounds: int,
+                 group_id: int, progress: Progress | None, should_stop: StopFn | None):
+        self.studio, self.request, self.floor, self.warmup, self.rounds = studio, request, floor, warmup, rounds
+        self.group_id, self.progress, self.should_stop = group_id, progress, should_stop
+        self.rows: list[dict[str, Any]] = []
+        self.base_fidelity: float | None = None
+
+    def sweep(self, stage: str, configs: list[Candidate], rounds: int) -> tuple[SweepResult, list[dict[str, Any]]]:
+        entries = [Entry("baseline", self.request)]
+        entries += [Entry(c.request(self.request).config_label, c.request(self.request)) for c in configs]
+        sweep = run_sweep(self.studio, "autotune", entries, warmup=self.warmup, rounds=rounds,
+                          group_id=self.group_id, progress=self.progress, should_stop=self.should_stop)
+        records = records_of(sweep)
+        if self.base_fidelity is None:
+            self.base_fidelity = records[0]["fidelity"]
+        for record in records:
+            if record["status"] == "ok" and record["verdict"] != "baseline":
+                record["floor"] = self.floor.check(record, self.base_fidelity)
+            record["stage"] = "baseline" if record["verdict"] == "baseline" else stage
+        self.rows += records if stage == "single" else records[1:]
+        return sweep, records[1:]
+
+    def ok(self, record: dict[str, Any]) -> bool:
+        return record["status"] == "ok" and record["verdict"] == protocol.FASTER and record.get("floor") is None
+
+
+def run_autotune(studio: Studio, request: GenerationRequest, *, floor: Floor = Floor(),
+                 techniques: list[str] | None = None, include_compile: bool = False, warmup: int = 1,
+                 repeats: int = 3, confirm_rounds: int = 5, progress: Progress | None = None,
+                 should_stop: StopFn | None = None) -> AutotuneResult:
+    """Search, measure and confirm; one `autotune` group in the run log."""
+    pool = check_pool(request, techniques, include_compile)
+    group_id = studio.runlog.start_group(
+        "autotune", model=request.model, prompt=request.prompt, seed=request.seed,
+        settings={"techniques": pool, "grid": {k: v for k, v in GRID.items() if k in pool}, "floor": vars(floor),
+                  "warmup": warmup, "repeats": repeats, "confirm_rounds": confirm_rounds})
+    search = _Search(studio, request, floor, warmup, repeats, group_id, progress, should_stop)
+    try:
+        winner, confirmation = _search(search, pool, confirm_rounds)
+    except BaseException as exc:
+        studio.runlog.finish_group(group_id, "cancelled" if isinstance(exc, Cancelled) else "failed", str(exc))
+        raise
+    studio.runlog.finish_group(group_id, "ok")
+    ok = [r for r in search.rows if r["status"] == "ok" and r.get("floor") is None]
+    for row in search.rows:
+        row["meets_floor"] = row["status"] == "ok" and row.get("floor") is None
+    return AutotuneResult(group_id, search.rows, winner, confirmation,
+                          pareto(ok, "psnr_db", better_high=True), pareto(search.rows, "peak_memory_mb", False))
+
+
+def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Candidate | None, dict | None]:
+    singles = [Candidate((n,), {n: point}) for n in pool for point in GRID.get(n, [{}])]
+    singles = [dataclasses.replace(c, params={k: v for k, v in c.params.items() if v}) for c in singles]
+    _, records = search.sweep("single", singles, search.rounds)
+    best_of: dict[str, tuple[float, Candidate]] = {}
+    for cand, rec in zip(singles, records, strict=True):
+        if search.ok(rec) and rec["speedup"] > best_of.get(cand.opts[0], (0.0, cand))[0]:
+            best_of[cand.opts[0]] = (rec["speedup"], cand)
+    survivors = [c for _, c in sorted(best_of.values(), key=lambda sc: -sc[0])]
+    if not survivors:
+        return None, None
+    best = survivors[0]
+    for extra in survivors[1:]:
+        trial = best.plus(extra)
+        if not _combinable(trial):
+            continue
+        sweep, (best_rec, trial_rec) = search.sweep("combination", [best, trial], search.rounds)
+        versus = protocol.speedup(sweep.entries[1].result.metrics["latency_all"],
+                                  sweep.entries[2].result.metrics["latency_all"]) if trial_rec["status"] == "ok" else None
+        if versus is not None and versus.verdict == protocol.FASTER and trial_rec.get("floor") is None:
+            best = trial
+    _, (confirmed,) = search.sweep("confirmation", [best], max(1, confirm_rounds))
+    return (best if search.ok(confirmed) else None), confirmed
+
+
+def summary(result: AutotuneResult) -> str:
+    """The outcome in one or two sentences, with the range and the verdict."""
+    c = result.confirmation
+    if c is None:
+        return "Nothing here beats the baseline beyond noise while meeting the quality floor: keep the baseline."
+    measured = f"{report.ratio(c)} over {c['rounds']} interleaved rounds against the baseline"
+    if result.winner is None:
+        return (f"Nothing here beats the baseline beyond noise: the best candidate, {c['config']}, measured "
+                f"{measured} in the confirmation ({c['verdict']}). Keep the baseline.")
+    return f"Fastest configuration that meets the floor: {c['config']}, {measured} ({c['verdict']})."
+
+
+STAGE_COLUMNS = (("Stage", lambda r: r.get("stage", "")),)
+
+
+def markdown(result: AutotuneResult) -> str:
+    """The answer, then every configuration measured with its stage and whether it met the floor."""
+    table = report.markdown(result.rows, STAGE_COLUMNS)
+    return f"{summary(result)}\n\n{table}"
+
+
+def as_json(result: AutotuneResult) -> dict[str, Any]:
+    """The result as plain JSON, in the shared vocabulary."""
+    winner = None if result.winner is None else {"techniques": list(result.winner.opts), "settings": result.winner.params}
+    return {"group_id": result.group_id, "winner": winner, "winner_label": result.winner_label,
+            "summary": summary(result), "confirmation": result.confirmation, "rows": result.rows,
+            "pareto_quality": result.pareto_quality, "pareto_memory": result.pareto_memory}

@@ -1,0 +1,109 @@
+"""The diffusers documentation's speed ladder, on this machine: cumulative techniques, timed interleaved.
+
+original (fp32, classic attention) -> cuDNN autotuner -> autocast -> fp16 (bf16 where fp16 does not apply)
+-> channels last -> traced UNet -> memory-efficient attention. A step that cannot run here is shown as
+skipped with the reason, not dropped. The plan is made once (`plan`), before anything runs, and used by
+the single-process and the distributed ladder alike: a rung that fails does not change the later ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from studio import devices, report
+from studio.bench import StopFn
+from studio.optimizations import REGISTRY, unavailable_reason
+from studio.service import Studio
+from studio.sweeps.compare import DEFAULT_ROUNDS, records_of
+from studio.sweeps.runner import Entry, Progress, run_sweep
+from studio.validate import GenerationRequest, check_opts
+
+
+@dataclass(frozen=True)
+class Rung:
+    label: str
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+    fallback: tuple[str, ...] = ()
+
+
+RUNGS = (
+    Rung("original", add=("classic_attention",)),
+    Rung("cuDNN auto-tuner", add=("cudnn_benchmark",)),
+    Rung("autocast", add=("autocast",)),
+    Rung("fp16", add=("fp16",), fallback=("bf16",)),
+    Rung("channels last", add=("channels_last",)),
+    Rung("traced UNet", add=("jit_trace_unet",)),
+    Rung("memory-efficient attention", add=("xformers",), remove=("classic_attention",), fallback=("sdpa",)),
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A planned rung: the configuration it runs, a note, or why it is skipped."""
+
+    rung: Rung
+    opts: tuple[str, ...]
+    note: str = ""
+    skipped: bool = False
+
+
+def choose(rung: Rung, request: GenerationRequest) -> tuple[tuple[str, ...], str | None]:
+    """The techniques this rung adds here (its fallback if needed), or the reason it cannot run."""
+    hw = devices.detect()
+    reasons = []
+    for names in (rung.add, rung.fallback):
+        if not names:
+            continue
+        why = [unavailable_reason(REGISTRY[n], hw, request.device, request.spec.family) for n in names]
+        if not any(why):
+            return names, None
+        reasons += [w for w in why if w]
+    return (), " ".join(reasons)
+
+
+def plan(request: GenerationRequest) -> list[Step]:
+    """Every rung, planned as if each one succeeds."""
+    steps, current = [], ()
+    for rung in RUNGS:
+        names, reason = choose(rung, request)
+        if reason:
+            steps.append(Step(rung, current, reason, skipped=True))
+            continue
+        current = check_opts([o for o in current if o not in rung.remove] + list(names), request.spec, request.device)
+        note = "" if names == rung.add else f"{'+'.join(rung.add)} cannot run here; used {'+'.join(names)}"
+        steps.append(Step(rung, current, note))
+    return steps
+
+
+def ladder_records(steps: list[Step], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per rung, in order: measured rungs from `records` (in run order), skipped ones with the reason."""
+    measured = iter(records)
+    rows = []
+    for step in steps:
+        if step.skipped:
+            rows.append({**report.failed_record("+".join(step.opts) or "baseline", step.note, "skipped"),
+                         "step": step.rung.label, "note": step.note})
+        else:
+            rows.append({**next(measured), "step": step.rung.label, "note": step.note})
+    return rows
+
+
+def run_ladder(studio: Studio, request: GenerationRequest, *, warmup: int = 1, rounds: int = DEFAULT_ROUNDS,
+               progress: Progress | None = None, should_stop: StopFn | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """Every runnable rung in interleaved rounds, speedups against the first; the group id and one record per rung."""
+    steps = plan(request)
+    entries = [Entry(s.rung.label, dataclasses.replace(request, opts=s.opts)) for s in steps if not s.skipped]
+    sweep = run_sweep(studio, "ladder", entries, warmup=warmup, rounds=rounds, progress=progress,
+                      should_stop=should_stop)
+    return sweep.group_id, ladder_records(steps, records_of(sweep))
+
+
+STEP_COLUMN = (("Step", lambda r: r["step"]),)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The ladder as the documentation's table: step, configuration, latency, speedup with its range."""
+    return report.markdown(rows, STEP_COLUMN)

@@ -1,0 +1,165 @@
+"""The one sweep helper: a group in the run log, every configuration timed in interleaved rounds, each logged.
+
+Compare, Ladder, Auto-tune and the distributed sweeps all go through `run_sweep`:
+
+1. refuse, before anything runs, a sweep whose private pipelines would not fit in memory;
+2. open a group and log every configuration as a `running` run;
+3. warm every configuration up, then time it once per round, A B C, A B C, ... (`studio.measure.protocol`);
+4. log each configuration with its latencies, its per-round speedup against the baseline (median, min-max,
+   verdict), how busy the host was, and its image's difference from the baseline's;
+5. close the group as ok, failed or cancelled, on every path. A configuration that fails becomes a failed
+   run and leaves the later rounds; a failing baseline fails the sweep.
+
+Configurations that change their pipeline irreversibly (trace, compile, int8 build) keep a live pipeline of
+their own for the sweep, a copy of the loaded weights, so interleaving never rebuilds or recompiles them.
+That costs one copy of the model's weights per such configuration while the sweep runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from studio.bench import Measurement, StopFn
+from studio.errors import Cancelled, StudioError, ValidationError
+from studio.measure import protocol
+from studio.measure.host import HostLoad, HostMonitor
+from studio.service import Computed, Pending, RunResult, Studio
+from studio.validate import GenerationRequest
+
+Progress = Callable[[int, int, str], None]
+MEMORY_SHARE = 0.8  # private pipelines may use at most this share of the memory available when the sweep starts
+_sweep_ids = itertools.count(1)
+
+
+@dataclass
+class Entry:
+    """One configuration of a sweep and what became of it."""
+
+    label: str
+    request: GenerationRequest
+    pending: Pending | None = None
+    calls: list[Computed] = field(default_factory=list)
+    result: RunResult | None = None
+    error: str | None = None
+    speedup: protocol.Speedup | None = None
+
+
+@dataclass
+class SweepResult:
+    group_id: int
+    entries: list[Entry]
+    host: HostLoad
+    rounds: int
+
+    @property
+    def baseline(self) -> Entry:
+        return self.entries[0]
+
+
+def own_pipeline_bytes(studio: Studio, entries: list[Entry]) -> int:
+    """Bytes of the weight copies the sweep's irreversible configurations will hold."""
+    return sum(studio.manager.model_bytes(e.request) for e in entries if studio.manager.needs_own_pipeline(e.request))
+
+
+def check_fits(studio: Studio, entries: list[Entry]) -> None:
+    """Refuse a sweep whose private pipelines would not fit in the memory available now."""
+    needed = own_pipeline_bytes(studio, entries)
+    available = psutil.virtual_memory().available
+    if needed > MEMORY_SHARE * available:
+        raise ValidationError(
+            f"This sweep keeps a copy of the model for each traced, compiled or int8 configuration "
+            f"({needed / 2**30:.1f} GiB in all) and only {available / 2**30:.1f} GiB is available. "
+            "Compare fewer of those configurations at once.")
+
+
+def _merge(calls: list[Computed], warmups: list[float], host: HostLoad) -> Computed:
+    """The rounds of one configuration as one measurement (images of the last round only)."""
+    runs = [dataclasses.replace(c.measured.runs[-1], images=c.measured.runs[-1].images[:0]) for c in calls[:-1]]
+    runs.append(calls[-1].measured.runs[-1])
+    first, last = calls[0], calls[-1]
+    measured = Measurement(runs=runs, warmups=warmups, memory_kind=last.measured.memory_kind)
+    return Computed(measured, last.applied, first.load_seconds, last.switch_seconds, first.first_call,
+                    last.stats, host)
+
+
+def _call(studio: Studio, entry: Entry, slot: tuple[str, str] | None, should_stop: StopFn | None,
+          is_baseline: bool) -> protocol.Call:
+    def call() -> float:
+        try:
+            computed = studio.compute(entry.request, slot=slot, should_stop=should_stop)
+        except Cancelled:
+            raise
+        except StudioError as exc:
+            if is_baseline:
+                raise
+            raise protocol.Dropped(str(exc)) from exc
+        entry.calls.append(computed)
+        return computed.measured.runs[-1].seconds
+
+    return call
+
+
+def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, rounds: int,
+              settings: dict[str, Any] | None = None, group_id: int | None = None, progress: Progress | None = None,
+              should_stop: StopFn | None = None) -> SweepResult:
+    """Measure `entries` (the first one is the baseline) interleaved, as one `kind` group of the run log.
+
+    With `group_id` the runs join that group, which the caller opens and closes (an auto-tune's stages).
+    """
+    check_fits(studio, entries)
+    request = entries[0].request
+    own_group = group_id is None
+    if own_group:
+        group_id = studio.runlog.start_group(
+            kind, model=request.model, prompt=request.prompt, seed=request.seed,
+            settings={**(settings or {}), "configs": [e.label for e in entries], "warmup": warmup, "rounds": rounds})
+    try:
+        result = _measure(studio, group_id, entries, warmup, rounds, progress, should_stop)
+    except BaseException as exc:
+        for entry in entries:
+            if entry.pending is not None and entry.result is None and entry.error is None:
+                studio.fail(entry.pending, exc)
+        if own_group:
+            studio.runlog.finish_group(group_id, "cancelled" if isinstance(exc, Cancelled) else "failed", str(exc))
+        raise
+    if own_group:
+        studio.runlog.finish_group(group_id, "ok")
+    return result
+
+
+def _measure(studio: Studio, group_id: int, entries: list[Entry], warmup: int, rounds: int,
+             progress: Progress | None, should_stop: StopFn | None) -> SweepResult:
+    for entry in entries:
+        entry.pending = studio.begin(entry.request, warmup=warmup, repeats=rounds, group_id=group_id)
+    name = f"sweep-{next(_sweep_ids)}"
+    calls = {e.label: _call(studio, e, (name, e.label) if studio.manager.needs_own_pipeline(e.request) else None,
+                            should_stop, i == 0) for i, e in enumerate(entries)}
+    total, done = len(entries) * (warmup + rounds), itertools.count()
+
+    def before(phase: str, label: str) -> None:
+        if progress:
+            progress(next(done), total, f"{'warming up' if phase == 'warmup' else 'timing'} {label}")
+
+    with studio.manager.own_pipelines(name), HostMonitor() as host:
+        samples = protocol.interleaved(calls, max(1, rounds), warmup, before)
+    base = entries[0]
+    for entry in entries:
+        if entry.label in samples.dropped:
+            entry.error = samples.dropped[entry.label]
+            studio.fail(entry.pending, StudioError(entry.error))
+            continue
+        timed = samples.timed[entry.label]
+        entry.calls = entry.calls[len(entry.calls) - len(timed):]
+        entry.speedup = protocol.speedup(samples.timed[base.label], timed, is_reference=entry is base)
+        extra = {"speedup": entry.speedup.median, "speedup_min": entry.speedup.low,
+                 "speedup_max": entry.speedup.high, "verdict": entry.speedup.verdict,
+                 "warmup_unsettled": protocol.unsettled(timed)}
+        merged = _merge(entry.calls, samples.warmups[entry.label], host.result)
+        entry.result = studio.finish(entry.pending, merged, base.result, extra)
+    return SweepResult(group_id, entries, host.result, rounds)
