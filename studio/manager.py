@@ -105,10 +105,11 @@ class PipelineManager:
         with self._lock:
             return list(self._entries)
 
-    def needs_own_pipeline(self, request: GenerationRequest) -> bool:
-        """Whether `request`'s configuration changes its pipeline irreversibly (trace, compile, int8 build):
-        in an interleaved sweep such a configuration keeps a live pipeline of its own."""
-        return any(get(o).stage == "pipeline" and not get(o).reversible for o in request.opts)
+    @staticmethod
+    def changes_pipeline(request: GenerationRequest, irreversibly: bool = False) -> bool:
+        """Whether `request`'s configuration changes its pipeline (modules, layouts, hooks), or, with
+        `irreversibly`, changes it beyond an exact revert (trace, compile, int8 build)."""
+        return any(get(o).stage == "pipeline" and not (irreversibly and get(o).reversible) for o in request.opts)
 
     def model_bytes(self, request: GenerationRequest) -> int:
         """The bytes of weights and buffers a copy of `request`'s pipeline holds (loads it if needed)."""

@@ -1,23 +1,26 @@
-"""A real browser (Debian's chromium driven by Playwright) against the app on localhost.
+"""A real browser (Debian's chromium driven by Playwright) against the app on localhost, at 1280x900.
 
-Screenshots go to test-artifacts/ so that a person can check the layout at 1280x800.
+Every tab is used as a person would and photographed into test-artifacts/ (look at them after a change).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect
 
 from tests.server import ROOT, Server
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")]
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")]
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+WIDTH, HEIGHT = 1280, 900
+LONG = 240_000
 
 
 @pytest.fixture(scope="module")
@@ -34,49 +37,147 @@ def page(server):
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
         page.goto(server.url, wait_until="load")
         page.locator("#generate-btn").wait_for(timeout=60_000)
         yield page
         browser.close()
 
 
-def test_generate_shows_the_image_and_metrics(page):
-    prompt = page.locator("#gen-prompt textarea")
-    prompt.fill("a big blue square at the top, on a white background")
-    page.locator("#opt-channels_last input").check()
-    page.locator("#generate-btn").click()
-    page.locator("#gen-image img").wait_for(timeout=180_000)
-    card = page.locator("#metrics-card")
-    card.get_by_text("steps/s").wait_for(timeout=60_000)
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _small(page, prefix: str, steps: int = 4, side: int = 64) -> None:
+    page.locator(f"#{prefix}-steps input").fill(str(steps))
+    for axis in ("width", "height"):
+        page.locator(f"#{prefix}-{axis} input").fill(str(side))
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def _no_horizontal_scroll(page) -> None:
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= WIDTH, f"the page is {width} px wide at a {WIDTH} px window"
+
+
+def _tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def test_what_you_tick_is_what_runs_on_a_loaded_host(page):
+    """Tick a technique and click Generate at once, while another process keeps a core busy."""
+    busy = multiprocessing.Process(target=_spin, daemon=True)
+    busy.start()
+    try:
+        page.locator("#gen-prompt textarea").fill("a big blue square at the top, on a white background")
+        _small(page, "gen")
+        page.locator("#opts-speed").get_by_label("channels_last", exact=False).check()
+        page.locator("#generate-btn").click()
+        card = page.locator("#metrics-card")
+        card.get_by_text("per image").wait_for(timeout=LONG)
+    finally:
+        busy.kill()
     assert "channels_last" in card.inner_text()
     page.evaluate("window.scrollTo(0, 0)")
-    page.screenshot(path=str(ARTIFACTS / "generate.png"), full_page=False)
+    _no_horizontal_scroll(page)
+    _shot(page, "generate")
 
 
-def test_unavailable_techniques_are_disabled_with_a_reason(page):
-    box = page.locator("#opt-cudnn_benchmark input")
-    assert box.is_disabled()
-    assert "CUDA" in page.locator("#opt-cudnn_benchmark").inner_text()
+def test_unavailable_techniques_are_listed_with_the_reason(page):
+    missing = page.locator("#group-speed").get_by_text("Not available here")
+    missing.click()
+    assert "needs CUDA" in page.locator("#group-speed").inner_text()
 
 
-def test_compare_shows_table_and_slider(page):
-    page.get_by_role("tab", name="Compare").click()
-    for elem, value in (("#cmp-steps", "6"), ("#cmp-warmup", "0"), ("#cmp-repeats", "2")):
-        page.locator(f"{elem} input").fill(value)
+def test_compare_shows_captioned_images_and_a_readable_table(page):
+    _tab(page, "Compare")
+    assert not page.locator("#cmp-results").is_visible(), "nothing is shown before there are results"
+    _small(page, "cmp", steps=3)
+    page.locator("#cmp-rounds input").fill("3")
     page.locator("#compare-btn").click()
-    page.locator("#cmp-gallery img").first.wait_for(timeout=300_000)
     table = page.locator("#cmp-table")
+    table.get_by_text("Speedup (range)").wait_for(timeout=LONG)
+    text = table.inner_text()
+    assert "×1.00 (baseline)" in text and " s" in text or " ms" in text
+    captions = page.locator("#cmp-gallery").inner_text()
+    assert "baseline" in captions and "×" in captions
+    _no_horizontal_scroll(page)
+    _shot(page, "compare")
+
+
+def test_ladder_rows_are_words_and_rounded_numbers(page):
+    _tab(page, "Ladder")
+    _small(page, "lad", steps=3)
+    page.locator("#lad-rounds input").fill("3")
+    page.locator("#ladder-btn").click()
+    page.locator("#ladder-md").get_by_text("interleaved rounds").wait_for(timeout=LONG)
+    text = page.locator("#ladder-table").inner_text()
+    assert "original" in text and "skipped" in text and "×1.00 (baseline)" in text
+    _no_horizontal_scroll(page)
+    _shot(page, "ladder")
+
+
+def test_autotune_offers_only_what_its_confirmation_measured(page):
+    _tab(page, "Auto-tune")
+    _small(page, "tune", steps=3)
+    page.locator("#tune-rounds input").fill("3")
+    page.locator("#tune-confirm input").fill("3")
+    page.locator("#tune-btn").click()
+    page.locator("#tune-md").get_by_text("baseline").first.wait_for(timeout=LONG)
+    summary = page.locator("#tune-md").inner_text()
+    apply = page.locator("#tune-apply")
+    if summary.startswith("Nothing here beats"):
+        assert apply.is_disabled()
+    else:
+        assert apply.is_enabled() and "Fastest configuration" in summary
+    _no_horizontal_scroll(page)
+    _shot(page, "autotune")
+
+
+def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
+    _tab(page, "History")
+    from playwright.sync_api import expect
+
+    table = page.locator("#history-table")
     expect(table).to_contain_text("channels_last", timeout=60_000)
-    expect(table).to_contain_text("speedup")
-    page.locator("#cmp-slider img").first.wait_for(timeout=60_000)
-    expect(table).to_contain_text("bf16")
-    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+    _no_horizontal_scroll(page)
+    _shot(page, "history")
+    table.locator("td").filter(has_text="channels_last").first.click()
+    page.locator("#generate-btn").wait_for(state="visible", timeout=30_000)
+    page.wait_for_timeout(1500)
+    assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()
+
+
+def test_system_is_short_tables(page):
+    _tab(page, "System")
+    page.locator("#system-md").get_by_text("CPU").first.wait_for(timeout=60_000)
+    assert "available" in page.locator("#system-table").inner_text()
+    _no_horizontal_scroll(page)
+    _shot(page, "system")
+
+
+def test_cancel_is_neutral_and_resets_the_card(page):
+    _tab(page, "Generate")
+    _small(page, "gen", steps=150, side=128)
+    page.locator("#generate-btn").click()
+    page.wait_for_timeout(3000)
+    page.locator("#cancel-btn").click()
+    card = page.locator("#metrics-card")
+    card.get_by_text("Cancelled after").wait_for(timeout=LONG)
+    assert "Stopping" not in card.inner_text()
+    assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
+    _shot(page, "cancelled")
 
 
 def test_out_of_memory_offers_a_retry_with_memory_techniques(page, tmp_path, monkeypatch):
+    """Last in this module: it points the page at an app of its own."""
     import torch
     from diffusers import UNet2DConditionModel
+    from playwright.sync_api import expect
 
     from studio.service import Studio
     from studio.ui import build_demo
@@ -94,15 +195,14 @@ def test_out_of_memory_offers_a_retry_with_memory_techniques(page, tmp_path, mon
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True)
     try:
         page.goto(url, wait_until="load")
-        page.locator("#gen-steps input").fill("4")
+        _small(page, "gen")
         page.locator("#generate-btn").click()
         retry = page.locator("#retry-memory-btn")
         expect(retry).to_be_visible(timeout=120_000)
         expect(retry).to_contain_text("Retry with attention_slicing + vae_slicing")  # nothing measured yet: registry order
-        page.screenshot(path=str(ARTIFACTS / "out-of-memory.png"), full_page=False)
         retry.click()
         expect(page.locator("#metrics-card")).to_contain_text("attention_slicing, vae_slicing", timeout=120_000)
-        expect(page.locator("#opt-vae_slicing input")).to_be_checked()
+        expect(page.locator("#opts-memory").get_by_label("vae_slicing", exact=False)).to_be_checked()
         expect(retry).to_be_hidden()
     finally:
         demo.close()

@@ -10,9 +10,9 @@ Compare, Ladder, Auto-tune and the distributed sweeps all go through `run_sweep`
 5. close the group as ok, failed or cancelled, on every path. A configuration that fails becomes a failed
    run and leaves the later rounds; a failing baseline fails the sweep.
 
-Configurations that change their pipeline irreversibly (trace, compile, int8 build) keep a live pipeline of
-their own for the sweep, a copy of the loaded weights, so interleaving never rebuilds or recompiles them.
-That costs one copy of the model's weights per such configuration while the sweep runs.
+Configurations that change their pipeline keep a live pipeline of their own for the sweep, a copy of the
+loaded weights, so interleaving never rebuilds, recompiles or re-lays-out anything between rounds. That costs
+one copy of the model's weights per such configuration while the sweep runs (see `own_pipelines`).
 """
 
 from __future__ import annotations
@@ -62,20 +62,27 @@ class SweepResult:
         return self.entries[0]
 
 
-def own_pipeline_bytes(studio: Studio, entries: list[Entry]) -> int:
-    """Bytes of the weight copies the sweep's irreversible configurations will hold."""
-    return sum(studio.manager.model_bytes(e.request) for e in entries if studio.manager.needs_own_pipeline(e.request))
+def own_pipelines(studio: Studio, entries: list[Entry]) -> set[str]:
+    """The configurations that get a live pipeline of their own for the sweep (a copy of the weights each).
 
-
-def check_fits(studio: Studio, entries: list[Entry]) -> None:
-    """Refuse a sweep whose private pipelines would not fit in the memory available now."""
-    needed = own_pipeline_bytes(studio, entries)
-    available = psutil.virtual_memory().available
-    if needed > MEMORY_SHARE * available:
+    Every configuration that changes the pipeline does, when the copies fit in memory: then no round pays
+    for re-applying a technique (a new weight layout also makes oneDNN and cuDNN pick their kernels again).
+    Otherwise only the irreversible ones do, and the reversible ones are switched on the shared pipeline
+    between calls, outside the timed region. A sweep whose irreversible copies do not fit is refused.
+    """
+    manager, available = studio.manager, MEMORY_SHARE * psutil.virtual_memory().available
+    changing = [e for e in entries[1:] if manager.changes_pipeline(e.request)]
+    sizes = {e.label: manager.model_bytes(e.request) for e in changing}
+    if sum(sizes.values()) <= available:
+        return set(sizes)
+    must = {e.label for e in changing if manager.changes_pipeline(e.request, irreversibly=True)}
+    needed = sum(sizes[label] for label in must)
+    if needed > available:
         raise ValidationError(
             f"This sweep keeps a copy of the model for each traced, compiled or int8 configuration "
-            f"({needed / 2**30:.1f} GiB in all) and only {available / 2**30:.1f} GiB is available. "
+            f"({needed / 2**30:.1f} GiB in all) and only {available / MEMORY_SHARE / 2**30:.1f} GiB is available. "
             "Compare fewer of those configurations at once.")
+    return must
 
 
 def _merge(calls: list[Computed], warmups: list[float], host: HostLoad) -> Computed:
@@ -112,7 +119,7 @@ def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, r
 
     With `group_id` the runs join that group, which the caller opens and closes (an auto-tune's stages).
     """
-    check_fits(studio, entries)
+    own = own_pipelines(studio, entries)
     request = entries[0].request
     own_group = group_id is None
     if own_group:
@@ -120,7 +127,7 @@ def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, r
             kind, model=request.model, prompt=request.prompt, seed=request.seed,
             settings={**(settings or {}), "configs": [e.label for e in entries], "warmup": warmup, "rounds": rounds})
     try:
-        result = _measure(studio, group_id, entries, warmup, rounds, progress, should_stop)
+        result = _measure(studio, group_id, entries, own, warmup, rounds, progress, should_stop)
     except BaseException as exc:
         for entry in entries:
             if entry.pending is not None and entry.result is None and entry.error is None:
@@ -133,13 +140,13 @@ def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, r
     return result
 
 
-def _measure(studio: Studio, group_id: int, entries: list[Entry], warmup: int, rounds: int,
+def _measure(studio: Studio, group_id: int, entries: list[Entry], own: set[str], warmup: int, rounds: int,
              progress: Progress | None, should_stop: StopFn | None) -> SweepResult:
     for entry in entries:
         entry.pending = studio.begin(entry.request, warmup=warmup, repeats=rounds, group_id=group_id)
     name = f"sweep-{next(_sweep_ids)}"
-    calls = {e.label: _call(studio, e, (name, e.label) if studio.manager.needs_own_pipeline(e.request) else None,
-                            should_stop, i == 0) for i, e in enumerate(entries)}
+    calls = {e.label: _call(studio, e, (name, e.label) if e.label in own else None, should_stop, i == 0)
+             for i, e in enumerate(entries)}
     total, done = len(entries) * (warmup + rounds), itertools.count()
 
     def before(phase: str, label: str) -> None:

@@ -1,25 +1,27 @@
 """Event handlers of the Gradio app (the ui package is the only importer of gradio).
 
-Every engine error reaches browser and client users as `gr.Error` with the engine's sentence.
+Every engine error reaches browser and client users as `gr.Error` with the engine's sentence; a
+cancelled run is not an error: it comes back as a neutral "Cancelled after step N" note.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import gradio as gr
 import pandas as pd
 from gradio.context import LocalContext
 
 from pipelines.registry import SPECS, resolve
-from studio import api, ladder
-from studio import autotune as autotune_mod
-from studio.errors import OutOfMemory, StudioError, describe
+from studio import api, report
+from studio.errors import Cancelled, OutOfMemory, StudioError, describe
 from studio.optimizations import REGISTRY
 from studio.service import Studio
+from studio.sweeps import ladder as ladder_mod
+from studio.ui import views
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "tiny-shapes"
@@ -45,19 +47,8 @@ def _engine_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def metrics_markdown(m: dict[str, Any]) -> str:
-    first = "—" if m["first_call_s"] is None else f"{m['first_call_s']:.3f} s"
-    fidelity = "" if m["fidelity"] is None else f" · prompt fidelity **{m['fidelity']:.0%}**"
-    return (
-        f"**{m['latency_s']:.3f} s** · {m['steps_per_s']:.1f} steps/s · peak {m['peak_memory_mb']:.0f} MB "
-        f"({m['memory_kind']}) · load {m['load_s']:.2f} s · first call {first}{fidelity}  \n"
-        f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed {m['seed']}"
-        + (f"  \nDevice map: `{', '.join(f'{k} → {v}' for k, v in m['device_map'].items())}`" if m.get("device_map") else "")
-        + "".join(f"  \n⚠ {w}" for w in m.get("warnings") or ())
-    )
-
-
-def _techniques_by_group(device: str) -> dict[str, list[dict]]:
+def techniques_by_group(device: str) -> dict[str, list[dict]]:
+    """The techniques that get a box in Generate (not weights precision, which has its own control), by group."""
     rows = [t for t in api.techniques(device) if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"]
     return {g: [t for t in rows if t["group"] == g] for g in GROUPS}
 
@@ -85,21 +76,15 @@ def client_gone_check() -> Callable[[], bool]:
     return gone
 
 
-def _stop_check(cancels: api.Cancellations, request: gr.Request | None) -> Callable[[], str | None]:
-    return cancels.begin(request.session_hash if request else "api", client_gone=client_gone_check())
-
-
-def _checkbox_names() -> list[str]:
-    """The techniques that have a checkbox in Generate, in the order the boxes are laid out."""
-    groups = _techniques_by_group("auto")
-    return [t["name"] for g in GROUPS for t in groups[g]]
+def _session(request: gr.Request | None) -> str:
+    return request.session_hash if request and request.session_hash else "api"
 
 
 def _model_name(model: str, custom: str) -> str:
     return (custom or "").strip() or model
 
 
-def _model_defaults(model: str, custom: str):
+def model_defaults(model: str, custom: str):
     try:
         spec = resolve(_model_name(model, custom))
     except StudioError:
@@ -107,135 +92,153 @@ def _model_defaults(model: str, custom: str):
     return spec.steps, spec.guidance, spec.width, spec.height, spec.example_prompt
 
 
+def _cancelled(exc: Cancelled) -> str:
+    return f"⏹ {describe(exc)} The run is logged as cancelled."
+
+
 def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Callable]:
     """The event functions, closed over one Studio."""
     memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
+
+    def stop_check(request: gr.Request | None):
+        return cancels.begin(_session(request), client_gone=client_gone_check())
+
+    def run_generate(req, request: gr.Request | None, progress: gr.Progress):
+        progress(0, desc="loading / configuring")
+        memory_advice.pop(_session(request), None)
+        try:
+            result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
+                                     should_stop=stop_check(request))
+        except OutOfMemory as exc:
+            memory_advice[_session(request)] = exc.advice[:2]
+            raise
+        except Cancelled as exc:
+            return gr.update(), _cancelled(exc), None
+        for warning in result.warnings:
+            gr.Warning(warning)
+        metrics = report.single_record(result)
+        return result.images[0], views.generate_card(metrics), metrics
 
     @_engine_errors
     def generate(model, custom_model, device, precision, optimizations, prompt, negative_prompt, seed, steps,
                  guidance, width, height, scheduler, settings, request: gr.Request, progress=gr.Progress()):
         req = api.build_request(_model_name(model, custom_model), device, precision, optimizations, prompt,
                                 negative_prompt, seed, steps, guidance, width, height, scheduler, settings)
-        should_stop = _stop_check(cancels, request)
-        progress(0, desc="loading / configuring")
-        session = request.session_hash if request else "api"
-        memory_advice.pop(session, None)
-        try:
-            result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
-                                     should_stop=should_stop)
-        except OutOfMemory as exc:
-            memory_advice[session] = exc.advice[:2]
-            raise
-        metrics = api.metrics_of(result)
-        for warning in result.warnings:
-            gr.Warning(warning)
-        return result.images[0], metrics_markdown(metrics), metrics
+        return run_generate(req, request, progress)
+
+    @_engine_errors
+    def generate_form(model, custom_model, device, precision, speed, memory, precision_opts, prompt, negative_prompt,
+                      seed, steps, guidance, width, height, scheduler, settings, request: gr.Request,
+                      progress=gr.Progress()):
+        """The form's own Generate: the ticked boxes are this event's inputs, read when it is clicked."""
+        opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
+        req = api.build_request(_model_name(model, custom_model), device, precision, opts, prompt, negative_prompt,
+                                seed, steps, guidance, width, height, scheduler, settings)
+        return run_generate(req, request, progress)
 
     def retry_offer(request: gr.Request):
         """After a failed generate: a 'Retry with …' button when it ran out of memory."""
-        advice = memory_advice.pop(request.session_hash if request else "api", ())
+        advice = memory_advice.pop(_session(request), ())
         if not advice:
             return gr.update(visible=False), []
         return gr.update(visible=True, value=f"Retry with {' + '.join(advice)}"), list(advice)
 
-    def apply_advice(advice, selected):
-        """Tick the advised memory techniques: the hidden selection the Generate event reads, and their boxes."""
-        chosen = [*selected, *(a for a in advice if a not in selected)]
-        return [gr.update(visible=False), chosen, *(name in chosen for name in _checkbox_names())]
+    def apply_advice(advice, memory):
+        """Tick the advised memory techniques in Generate's memory group."""
+        return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
 
     def cancel(request: gr.Request):
-        cancels.cancel(request.session_hash if request else "api")
-        return "Cancelling after the current step…"
+        stopping = cancels.cancel(_session(request))
+        return "Stopping after the current step…" if stopping else "Nothing is running."
 
     @_engine_errors
     def compare(model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, presets,
-                custom_configs, warmup, repeats, request: gr.Request, progress=gr.Progress()):
+                custom_configs, warmup, rounds, request: gr.Request, progress=gr.Progress()):
         req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 guidance, width, height, scheduler)
         configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
-        result = api.compare(studio, req, configs, warmup, repeats,
-                             progress=lambda i, n, label: progress((i, n), desc=f"running {label}"),
-                             should_stop=_stop_check(cancels, request))
-        return _compare_outputs(result)
+        try:
+            result = api.compare(studio, req, configs, warmup, rounds,
+                                 progress=lambda i, n, label: progress((i, n), desc=label),
+                                 should_stop=stop_check(request))
+        except Cancelled as exc:
+            return views.compare_cancelled(_cancelled(exc))
+        return views.compare_outputs(result)
 
     @_engine_errors
-    def run_ladder(model, custom_model, device, prompt, seed, steps, width, height, warmup, repeats,
+    def run_ladder(model, custom_model, device, prompt, seed, steps, width, height, warmup, rounds,
                    request: gr.Request, progress=gr.Progress()):
         req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 None, width, height, None)
-        _, rows = api.ladder(studio, req, warmup, repeats, progress=lambda i, n, s: progress((i, n), desc=s),
-                             should_stop=_stop_check(cancels, request))
-        table = pd.DataFrame([{k: r.get(k) for k in ("step", "status", "latency", "speedup", "config", "note")}
-                              for r in rows])
-        return ladder.markdown(rows), table
+        try:
+            _, records = api.ladder(studio, req, warmup, rounds, progress=lambda i, n, s: progress((i, n), desc=s),
+                                    should_stop=stop_check(request))
+        except Cancelled as exc:
+            return _cancelled(exc), gr.update(visible=False), None
+        table = pd.DataFrame(report.readable_rows(records, ladder_mod.STEP_COLUMN))
+        return views.headline(records), gr.update(value=table, visible=True), records
 
     @_engine_errors
     def autotune(model, custom_model, device, prompt, seed, steps, width, height, techniques, include_compile,
-                 min_psnr, min_ssim, fidelity_drop, warmup, repeats, confirm_rounds, request: gr.Request,
+                 min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds, request: gr.Request,
                  progress=gr.Progress()):
         req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 None, width, height, None)
-        result = api.autotune(studio, req, techniques, include_compile, min_psnr, min_ssim, fidelity_drop, warmup,
-                              repeats, confirm_rounds, progress=lambda i, n, s: progress((i, n), desc=f"measuring {s}"),
-                              should_stop=_stop_check(cancels, request))
-        data = autotune_mod.as_json(result)
-        points = pd.DataFrame([
-            {"config": r["config"], "latency_s": r["latency_median"], "psnr_db": min(r["psnr"], 100.0),
-             "peak_memory_mb": r["peak_memory_mb"],
-             "front": "Pareto front" if r["config"] in result.pareto_quality else "dominated"}
-            for r in result.rows if r["status"] == "ok" and r["psnr"] is not None])
-        table = pd.DataFrame([{k: r.get(k) for k in ("config", "stage", "latency_median", "speedup", "verdict", "psnr",
-                                                       "ssim", "fidelity", "floor", "meets_floor")} for r in data["rows"]])
-        return (autotune_mod.markdown(result), table, points, points, data, list(result.winner),
-                gr.update(interactive=bool(result.winner), value=f"Apply {result.winner_label} in Generate"))
+        try:
+            result = api.autotune(studio, req, techniques, include_compile, min_psnr, min_ssim, fidelity_drop,
+                                  warmup, rounds, confirm_rounds, should_stop=stop_check(request),
+                                  progress=lambda i, n, s: progress((i, n), desc=s))
+        except Cancelled as exc:
+            return views.autotune_cancelled(_cancelled(exc))
+        return views.autotune_outputs(result)
 
     def apply_winner(winner):
-        """The winner's techniques ticked in Generate, and Generate shown."""
-        chosen = list(winner or [])
-        return [chosen, *(name in chosen for name in _checkbox_names()), gr.update(selected="generate")]
+        """The whole winner in Generate: precision, techniques by group and their settings; Generate shown."""
+        winner = winner or {}
+        opts = winner.get("techniques", [])
+        precision = next((o for o in opts if o in api.PRECISIONS), "fp32")
+        groups = techniques_by_group("auto")
+        ticked = [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
+        settings = json.dumps(winner.get("settings") or {}) if winner.get("settings") else ""
+        return [precision, *ticked, settings, gr.update(selected="generate")]
 
     @_engine_errors
     def history(model, device, status, technique, since, limit):
-        rows = api.history(studio, model, device, status, technique, since, None, limit or 200)
-        table = pd.DataFrame([{k: r.get(k) for k in api.HISTORY_COLUMNS} for r in rows], columns=api.HISTORY_COLUMNS)
-        plot = table[table.status == "ok"][["created_at", "latency_median", "config_label"]]
-        return table, plot, api.export_csv(rows)
+        records = api.history(studio, model, device, status, technique, since, None, limit or 200)
+        return views.history_outputs(records, api.export_csv(records))
 
     @_engine_errors
     def load_config(run_id):
+        """A logged run's configuration, ready in Generate's form (precision and technique groups included)."""
         row = studio.runlog.get_run(int(run_id))
-        opts = [o for o in row["requested"] if REGISTRY[o].dtype is None]
+        opts = row["requested"] or []
+        groups = techniques_by_group("auto")
+        ticked = [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
         model = row["model"] if row["model"] in SPECS else DEFAULT_MODEL
         custom = "" if row["model"] in SPECS else row["model"]
-        return (model, custom, row["dtype"], opts, row["prompt"], row["negative_prompt"], row["seed"], row["steps"],
-                row["guidance"], row["width"], row["height"], row["scheduler"], gr.update(selected="generate"))
+        params = json.dumps(row["params"]) if row.get("params") else ""
+        return (model, custom, row["dtype"], *ticked, row["prompt"], row["negative_prompt"], row["seed"],
+                row["steps"], row["guidance"], row["width"], row["height"], row["scheduler"], params,
+                gr.update(selected="generate"))
+
+    def load_selected(table, evt: gr.SelectData):
+        """A click on a History row loads that run into Generate."""
+        run_id = table.iloc[evt.index[0]]["Run"]
+        return load_config(int(run_id))
 
     @_engine_errors
     def shard(model, custom_model, name, max_shard_size):
-        report = api.shard(_model_name(model, custom_model), name, max_shard_size)
+        data = api.shard(_model_name(model, custom_model), name, max_shard_size)
         rows = [{"component": c["name"], "file": s["file"], "MB": round(s["bytes"] / 1e6, 3), "tensors": s["tensors"]}
-                for c in report["components"] for s in c["shards"]]
-        return report, pd.DataFrame(rows, columns=["component", "file", "MB", "tensors"])
+                for c in data["components"] for s in c["shards"]]
+        return data, pd.DataFrame(rows, columns=["component", "file", "MB", "tensors"])
 
     def system():
-        return api.system(studio)
+        data = api.system(studio)
+        return data, *views.system_tables(data)
 
-    return {"generate": generate, "retry_offer": retry_offer, "apply_advice": apply_advice, "cancel": cancel,
-            "compare": compare, "ladder": run_ladder, "autotune": autotune, "apply_winner": apply_winner,
-            "history": history, "load_config": load_config, "shard": shard, "system": system,
+    return {"generate": generate, "generate_form": generate_form, "retry_offer": retry_offer,
+            "apply_advice": apply_advice, "cancel": cancel, "compare": compare, "ladder": run_ladder,
+            "autotune": autotune, "apply_winner": apply_winner, "history": history, "load_config": load_config,
+            "load_selected": load_selected, "shard": shard, "system": system,
             "export_db": lambda: api.export_database(studio)}
-
-
-
-def _compare_outputs(result):
-    ok = [(r, res) for r, res in zip(result.rows, result.results, strict=True) if res is not None]
-    gallery = [(res.images[0], f"{r['config']}: {r['latency_median']:.3f}s x{r['speedup']:.2f} ({r['verdict']})")
-               for r, res in ok]
-    table = pd.DataFrame(api.compare_table(result)).dropna(axis=1, how="all").round(4)  # readable at 1280 px
-    bars = pd.DataFrame([{"config": r["config"], "latency_s": r["latency_median"], "memory_mb": r["memory_added_mb"]}
-                         for r, _ in ok])
-    choices = [r["config"] for r, _ in ok[1:]]
-    images = {r["config"]: res.images[0] for r, res in ok}
-    slider = (images["baseline"], images[choices[0]]) if choices else None
-    return (gallery, table, bars, bars, gr.update(choices=choices, value=choices[0] if choices else None), slider,
-            images, api.export_csv(result.rows, "compare.csv"), api.export_markdown(result.rows), api.compare_table(result))

@@ -1,0 +1,139 @@
+"""What each tab shows, built from the shared records (`studio.report`): words, rounded numbers with units,
+tables that fit 1280 px, details one click away, nothing shown before there are results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from studio import api, report
+from studio.sweeps import autotune as autotune_mod
+
+MEMORY_NOTE = {
+    "cpu_rss": "peak memory is the process's peak resident set (RSS), which resolves about "
+               f"{report.MEMORY_RESOLUTION_MB['cpu_rss']:.0f} MB",
+    "cuda_allocated": "peak memory is the CUDA allocator's peak, exact to the byte",
+}
+DETAILS = (("Configuration", "config"), ("First call", "first_call_s"), ("Pays off after (images)", "pays_off_after"),
+           ("Recompiles", "recompiles"), ("PSNR (dB)", "psnr_db"), ("SSIM", "ssim"), ("Prompt fidelity", "fidelity"),
+           ("Host busy (%)", "host_busy_pct"), ("Run", "run_id"))
+
+
+def generate_card(m: dict[str, Any]) -> str:
+    """The metrics card under Generate's image."""
+    fidelity = "" if m["fidelity"] is None else f" · prompt fidelity **{m['fidelity']:.0%}**"
+    first = "" if m["first_call_s"] is None else f" · first call {report.seconds(m['first_call_s'])}"
+    lines = [
+        f"**{report.seconds(m['latency_s'])}** per image · {m['steps_per_s']:.1f} steps/s · "
+        f"peak {report.memory(m)}{fidelity}",
+        f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed {m['seed']}"
+        f" · load {report.seconds(m['load_s'])}{first}",
+        f"<small>{MEMORY_NOTE.get(m['memory_kind'], '')}</small>",
+    ]
+    if m.get("device_map"):
+        lines.append(f"Device map: `{', '.join(f'{k} → {v}' for k, v in m['device_map'].items())}`")
+    if m.get("host_busy"):
+        lines.append(f"⚠ The host was busy (other processes {m['host_busy_pct']:.0f}% of the CPU): "
+                     "this time is unreliable.")
+    lines += [f"⚠ {w}" for w in m.get("warnings") or () if "host was busy" not in w]
+    return "  \n".join(lines)
+
+
+def headline(records: list[dict[str, Any]]) -> str:
+    """One paragraph over a sweep's tables: what was measured, and the busy-host warning when there is one."""
+    ok = [r for r in records if r["status"] == "ok"]
+    rounds = max((r["rounds"] or 0 for r in ok), default=0)
+    faster = [r["config"] for r in ok if r["verdict"] == "faster"]
+    text = (f"{len(ok)} configuration(s) timed in {rounds} interleaved rounds; speedups are the median of per-round "
+            f"ratios against the baseline, with their range. ")
+    text += f"Faster beyond noise: **{', '.join(faster)}**." if faster else "Nothing was faster than the baseline beyond noise."
+    kind = next((r["memory_kind"] for r in ok if r.get("memory_kind")), None)
+    if kind:
+        text += f"  \n<small>{MEMORY_NOTE[kind]}; smaller differences read 'no measurable difference'.</small>"
+    note = report.host_note(records)
+    return text + (f"\n\n{note}" if note else "")
+
+
+def details_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    def cell(r: dict[str, Any], key: str) -> Any:
+        value = r.get(key)
+        if key == "first_call_s":
+            return report.seconds(value) if value is not None else "–"
+        if key == "fidelity" and value is not None:
+            return f"{value:.0%}"
+        return "–" if value is None else value
+
+    return pd.DataFrame([{title: cell(r, key) for title, key in DETAILS} for r in records])
+
+
+def compare_outputs(result) -> tuple:
+    """Compare's outputs: results column shown, headline, gallery, tables, plot, slider, files, raw rows."""
+    records = result.records
+    ok = [(r, res) for r, res in zip(records, result.results, strict=True) if res is not None]
+    gallery = [(res.images[0], report.caption(r)) for r, res in ok]
+    bars = pd.DataFrame([{"configuration": r["config"], "latency (s)": r["latency_s"]} for r, _ in ok])
+    choices = [r["config"] for r, _ in ok[1:]]
+    images = {r["config"]: res.images[0] for r, res in ok}
+    slider = (images["baseline"], images[choices[0]]) if choices else None
+    return (gr.update(visible=True), headline(records), gallery, pd.DataFrame(report.readable_rows(records)),
+            details_table(records), bars, gr.update(choices=choices, value=choices[0] if choices else None), slider,
+            images, api.export_csv(records, "compare.csv"), api.export_markdown(records, "compare.md"), records)
+
+
+def compare_cancelled(note: str) -> tuple:
+    return (gr.update(visible=True), note, None, None, None, None, gr.update(choices=[], value=None), None, {},
+            None, None, None)
+
+
+def autotune_outputs(result) -> tuple:
+    rows = result.rows
+    points = pd.DataFrame([
+        {"config": r["config"], "latency_s": r["latency_s"], "psnr_db": min(r["psnr_db"] or 100.0, 100.0),
+         "peak_memory_mb": r["peak_memory_mb"]}
+        for r in rows if r["status"] == "ok"])
+    table = pd.DataFrame(report.readable_rows(rows, (("Stage", lambda r: r.get("stage", "")),)))
+    table = table.drop(columns=["Peak memory"])  # in the plot beside; seven columns fit 1280 px
+    table["Quality floor"] = [("met" if r.get("meets_floor") else r.get("floor") or r["status"]) for r in rows]
+    data = autotune_mod.as_json(result)
+    winner = data["winner"]
+    label = f"Apply {result.winner_label} in Generate" if winner else "Nothing to apply: keep the baseline"
+    note = report.host_note(rows)
+    summary = autotune_mod.summary(result) + (f"\n\n{note}" if note else "")
+    return (gr.update(visible=True), summary, table, points, points, data, winner,
+            gr.update(interactive=winner is not None, value=label))
+
+
+def autotune_cancelled(note: str) -> tuple:
+    return (gr.update(visible=True), note, None, None, None, None, None,
+            gr.update(interactive=False, value="Nothing to apply"))
+
+
+def history_outputs(records: list[dict[str, Any]], csv_path: str) -> tuple:
+    first = (("Run", lambda r: r["run_id"]), ("When", lambda r: (r["created_at"] or "")[:19].replace("T", " ")),
+             ("Model", lambda r: r["model"]))
+    table = pd.DataFrame(report.readable_rows(records, first)).drop(columns=["Image vs baseline"], errors="ignore")
+    ok = [r for r in records if r["status"] == "ok" and r["latency_s"] is not None]
+    plot = pd.DataFrame({"time": pd.to_datetime([r["created_at"] for r in ok], utc=True),
+                         "latency (s)": [r["latency_s"] for r in ok], "configuration": [r["config"] for r in ok]})
+    return table, plot, csv_path
+
+
+def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
+    """System as short text and tables: devices and libraries, then every technique with why it cannot run."""
+    hw = data["hardware"]
+    gpus = ", ".join(f"{g['name']} ({g['memory_gb']} GB, sm {g['capability']})" for g in hw["gpus"]) or "none"
+    why = "" if hw["cuda_functional"] else f" — {hw['cuda_reason']}"
+    lines = ["| | |", "|---|---|",
+             f"| CPU | {hw['cpu']} ({hw['cpu_count']} cores; AVX-512: {'yes' if hw['avx512'] else 'no'}, "
+             f"AMX: {'yes' if hw['amx_bf16'] else 'no'}) |",
+             f"| GPUs | {gpus}{why} |",
+             f"| Devices | {', '.join(hw['devices'])} |",
+             f"| Libraries | {', '.join(f'{k} {v}' for k, v in data['versions'].items())} |",
+             f"| Loaded pipelines | {len(data['loaded_pipelines'])} |",
+             f"| Run log | `{data['database']}` |"]
+    techniques = pd.DataFrame([{"Technique": t["name"], "Group": t["group"],
+                                "Here": "available" if t["unavailable"] is None else t["unavailable"]}
+                               for t in data["techniques"]])
+    return "\n".join(lines), techniques
