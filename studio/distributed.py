@@ -28,12 +28,15 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 
-from studio import compare, devices, ladder, service
-from studio.cli import emit, parse_params, request_args
+from studio import devices, report, service
+from studio.cli import emit, parse_params, request_args, rounds_arg
 from studio.errors import StudioError, ValidationError
 from studio.manager import PipelineManager
+from studio.measure import protocol
 from studio.service import Computed, RunResult, Studio, run_record
-from studio.validate import MAX_SEED, GenerationRequest, check_opts, validate_request
+from studio.sweeps import compare, ladder
+from studio.sweeps.runner import merge
+from studio.validate import MAX_SEED, GenerationRequest, validate_request
 
 log = logging.getLogger("studio.distributed")
 COMPARABLE = ("Timings measured by different processes compare only when their devices are alike "
@@ -103,28 +106,40 @@ def _request(args: argparse.Namespace, device: str) -> GenerationRequest:
 
 
 def compute_share(state: PartialState, jobs: list[GenerationRequest], where: dict[str, Any],
-                  warmup: int, repeats: int) -> list[Outcome]:
-    """Compute this process's share of `jobs`; failures become outcomes with their message."""
-    manager, hardware, outcomes = PipelineManager(), devices.detect().summary(), []
+                  warmup: int, rounds: int) -> list[Outcome]:
+    """Compute this process's share of `jobs` in interleaved rounds (the engine's protocol); a failure becomes
+    an outcome with its message."""
+    manager, hardware = PipelineManager(), devices.detect().summary()
     with state.split_between_processes(list(range(len(jobs)))) as mine:
-        for index in mine:
+        outcomes = {index: Outcome(index, where, hardware) for index in mine}
+    calls: dict[int, list[Computed]] = {index: [] for index in outcomes}
+
+    def call(index: int) -> protocol.Call:
+        def run() -> float:
             request = jobs[index]
-            log.info("rank %d: %s", where["rank"], request.config_label)
-            outcome = Outcome(index, where, hardware)
             try:
-                computed = service.compute_run(manager, request, warmup, repeats)
+                slot = ("distributed", request.config_label) if manager.changes_pipeline(request) else None
+                computed = service.compute_run(manager, request, slot=slot)
             except StudioError as exc:
-                outcome.error = str(exc)
+                outcomes[index].error = str(exc)
+                raise protocol.Dropped(str(exc)) from exc
             except Exception as exc:  # logged here with its traceback, recorded as a failed run by the writer
                 log.exception("rank %d: %s failed", where["rank"], request.config_label)
-                outcome.error, outcome.unexpected = f"{type(exc).__name__}: {exc}", True
-            else:
-                runs = computed.measured.runs
-                computed.measured.runs = [dataclasses.replace(t, images=t.images[:0]) for t in runs[:-1]] + runs[-1:]
-                computed.stats["distributed"] = where
-                outcome.computed = computed
-            outcomes.append(outcome)
-    return outcomes
+                outcomes[index].error, outcomes[index].unexpected = f"{type(exc).__name__}: {exc}", True
+                raise protocol.Dropped(str(exc)) from exc
+            calls[index].append(computed)
+            return computed.measured.runs[-1].seconds
+
+        return run
+
+    with manager.own_pipelines("distributed"):  # as in a single-process sweep: no re-application between rounds
+        samples = protocol.interleaved({str(i): call(i) for i in outcomes}, max(1, rounds), warmup)
+    for index, outcome in outcomes.items():
+        if outcome.error is None:
+            timed = calls[index][warmup:]
+            outcome.computed = merge(timed, samples.warmups[str(index)], None)
+            outcome.computed.stats["distributed"] = where
+    return list(outcomes.values())
 
 
 def write_runs(studio: Studio, group_id: int, jobs: list[GenerationRequest], outcomes: list[Outcome],
@@ -136,6 +151,7 @@ def write_runs(studio: Studio, group_id: int, jobs: list[GenerationRequest], out
     """
     results: list[RunResult | None] = []
     baseline: RunResult | None = None
+    reference: list[float] | None = None
     for outcome in outcomes:
         request = dataclasses.replace(jobs[outcome.index], device=outcome.where["device"])
         if outcome.computed is None:
@@ -143,10 +159,13 @@ def write_runs(studio: Studio, group_id: int, jobs: list[GenerationRequest], out
             studio.runlog.finish_run(run_id, "failed", error=outcome.error)
             results.append(None)
             continue
+        latencies = outcome.computed.measured.latencies
+        ratio = protocol.speedup(reference or latencies, latencies, is_reference=reference is None)
+        extra = {"speedup": ratio.median, "speedup_min": ratio.low, "speedup_max": ratio.high, "verdict": ratio.verdict}
         run = studio.log_computed(request, outcome.computed, warmup=warmup, repeats=repeats, group_id=group_id,
-                                  baseline=baseline, hardware=outcome.hardware)
+                                  baseline=baseline, hardware=outcome.hardware, extra=extra)
         if baseline is None and (outcome.index == 0 or not baseline_first_only):
-            baseline = run
+            baseline, reference = run, latencies
         for warning in run.warnings:
             log.warning("%s: %s", request.config_label, warning)
         results.append(run)
@@ -200,7 +219,7 @@ def _planned(args: argparse.Namespace, state: PartialState, where: dict[str, Any
 def spread(kind: str, args: argparse.Namespace, state: PartialState, where: dict[str, Any], request: GenerationRequest,
            jobs: list[GenerationRequest], settings: dict[str, Any], *, baseline_first_only: bool) -> Sweep | None:
     """Compute `jobs` spread over the processes, gather, and (main process only) write one group; None elsewhere."""
-    warmup, repeats = 1 if args.warmup is None else args.warmup, args.repeats or 3
+    warmup, repeats = 1 if args.warmup is None else args.warmup, args.rounds or compare.DEFAULT_ROUNDS
     outcomes = sorted(gather_object(compute_share(state, jobs, where, warmup, repeats)), key=lambda o: o.index)
     if not state.is_main_process:
         return None
@@ -230,49 +249,30 @@ def cmd_compare(args: argparse.Namespace, state: PartialState, where: dict[str, 
     for job, run, o in zip(jobs, sweep.results, sweep.outcomes, strict=True):
         place = {k: o.where[k] for k in ("rank", "host", "device", "torch_threads")}
         if run is None or baseline is None:
-            rows.append({"config": job.config_label, "status": "failed", **place,
-                         "error": o.error or "not compared: the baseline failed"})
+            rows.append({**report.failed_record(job.config_label, o.error or "not compared: the baseline failed"),
+                         **place})
         else:
-            rows.append({**compare.row_for(run, baseline), **place})
+            rows.append({**report.run_record(run, baseline), **place})
     note = _note(sweep.processes)
     emit({"group_id": sweep.group_id, "rows": rows, "processes": sweep.processes, "note": note}, args.json,
-          f"{compare.markdown_table(rows)}\n\n{note}")
+          f"{report.markdown(rows)}\n\n{note}")
     return sweep.finish(sweep.outcomes[0].error if baseline is None else None)
 
 
-def ladder_plan(request: GenerationRequest) -> list[tuple[ladder.Rung, tuple[str, ...], str, bool]]:
-    """The ladder's rungs as (rung, configuration, note, runnable), planned as if every rung succeeds."""
-    plan, current = [], ()
-    for rung in ladder.RUNGS:
-        names, reason = ladder.choose(rung, request)
-        if reason:
-            plan.append((rung, current, reason, False))
-            continue
-        current = check_opts([o for o in current if o not in rung.remove] + list(names), request.spec, request.device)
-        note = "" if names == rung.add else f"{'+'.join(rung.add)} cannot run here; used {'+'.join(names)}"
-        plan.append((rung, current, note, True))
-    return plan
-
-
 def cmd_ladder(args: argparse.Namespace, state: PartialState, where: dict[str, Any]) -> int:
-    """The cumulative ladder, its rungs spread over the processes (a failed rung does not change later rungs)."""
-    planned = _planned(args, state, where, ladder_plan)
+    """The cumulative ladder (its one plan, `ladder.plan`), its rungs spread over the processes."""
+    planned = _planned(args, state, where, ladder.plan)
     if planned is None:
         return 2
-    request, plan = planned
-    jobs = [dataclasses.replace(request, opts=opts) for _, opts, _, runnable in plan if runnable]
+    request, steps = planned
+    jobs = [dataclasses.replace(request, opts=s.opts) for s in steps if not s.skipped]
     sweep = spread("ladder", args, state, where, request, jobs, {}, baseline_first_only=False)
     if sweep is None:
         return 0
-    done = iter(zip(sweep.results, sweep.outcomes, strict=True))
-    rows, base = [], None
-    for rung, opts, note, runnable in plan:
-        if not runnable:
-            rows.append(ladder.row(rung, "skipped", opts, note=note))
-            continue
-        run, outcome = next(done)
-        base = base or run
-        rows.append(ladder.row(rung, "ok", opts, run, base, note) if run else ladder.row(rung, "failed", opts, note=outcome.error))
+    base = next((run for run in sweep.results if run is not None), None)
+    records = [report.run_record(run, base) if run else report.failed_record(job.config_label, o.error or "")
+               for job, run, o in zip(jobs, sweep.results, sweep.outcomes, strict=True)]
+    rows = ladder.ladder_records(steps, records)
     note = _note(sweep.processes)
     emit({"group_id": sweep.group_id, "rows": rows, "processes": sweep.processes, "note": note}, args.json,
           f"{ladder.markdown(rows)}\n\n{note}")
@@ -287,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (("compare", "baseline vs configurations"), ("ladder", "the cumulative ladder")):
         p = sub.add_parser(name, help=helptext)
         request_args(p)
+        rounds_arg(p, compare.DEFAULT_ROUNDS)
         p.add_argument("--db", help="the run log (default: $STUDIO_DB or $STUDIO_HOME/runs.db)")
         p.add_argument("--threads", type=_positive, help="torch threads per process (default: cores / processes on this machine)")
         if name == "compare":

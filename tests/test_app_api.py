@@ -66,44 +66,92 @@ def test_bad_input_returns_the_validation_message(client, kw, message):
     assert type(info.value).__name__ == "AppError"
 
 
-def test_compare_rows_are_consistent(client, server):
-    out = client.predict("tiny-shapes", "", "auto", PROMPT, 3, 4, 6.0, 64, 64, "default", ["bf16", "channels_last"],
-                         "", 0, 2, api_name="/compare")
-    gallery, rows = out[0], out[-1]
+SHARED = {"config", "status", "latency_s", "latency_spread_s", "speedup", "speedup_min", "speedup_max", "verdict",
+          "peak_memory_mb", "memory_kind", "host_busy_pct", "host_busy", "run_id"}
+OLD_NAMES = {"latency_median", "peak_memory", "latency", "latency_median_s", "memory_added"}
+
+
+def compare_out(client, configs, rounds=3):
+    return client.predict("tiny-shapes", "", "auto", PROMPT, 3, 4, 6.0, 64, 64, "default", configs, "", 0, rounds,
+                          api_name="/compare")
+
+
+def test_compare_is_interleaved_and_speaks_the_shared_keys(client, server):
+    out = compare_out(client, ["bf16", "channels_last"])
+    visible, headline, gallery, rows = out[0], out[1], out[2], out[-1]
+    assert visible["visible"] is True and "interleaved rounds" in headline
     assert [r["config"] for r in rows] == ["baseline", "bf16", "channels_last"]
-    assert len(gallery) == 3
-    base = rows[0]["latency_median"]
+    assert [g["caption"].split(" · ")[0] for g in gallery] == ["baseline", "bf16", "channels_last"]
     for r in rows:
-        assert r["status"] == "ok" and r["speedup"] == pytest.approx(base / r["latency_median"])
-    group = {RunLog(server.home / "runs.db").get_run(r["run_id"])["group_id"] for r in rows}
-    assert len(group) == 1 and None not in group
+        assert r["status"] == "ok" and r["rounds"] == 3 and SHARED <= set(r) and not OLD_NAMES & set(r)
+        assert r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
+    assert rows[0]["verdict"] == "baseline" and {r["verdict"] for r in rows[1:]} <= {"faster", "slower", "within noise"}
+    log = RunLog(server.home / "runs.db")
+    runs = [log.get_run(r["run_id"]) for r in rows]
+    assert len({run["group_id"] for run in runs}) == 1 and len(runs[1]["latency_all"]) == 3
+    assert runs[1]["verdict"] == rows[1]["verdict"] and runs[1]["speedup"] == pytest.approx(rows[1]["speedup"], abs=1e-3)
+
+
+def test_every_face_shares_the_vocabulary(client, server, tmp_path):
+    """/generate, /compare, /ladder, /autotune, /history, the CLI's --json and the CSV export use the same keys."""
+    import csv
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.server import ROOT
+
+    _, _, generated = client.predict(**generate_args(), api_name="/generate")
+    compared = compare_out(client, ["channels_last"], rounds=2)[-1]
+    laddered = client.predict("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 2, api_name="/ladder")[-1]
+    tuned = client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, ["channels_last"], False, 30, 0.95, 0.03,
+                           0, 2, 2, api_name="/autotune")[5]["rows"]
+    history, _plot, csv_path = client.predict("tiny-shapes", "", "ok", "", "", 20, api_name="/history")
+    env = {**os.environ, "STUDIO_HOME": str(server.home), "HF_HUB_OFFLINE": "1"}
+    cli = json.loads(subprocess.run([sys.executable, "-m", "studio", "history", "--json", "--limit", "3"], cwd=ROOT,
+                                    env=env, capture_output=True, text=True, check=True).stdout)
+    faces = {"/generate": [generated], "/compare": compared, "/ladder": [r for r in laddered if r["status"] == "ok"],
+             "/autotune": tuned, "cli history --json": cli}
+    for face, records in faces.items():
+        for record in records:
+            assert SHARED <= set(record), f"{face} lacks {SHARED - set(record)}"
+            assert not OLD_NAMES & set(record), f"{face} still says {OLD_NAMES & set(record)}"
+    with open(csv_path) as fh:
+        header = next(csv.reader(fh))
+    assert SHARED <= set(header) and not OLD_NAMES & set(header)
+    assert history["headers"][:4] == ["Run", "When", "Model", "Configuration"]
 
 
 def test_history_and_system(client):
-    table, _plot, csv_path = client.predict("tiny-shapes", "", "ok", "", "", 50, api_name="/history")
-    assert table["data"] and "latency_median" in table["headers"]
-    assert open(csv_path).readline().startswith("id,")
-    system = client.predict(api_name="/system")
-    assert "cpu" in system["hardware"]["devices"]
+    client.predict(**generate_args(steps=2), api_name="/generate")
+    table, _plot, _csv = client.predict("tiny-shapes", "", "ok", "", "", 50, api_name="/history")
+    assert table["data"] and "Latency" in table["headers"]
+    latency = table["data"][0][table["headers"].index("Latency")]
+    assert latency.endswith(" s") or latency.endswith(" ms")
+    system, summary, techniques = client.predict(api_name="/system")
+    assert "cpu" in system["hardware"]["devices"] and "| CPU |" in summary
     names = {t["name"]: t for t in system["techniques"]}
     assert names["cudnn_benchmark"]["unavailable"] and names["bf16"]["unavailable"] is None
+    assert "needs CUDA" in " ".join(row[2] for row in techniques["data"])
 
 
 def test_ladder_shows_skipped_steps_with_reasons(client):
-    md, table = client.predict("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 1, api_name="/ladder")
-    assert "| original |" in md and "x1.00" in md
-    statuses = dict(zip([r[0] for r in table["data"]], [r[1] for r in table["data"]], strict=True))
-    assert statuses["cuDNN auto-tuner"] == "skipped" and "CUDA" in md
-    assert statuses["channels last"] == "ok"
+    md, table, rows = client.predict("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 2, api_name="/ladder")
+    assert "interleaved rounds" in md
+    steps = {r["step"]: r for r in rows}
+    assert steps["cuDNN auto-tuner"]["status"] == "skipped" and "CUDA" in steps["cuDNN auto-tuner"]["error"]
+    assert steps["channels last"]["status"] == "ok" and steps["original"]["verdict"] == "baseline"
+    assert table["headers"][:3] == ["Step", "Configuration", "Latency"]
 
 
 def test_load_config_returns_a_logged_runs_settings(client):
     _, _, metrics = client.predict(**generate_args(precision="bf16", optimizations=["vae_slicing"], seed=42, steps=3),
                                    api_name="/generate")
     out = client.predict(metrics["run_id"], api_name="/load_config")
-    model, custom, precision, opts, prompt = out[:5]
-    assert (model, custom, precision, opts, prompt) == ("tiny-shapes", "", "bf16", ["vae_slicing"], PROMPT)
-    assert list(out[6:9]) == [42, 3, 6.0]
+    model, custom, precision, speed, memory, precision_opts, prompt = out[:7]
+    assert (model, custom, precision, speed, memory, prompt) == ("tiny-shapes", "", "bf16", [], ["vae_slicing"], PROMPT)
+    assert list(out[8:11]) == [42, 3, 6.0]
 
 
 def test_shard_saves_small_shards_that_load_back_and_generate(client, server):
@@ -119,12 +167,16 @@ def test_shard_saves_small_shards_that_load_back_and_generate(client, server):
         client.predict("tiny-shapes", "", "../../etc", "1MB", api_name="/shard")
 
 
-def test_autotune_endpoint_returns_rows_fronts_and_a_winner_to_apply(client):
+def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(client):
     out = client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, ["channels_last"], False, 30, 0.95, 0.03,
-                         0, 1, 1, api_name="/autotune")
-    data = out[4]
+                         0, 3, 3, api_name="/autotune")
+    data, winner = out[5], out[6]
     assert [r["config"] for r in data["rows"]][:2] == ["baseline", "channels_last"]
-    assert data["pareto_quality"] and data["summary"] and set(data["winner"]) <= {"channels_last"}
+    assert data["pareto_quality"] and data["summary"]
+    if winner is None:
+        assert data["summary"].startswith("Nothing here beats the baseline beyond noise")
+    else:
+        assert winner["techniques"] == ["channels_last"] and data["confirmation"]["verdict"] == "faster"
     with pytest.raises(Exception, match="min_psnr must be a number from 0 to 200"):
         client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, [], False, -1, 0.95, 0.03, 0, 1, 1,
                        api_name="/autotune")

@@ -85,7 +85,7 @@ def own_pipelines(studio: Studio, entries: list[Entry]) -> set[str]:
     return must
 
 
-def _merge(calls: list[Computed], warmups: list[float], host: HostLoad) -> Computed:
+def merge(calls: list[Computed], warmups: list[float], host: HostLoad | None) -> Computed:
     """The rounds of one configuration as one measurement (images of the last round only)."""
     runs = [dataclasses.replace(c.measured.runs[-1], images=c.measured.runs[-1].images[:0]) for c in calls[:-1]]
     runs.append(calls[-1].measured.runs[-1])
@@ -167,6 +167,6 @@ def _measure(studio: Studio, group_id: int, entries: list[Entry], own: set[str],
         extra = {"speedup": entry.speedup.median, "speedup_min": entry.speedup.low,
                  "speedup_max": entry.speedup.high, "verdict": entry.speedup.verdict,
                  "warmup_unsettled": protocol.unsettled(timed)}
-        merged = _merge(entry.calls, samples.warmups[entry.label], host.result)
+        merged = merge(entry.calls, samples.warmups[entry.label], host.result)
         entry.result = studio.finish(entry.pending, merged, base.result, extra)
     return SweepResult(group_id, entries, host.result, rounds)
