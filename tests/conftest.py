@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The suite's own inductor (and triton) cache, set before torch is imported and inherited by the processes
+# tests start: the machine-wide /tmp/torchinductor_<user> may hold entries another process left damaged (a
+# compile killed while writing a shared object leaves it truncated). Under .pytest_cache (git-ignored), so a
+# second run in the same checkout reuses the compiled kernels.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "inductor")
+os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton")
 
 import pytest
 import torch
 
 from studio import devices
+
+INDUCTOR_CACHE = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+# Flags that decide which int8 and bf16 kernels oneDNN uses (see studio.optimizations.static_quantization).
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def pytest_report_header(config):
+    hw = devices.detect()
+    flags = " ".join(f for f in KERNEL_FLAGS if f in hw.cpu_flags) or "none"
+    return [f"cpu: {hw.cpu_model} ({hw.cpu_count} CPUs); int8/bf16 flags: {flags}; torch {torch.__version__}",
+            f"inductor cache: {INDUCTOR_CACHE}"]
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,9 @@ block of the same shape, so the first call pays much less compile time. It match
 through the MRO, so blocks whose class another technique swapped (token merging) still count.
 Revert drops each block's compiled call.
 
+A compile that fails to load a damaged shared object from inductor's on-disk cache deletes it and
+compiles again (studio.optimizations.inductor_cache).
+
 Modes (validated in studio.validate.COMPILE_MODES): "default"; "reduce-overhead" adds CUDA
 graphs, which inductor skips on a CPU (it then behaves as "default"); "max-autotune" also
 benchmarks GEMM/convolution templates while compiling, which on a CPU makes the first call
@@ -40,6 +43,7 @@ from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 
 from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.inductor_cache import recovering
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +215,9 @@ def _freezing_if_asked(ctx: Context) -> contextlib.AbstractContextManager:
 
 def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     settings = compile_settings(ctx)
-    return torch.compile(unet, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic)
+    compiled = torch.compile(unet, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic)
+    compiled.forward = recovering(compiled.forward)  # a damaged inductor cache entry is rebuilt, not fatal
+    return compiled
 
 
 def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -248,6 +254,7 @@ def _compile(pipe: Any, ctx: Context) -> None:
     backend = counting_backend(ctx.stats, settings.options)
     for block in blocks:
         block.compile(backend=backend, dynamic=settings.dynamic)
+        block._compiled_call_impl = recovering(block._compiled_call_impl)
     ctx.state["compiled_blocks"] = blocks
 
 

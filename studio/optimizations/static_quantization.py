@@ -30,6 +30,7 @@ import torch
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, register
 from studio.optimizations.compile import PerShapeModule, PerShapeUNet, counting_backend, freezing, restore_unet
+from studio.optimizations.inductor_cache import recovering
 
 DEFAULTS = {"calibration_steps": 8, "vae": True}
 CALIBRATION_SEED = 0
@@ -57,7 +58,7 @@ def quantize_and_compile(module: torch.nn.Module, inputs: tuple[torch.Tensor, ..
         calibrate(observed)
         converted = quantize.convert_pt2e(observed)
         # The backend counts graphs in a scratch dict: the build is counted once, by PerShapeModule.
-        compiled = torch.compile(converted, backend=counting_backend({}, {"freezing": True}))
+        compiled = recovering(torch.compile(converted, backend=counting_backend({}, {"freezing": True})))
         with freezing():
             compiled(*inputs)
     return compiled

@@ -1,0 +1,88 @@
+"""Survive a damaged entry in inductor's on-disk cache.
+
+Inductor keeps the shared objects it builds under its cache directory (`TORCHINDUCTOR_CACHE_DIR`,
+by default one per user under /tmp, shared by every process of that user) and loads them again
+when the same kernel comes back. A compile killed while writing one (out of memory, a SIGKILL) can
+leave a truncated file there; every later compile that needs that kernel then fails to load it
+("file too short", "invalid ELF header", "cannot read file data") until someone deletes it.
+
+`recovering(fn)` wraps the call that triggers a compile (a compiled module's forward, a compiled
+block's call): when the call fails because a shared object under the cache directory could not be
+loaded, the damaged file is named in a warning and deleted, and the call is made once more, which
+rebuilds the kernel. Any other error, and a second failure, propagate unchanged. Dynamo needs no
+reset for this: it installs nothing for a frame whose backend raised, so the second call compiles
+that frame afresh (and leaves the graphs other modules compiled alone).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_SHARED_OBJECT = re.compile(r"(/[^\s:'\"]+\.so)\b")
+
+
+def cache_dir() -> Path:
+    """Inductor's cache directory as inductor resolves it now (the environment variable, else its default)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+    return Path(inductor_cache_dir()).resolve()
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, its causes and contexts, and the error dynamo wrapped (`inner_exception`)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        todo += [current.__cause__, current.__context__, getattr(current, "inner_exception", None)]
+
+
+def damaged_entry(exc: BaseException) -> Path | None:
+    """The cached shared object whose loading raised `exc` (an ImportError or OSError naming a .so file
+    under inductor's cache directory that exists), or None when `exc` is not such a failure."""
+    root = cache_dir()
+    for error in _chain(exc):
+        if not isinstance(error, (ImportError, OSError)):
+            continue
+        for text in (getattr(error, "path", None), getattr(error, "filename", None), str(error)):
+            for match in _SHARED_OBJECT.finditer(str(text or "")):
+                path = Path(match.group(1)).resolve()
+                if path.is_file() and path.is_relative_to(root):
+                    return path
+    return None
+
+
+def discard(entry: Path, exc: BaseException) -> None:
+    """Delete a damaged cache entry, saying which one and why."""
+    reason = next((str(e) for e in _chain(exc) if isinstance(e, (ImportError, OSError))), str(exc))
+    log.warning("inductor cache entry %s could not be loaded (%s); deleting it and compiling again",
+                entry, reason.splitlines()[0] if reason else type(exc).__name__)
+    entry.unlink(missing_ok=True)
+
+
+def recovering(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, called once more after deleting a damaged inductor cache entry its compile failed to load."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ImportError, OSError, RuntimeError) as exc:  # dynamo wraps backend errors in a RuntimeError
+            entry = damaged_entry(exc)
+            if entry is None:
+                raise
+            discard(entry, exc)
+        return fn(*args, **kwargs)
+
+    return call

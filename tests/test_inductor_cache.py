@@ -1,0 +1,143 @@
+"""A damaged entry in inductor's on-disk cache is deleted and rebuilt, with a warning naming it; nothing else
+is retried or hidden. The damage is real: the shared object a compile is about to load is truncated on disk
+(what a compile killed while writing it leaves), once, and the real loader then fails on it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from studio.optimizations import inductor_cache
+from studio.optimizations.base import Context
+from studio.optimizations.compile import _compile
+
+
+class Block(torch.nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.conv(x)) + x
+
+
+class Tiny(torch.nn.Module):
+    """Odd sizes, so that no other test of the session has already loaded these kernels in this process."""
+
+    _repeated_blocks = ("Block",)
+
+    def __init__(self, channels: int = 5):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(channels), Block(channels)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x.tanh()
+
+
+@pytest.fixture
+def damage_once(monkeypatch):
+    """Truncate the first compiled kernel inductor loads from its cache directory, then let the real loader fail on
+    it. Returns the list of damaged paths (one entry once it has happened)."""
+    from torch._inductor.codecache import CppPythonBindingsCodeCache
+
+    real = CppPythonBindingsCodeCache._load_library_inner.__func__
+    damaged: list[Path] = []
+
+    def load(cls, path, key):
+        if not damaged and Path(path).resolve().is_relative_to(inductor_cache.cache_dir()):
+            damaged.append(Path(path).resolve())
+            with open(path, "r+b") as fh:
+                fh.truncate(64)
+        return real(cls, path, key)
+
+    monkeypatch.setattr(CppPythonBindingsCodeCache, "_load_library_inner", classmethod(load))
+    return damaged
+
+
+def _warned_about(caplog, entry: Path) -> bool:
+    return any(r.levelno == logging.WARNING and str(entry) in r.getMessage() and "deleting it" in r.getMessage()
+               for r in caplog.records)
+
+
+@pytest.mark.parametrize("regional", [False, True], ids=["whole", "regional"])
+def test_torch_compile_rebuilds_a_truncated_kernel_and_says_which(damage_once, caplog, regional):
+    torch.manual_seed(0)
+    model = Tiny(channels=5 if regional else 7).eval()
+    x = torch.randn(1, model.blocks[0].conv.in_channels, 11, 13)
+    with torch.no_grad():
+        expected = model(x)
+    pipe = SimpleNamespace(unet=model)
+    ctx = Context(device="cpu", hw=None, params={"torch_compile": {"regional": regional}})
+    _compile(pipe, ctx)
+    with caplog.at_level(logging.WARNING, logger=inductor_cache.__name__), torch.no_grad():
+        out = pipe.unet(x)
+    assert damage_once, "no kernel was loaded from the cache directory: the test did not engage"
+    assert _warned_about(caplog, damage_once[0])
+    assert damage_once[0].stat().st_size > 64, "the kernel was built again in place of the damaged one"
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    assert ctx.stats["compile_count"] >= 1
+
+
+def test_int8_static_build_rebuilds_a_truncated_kernel(damage_once, caplog):
+    pytest.importorskip("torchao")
+    from studio.optimizations.static_quantization import quantize_and_compile
+
+    torch.manual_seed(0)
+    model = Tiny(channels=6).eval()
+    x = torch.randn(1, 6, 9, 9)
+    with caplog.at_level(logging.WARNING, logger=inductor_cache.__name__):
+        compiled = quantize_and_compile(model, (x,), lambda observed: observed(x))
+    assert damage_once and _warned_about(caplog, damage_once[0])
+    with torch.no_grad():
+        assert torch.isfinite(compiled(x)).all()
+
+
+def _raiser(*errors: BaseException):
+    calls = []
+
+    def fn(*args, **kwargs):
+        calls.append(args)
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return "done"
+
+    return fn, calls
+
+
+def test_errors_that_are_not_a_damaged_cache_entry_propagate_untouched(tmp_path, caplog):
+    elsewhere = tmp_path / "libelsewhere.so"
+    elsewhere.write_bytes(b"\x7fELF")
+    for error in (ImportError("No module named 'tomesd'"), RuntimeError("shapes do not match"),
+                  OSError(f"{elsewhere}: file too short"), ValueError(f"{inductor_cache.cache_dir()}/a/b.so")):
+        fn, calls = _raiser(error)
+        with pytest.raises(type(error)) as raised:
+            inductor_cache.recovering(fn)(1)
+        assert raised.value is error and len(calls) == 1, f"{error!r} was retried"
+    assert elsewhere.exists(), "only files under inductor's cache directory are ever deleted"
+    assert not caplog.records
+
+
+def test_a_damaged_entry_is_deleted_once_and_a_second_failure_propagates(monkeypatch, tmp_path):
+    monkeypatch.setattr(inductor_cache, "cache_dir", lambda: tmp_path.resolve())
+    entry = tmp_path / "ab" / "cabc.main.so"
+    entry.parent.mkdir()
+    entry.write_bytes(b"\x7fELF")
+    wrapped = RuntimeError("backend='inductor' raised")
+    wrapped.__cause__ = ImportError(f"{entry}: file too short")
+
+    fn, calls = _raiser(wrapped)
+    assert inductor_cache.recovering(fn)("x") == "done" and calls == [("x",), ("x",)]
+    assert not entry.exists()
+
+    entry.write_bytes(b"\x7fELF")
+    again = OSError(f"{entry}: invalid ELF header")
+    fn, calls = _raiser(wrapped, again)
+    with pytest.raises(OSError, match="invalid ELF header"):
+        inductor_cache.recovering(fn)("x")
+    assert len(calls) == 2, "one retry, no more"
