@@ -200,8 +200,9 @@ def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Cand
         if not _combinable(trial):
             continue
         sweep, (best_rec, trial_rec) = search.sweep("combination", [best, trial], search.rounds)
+        both_ran = trial_rec["status"] == best_rec["status"] == "ok"
         versus = protocol.speedup(sweep.entries[1].result.metrics["latency_all"],
-                                  sweep.entries[2].result.metrics["latency_all"]) if trial_rec["status"] == "ok" else None
+                                  sweep.entries[2].result.metrics["latency_all"]) if both_ran else None
         if versus is not None and versus.verdict == protocol.FASTER and trial_rec.get("floor") is None:
             best = trial
     _, (confirmed,) = search.sweep("confirmation", [best], max(1, confirm_rounds))
