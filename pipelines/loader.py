@@ -7,32 +7,14 @@ from typing import Any
 
 import diffusers
 import torch
-from diffusers import (
-    DDIMScheduler,
-    DPMSolverMultistepScheduler,
-    EulerAncestralDiscreteScheduler,
-    EulerDiscreteScheduler,
-    LMSDiscreteScheduler,
-    PNDMScheduler,
-    UniPCMultistepScheduler,
-)
 from safetensors import SafetensorError
 
+from pipelines.errors import ModelLoadError, ValidationError
 from pipelines.registry import PipelineSpec
-from studio.errors import ModelLoadError, ValidationError
+from pipelines.schedulers import SCHEDULERS
 
 log = logging.getLogger(__name__)
 
-SCHEDULERS: dict[str, tuple[type | None, dict[str, Any]]] = {
-    "default": (None, {}),
-    "ddim": (DDIMScheduler, {}),
-    "euler": (EulerDiscreteScheduler, {}),
-    "euler_a": (EulerAncestralDiscreteScheduler, {}),
-    "dpmpp_2m": (DPMSolverMultistepScheduler, {"algorithm_type": "dpmsolver++"}),
-    "unipc": (UniPCMultistepScheduler, {}),
-    "pndm": (PNDMScheduler, {}),
-    "lms": (LMSDiscreteScheduler, {}),
-}
 
 
 def make_scheduler(name: str, base: Any) -> Any:
@@ -44,7 +26,7 @@ def make_scheduler(name: str, base: Any) -> Any:
         cls, overrides = SCHEDULERS[name]
     except KeyError:
         raise ValidationError(f"Unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}.") from None
-    return (cls or type(base)).from_config(base.config, **overrides)
+    return (getattr(diffusers, cls) if cls else type(base)).from_config(base.config, **overrides)
 
 
 def pipeline_class(spec: PipelineSpec) -> type:

@@ -6,13 +6,16 @@ directory, or a Hugging Face hub id (`owner/name`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from studio.errors import ValidationError
+from pipelines.errors import ValidationError
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
@@ -42,6 +45,19 @@ class PipelineSpec:
     example_prompt: str = "a photo of an astronaut riding a horse on mars"
     note: str = ""
     load_kwargs: dict = field(default_factory=dict)
+    # Model-specific behaviour, as "module:function" names resolved when used (so this file imports no model):
+    # prompt_warning(prompt) -> a sentence about words the model ignores, or None;
+    # prompt_fidelity(PIL image, prompt) -> {"score": ..., ...} how much of the prompt the image shows, or None.
+    prompt_warning: str | None = None
+    prompt_fidelity: str | None = None
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The spec's `name` hook as a function, or None when this model has none."""
+        target = getattr(self, name)
+        if target is None:
+            return None
+        module, _, function = target.partition(":")
+        return getattr(importlib.import_module(module), function)
 
 
 SPECS: dict[str, PipelineSpec] = {
@@ -59,6 +75,8 @@ SPECS: dict[str, PipelineSpec] = {
             local=True,
             example_prompt="a big red circle on the left, on a white background",
             note="Trained in this repo on procedural shapes; runs anywhere in well under a second.",
+            prompt_warning="pipelines.tiny_shapes.language:vocabulary_warning",
+            prompt_fidelity="pipelines.tiny_shapes.analyze:fidelity",
         ),
         PipelineSpec(
             id="sd15",

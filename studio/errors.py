@@ -1,19 +1,13 @@
-"""The few named exceptions of the studio. Every message says what to do."""
+"""The few named exceptions of the studio. Every message says what to do.
+
+The base class and the errors `pipelines/` raises live in `pipelines/errors.py` (the lower layer)."""
 
 from __future__ import annotations
 
+from pipelines.errors import ModelLoadError, StudioError, ValidationError, describe
 
-class StudioError(Exception):
-    """Base class: a failure the user can act on; the message is shown as is."""
-
-
-def describe(exc: BaseException) -> str:
-    """The message of `exc` with its notes (e.g. a run log that could not record the failure)."""
-    return " ".join([str(exc), *getattr(exc, "__notes__", ())])
-
-
-class ValidationError(StudioError, ValueError):
-    """A request is malformed or out of range; raised before any model work."""
+__all__ = ["Cancelled", "ConflictError", "ModelLoadError", "OutOfMemory", "RunFailed", "RunLogError", "StudioError",
+           "UnavailableError", "ValidationError", "describe"]
 
 
 class UnavailableError(StudioError):
@@ -22,10 +16,6 @@ class UnavailableError(StudioError):
 
 class ConflictError(ValidationError):
     """Two requested techniques cannot be combined."""
-
-
-class ModelLoadError(StudioError):
-    """A model could not be loaded (missing, corrupt, not safetensors, not allowed)."""
 
 
 class RunFailed(StudioError):

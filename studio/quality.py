@@ -61,11 +61,14 @@ def compare(image: np.ndarray, baseline: np.ndarray) -> dict[str, float]:
     return {"max_abs_diff": max_abs_diff(image, baseline), "psnr": psnr(image, baseline), "ssim": ssim(image, baseline)}
 
 
-def prompt_fidelity(image: np.ndarray, prompt: str) -> dict[str, Any] | None:
-    """Per-attribute match of a tiny-shapes image to its prompt, or None if the prompt is not in its language."""
+def prompt_fidelity(image: np.ndarray, prompt: str, judge=None) -> dict[str, Any] | None:
+    """How much of `prompt` the image shows, by the model's own judge (its spec's `prompt_fidelity` hook)."""
     from PIL import Image
 
-    from pipelines.tiny_shapes.analyze import fidelity
+    if judge is None:  # TODO(integration): callers pass the spec's hook
+        from pipelines.registry import SPECS
+
+        judge = SPECS["tiny-shapes"].hook("prompt_fidelity")
 
     pil = Image.fromarray((np.clip(image, 0, 1) * 255).round().astype(np.uint8))
-    return fidelity(pil, prompt)
+    return judge(pil, prompt)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import socket
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
+import psutil
 from sqlite_utils import Database, Migrations
 
 from studio.errors import RunLogError
@@ -60,6 +62,32 @@ def m002_sweep_figures(db: Database) -> None:
                          ("host_busy_pct", float), ("host_steal_pct", float), ("warmup_unsettled", int),
                          ("memory_added_all", str)):
         db["runs"].add_column(column, kind)
+
+
+@migrations()
+def m003_run_owner(db: Database) -> None:
+    """Which process computes a running run (host, pid, its start time), so only a dead owner's runs are
+    marked interrupted."""
+    for column, kind in (("owner_host", str), ("owner_pid", int), ("owner_started", float)):
+        db["runs"].add_column(column, kind)
+
+
+def _owner() -> dict[str, Any]:
+    me = psutil.Process()
+    return {"owner_host": socket.gethostname(), "owner_pid": me.pid, "owner_started": me.create_time()}
+
+
+def _alive(host: str | None, pid: int | None, started: float | None) -> bool:
+    """Whether the process that started a run still runs (a process on another host counts as alive:
+    it cannot be checked from here)."""
+    if pid is None or host is None:
+        return False
+    if host != socket.gethostname():
+        return True
+    try:
+        return started is None or abs(psutil.Process(pid).create_time() - started) < 1e-3
+    except psutil.NoSuchProcess:
+        return False
 
 
 def now() -> str:
@@ -130,7 +158,7 @@ class RunLog:
     @_writes
     def start_run(self, record: dict[str, Any]) -> int:
         """Insert a run as `running` and return its id."""
-        record = dict(record, status="running", created_at=now())
+        record = dict(record, status="running", created_at=now(), **_owner())
         for name in REGISTRY:
             record[f"opt_{name}"] = int(name in (record.get("requested") or ()))
         return self.db["runs"].insert(_encode(record)).last_pk
@@ -192,14 +220,18 @@ class RunLog:
 
     @_writes
     def mark_interrupted(self) -> int:
-        """Runs left `running` by a previous process become `interrupted`; returns how many."""
+        """Runs left `running` by a process that is gone become `interrupted`; returns how many.
+
+        Runs that another live process (a second studio on the same database) is computing are left alone.
+        """
+        rows = self.db.execute("select id, owner_host, owner_pid, owner_started from runs where status = 'running'")
+        dead = [run_id for run_id, host, pid, started in rows.fetchall() if not _alive(host, pid, started)]
         with self.db.conn:
-            cur = self.db.execute(
-                "update runs set status = 'interrupted', finished_at = ?, "
-                "error = 'the studio stopped before this run finished' where status = 'running'",
-                [now()],
-            )
-        return cur.rowcount
+            for run_id in dead:
+                self.db.execute("update runs set status = 'interrupted', finished_at = ?, error = 'the studio process "
+                                "computing this run stopped before it finished' where id = ? and status = 'running'",
+                                [now(), run_id])
+        return len(dead)
 
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

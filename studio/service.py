@@ -122,17 +122,10 @@ def storm_warnings(stats: dict[str, Any]) -> list[str]:
 
 
 def prompt_warnings(request: GenerationRequest) -> list[str]:
-    """What the user should know about the prompt before looking at the image (the bundled model's vocabulary)."""
-    if request.model != "tiny-shapes":
-        return []
-    from pipelines.tiny_shapes.language import unknown_words
-
-    unknown = unknown_words(f"{request.prompt} {request.negative_prompt}")
-    if not unknown:
-        return []
-    return [f"tiny-shapes does not know {', '.join(repr(w) for w in unknown)}; those words were ignored. "
-            "It knows shapes, colours, sizes, positions and backgrounds, e.g. 'a big red circle on the left, "
-            "on a white background'."]
+    """What the user should know about the prompt before looking at the image (the model's own vocabulary)."""
+    warn = request.spec.hook("prompt_warning")
+    sentence = warn(f"{request.prompt} {request.negative_prompt}") if warn else None
+    return [sentence] if sentence else []
 
 
 def compute_run(manager: PipelineManager, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
@@ -312,8 +305,9 @@ class Studio:
         qual: dict[str, Any] = {}
         if baseline is not None:
             qual.update(quality.compare(arrays[0], baseline.arrays[0]))
-        if request.model == "tiny-shapes":
-            qual["fidelity"] = quality.prompt_fidelity(arrays[0], request.prompt)
+        fidelity = request.spec.hook("prompt_fidelity")
+        if fidelity is not None:
+            qual["fidelity"] = quality.prompt_fidelity(arrays[0], request.prompt, fidelity)
         return qual
 
     def derive(self, request: GenerationRequest, opts: tuple[str, ...], params: dict | None = None) -> GenerationRequest:

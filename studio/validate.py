@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.loader import SCHEDULERS
 from pipelines.registry import PipelineSpec, resolve
+from pipelines.schedulers import SCHEDULERS
 from studio import devices
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason

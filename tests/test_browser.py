@@ -114,7 +114,7 @@ def test_ladder_rows_are_words_and_rounded_numbers(page):
     _small(page, "lad", steps=3)
     page.locator("#lad-rounds input").fill("3")
     page.locator("#ladder-btn").click()
-    page.locator("#ladder-md").get_by_text("interleaved rounds").wait_for(timeout=LONG)
+    page.locator("#ladder-md").get_by_text("interleaved rounds").wait_for(timeout=LONG)  # shown with the results
     text = page.locator("#ladder-table").inner_text()
     assert "original" in text and "skipped" in text and "×1.00 (baseline)" in text
     _no_horizontal_scroll(page)
@@ -146,7 +146,7 @@ def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
     expect(table).to_contain_text("channels_last", timeout=60_000)
     _no_horizontal_scroll(page)
     _shot(page, "history")
-    table.locator("td").filter(has_text="channels_last").first.click()
+    table.locator("[role=gridcell]:visible").filter(has_text="channels_last").first.click()
     page.locator("#generate-btn").wait_for(state="visible", timeout=30_000)
     page.wait_for_timeout(1500)
     assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()

@@ -38,3 +38,13 @@ def unknown_words(prompt: str) -> list[str]:
         if word not in known and word not in seen:
             seen.append(word)
     return seen
+
+
+def vocabulary_warning(prompt: str) -> str | None:
+    """A sentence naming the words of ``prompt`` the model ignores, or None when it knows them all."""
+    unknown = unknown_words(prompt)
+    if not unknown:
+        return None
+    return (f"tiny-shapes does not know {', '.join(repr(w) for w in unknown)}; those words were ignored. "
+            "It knows shapes, colours, sizes, positions and backgrounds, e.g. 'a big red circle on the left, "
+            "on a white background'.")

@@ -14,8 +14,8 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.loader import SCHEDULERS
 from pipelines.registry import SPECS
+from pipelines.schedulers import SCHEDULERS
 from studio import api, devices
 from studio.optimizations import REGISTRY
 from studio.service import Studio
@@ -99,7 +99,8 @@ def _generate_tab(handlers: dict) -> dict[str, Any]:
     event = go.click(handlers["generate_form"], form, [image, card, metrics], api_visibility="private",
                      concurrency_id="generation", concurrency_limit=generation_concurrency(), show_progress_on=[image])
     # The API's /generate takes the techniques as one list (a hidden field the form never reads).
-    api_list = gr.Dropdown(sorted(REGISTRY), value=[], multiselect=True, visible=False, label="optimizations")
+    api_list = gr.Dropdown(sorted(REGISTRY), value=[], multiselect=True, visible=False, label="optimizations",
+                           allow_custom_value=True)  # an unknown name reaches validation, which says why
     api_inputs = [model, custom, device, precision, api_list, prompt, negative, seed, steps, guidance, width, height,
                   scheduler, settings]
     gr.Button(visible=False).click(handlers["generate"], api_inputs, [image, card, metrics], api_name="generate",
@@ -179,13 +180,14 @@ def _ladder_tab(handlers: dict) -> None:
     with gr.Row():
         warmup, rounds = _sweep_counts("lad", 5)
     go = gr.Button("Run the ladder", variant="primary", elem_id="ladder-btn")
-    md = gr.Markdown(elem_id="ladder-md")
-    table = gr.Dataframe(label="Ladder", wrap=True, interactive=False, visible=False, elem_id="ladder-table")
-    with gr.Accordion("Rows as the API returns them", open=False):
-        rows = gr.JSON(label="Rows")
+    with gr.Column(visible=False, elem_id="ladder-results") as results:
+        md = gr.Markdown(elem_id="ladder-md")
+        table = gr.Dataframe(label="Ladder", wrap=True, interactive=False, elem_id="ladder-table")
+        with gr.Accordion("Rows as the API returns them", open=False):
+            rows = gr.JSON(label="Rows")
     go.click(handlers["ladder"], [model, custom, device, prompt, seed, steps, width, height, warmup, rounds],
-             [md, table, rows], api_name="ladder", concurrency_id="generation",
-             concurrency_limit=generation_concurrency())
+             [results, md, table, rows], api_name="ladder", concurrency_id="generation",
+             concurrency_limit=generation_concurrency(), show_progress_on=[go])
 
 
 def _autotune_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:

@@ -93,7 +93,7 @@ def model_defaults(model: str, custom: str):
 
 
 def _cancelled(exc: Cancelled) -> str:
-    return f"⏹ {describe(exc)} The run is logged as cancelled."
+    return f"{describe(exc)} The run is logged as cancelled."
 
 
 def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Callable]:
@@ -174,9 +174,9 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
             _, records = api.ladder(studio, req, warmup, rounds, progress=lambda i, n, s: progress((i, n), desc=s),
                                     should_stop=stop_check(request))
         except Cancelled as exc:
-            return _cancelled(exc), gr.update(visible=False), None
+            return gr.update(visible=True), _cancelled(exc), None, None
         table = pd.DataFrame(report.readable_rows(records, ladder_mod.STEP_COLUMN))
-        return views.headline(records), gr.update(value=table, visible=True), records
+        return gr.update(visible=True), views.headline(records), table, records
 
     @_engine_errors
     def autotune(model, custom_model, device, prompt, seed, steps, width, height, techniques, include_compile,

@@ -111,13 +111,21 @@ def autotune_cancelled(note: str) -> tuple:
 
 
 def history_outputs(records: list[dict[str, Any]], csv_path: str) -> tuple:
-    first = (("Run", lambda r: r["run_id"]), ("When", lambda r: (r["created_at"] or "")[:19].replace("T", " ")),
+    first = (("Run", lambda r: r["run_id"]), ("When", lambda r: (r["created_at"] or "")[5:19].replace("T", " ")),
              ("Model", lambda r: r["model"]))
-    table = pd.DataFrame(report.readable_rows(records, first)).drop(columns=["Image vs baseline"], errors="ignore")
+    table = pd.DataFrame(report.readable_rows(records, first))
+    table = table.drop(columns=["Image vs baseline", "Peak memory"], errors="ignore")  # in the CSV; 7 columns fit
     ok = [r for r in records if r["status"] == "ok" and r["latency_s"] is not None]
-    plot = pd.DataFrame({"time": pd.to_datetime([r["created_at"] for r in ok], utc=True),
-                         "latency (s)": [r["latency_s"] for r in ok], "configuration": [r["config"] for r in ok]})
-    return table, plot, csv_path
+    times = pd.to_datetime([r["created_at"] for r in ok], utc=True)
+    plot = pd.DataFrame({"time": times, "latency (s)": [r["latency_s"] for r in ok],
+                         "configuration": [r["config"] for r in ok]})
+    return table, gr.update(value=plot, x_axis_format=time_format(times)), csv_path
+
+
+def time_format(times: pd.DatetimeIndex) -> str:
+    """Tick labels that tell the points apart: seconds within an hour, hours within days, dates beyond."""
+    span = (times.max() - times.min()).total_seconds() if len(times) > 1 else 0
+    return "%H:%M:%S" if span < 3600 else "%d %b %H:%M" if span < 3 * 86400 else "%d %b"
 
 
 def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
@@ -125,7 +133,7 @@ def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     hw = data["hardware"]
     gpus = ", ".join(f"{g['name']} ({g['memory_gb']} GB, sm {g['capability']})" for g in hw["gpus"]) or "none"
     why = "" if hw["cuda_functional"] else f" — {hw['cuda_reason']}"
-    lines = ["| | |", "|---|---|",
+    lines = ["| This machine | |", "|---|---|",
              f"| CPU | {hw['cpu']} ({hw['cpu_count']} cores; AVX-512: {'yes' if hw['avx512'] else 'no'}, "
              f"AMX: {'yes' if hw['amx_bf16'] else 'no'}) |",
              f"| GPUs | {gpus}{why} |",
