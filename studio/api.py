@@ -22,7 +22,7 @@ from studio.service import Studio
 from studio.sweeps.autotune import AutotuneResult, floor_of, run_autotune
 from studio.sweeps.compare import CompareResult, run_compare
 from studio.sweeps.ladder import run_ladder
-from studio.validate import GenerationRequest, parse_opts, validate_autotune, validate_request
+from studio.validate import GenerationRequest, parse_opts, validate_autotune, validate_counts, validate_history, validate_request
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -92,14 +92,16 @@ def build_request(model: Any, device: Any, precision: Any, optimizations: Any, p
     )
 
 
-def compare(studio: Studio, request: GenerationRequest, configs: list[str], warmup: int, rounds: int,
+def compare(studio: Studio, request: GenerationRequest, configs: list[str], warmup: Any, rounds: Any,
             progress=None, should_stop=None) -> CompareResult:
-    return run_compare(studio, request, configs, warmup=int(warmup), rounds=int(rounds), progress=progress,
+    counts = validate_counts(warmup, rounds)
+    return run_compare(studio, request, configs, warmup=counts.warmup, rounds=counts.rounds, progress=progress,
                        should_stop=should_stop)
 
 
-def ladder(studio: Studio, request: GenerationRequest, warmup: int, rounds: int, progress=None, should_stop=None):
-    return run_ladder(studio, request, warmup=int(warmup), rounds=int(rounds), progress=progress,
+def ladder(studio: Studio, request: GenerationRequest, warmup: Any, rounds: Any, progress=None, should_stop=None):
+    counts = validate_counts(warmup, rounds)
+    return run_ladder(studio, request, warmup=counts.warmup, rounds=counts.rounds, progress=progress,
                       should_stop=should_stop)
 
 
@@ -113,15 +115,12 @@ def autotune(studio: Studio, request: GenerationRequest, techniques: Any, includ
                         confirm_rounds=checked.confirm_rounds, progress=progress, should_stop=should_stop)
 
 
-def history(studio: Studio, model: str | None = None, device: str | None = None, status: str | None = None,
-            technique: str | None = None, since: str | None = None, until: str | None = None,
-            limit: int = 200) -> list[dict[str, Any]]:
-    """Runs from the log, newest first, with the columns the History table shows."""
-    if technique and technique not in REGISTRY:
-        raise ValidationError(f"Unknown technique {technique!r} in the filter.")
-    rows = studio.runlog.runs(model=model or None, device=device or None, status=status or None,
-                              technique=technique or None, since=since or None, until=until or None,
-                              limit=int(limit))
+def history(studio: Studio, model: Any = None, device: Any = None, status: Any = None, technique: Any = None,
+            since: Any = None, until: Any = None, limit: Any = 200) -> list[dict[str, Any]]:
+    """Runs from the log, newest first, in the shared vocabulary."""
+    f = validate_history(model, device, status, technique, since, until, limit)
+    rows = studio.runlog.runs(model=f.model, device=f.device, status=f.status, technique=f.technique, since=f.since,
+                              until=f.until, limit=f.limit)
     return [report.log_record(r) for r in rows]
 
 

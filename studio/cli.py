@@ -166,11 +166,11 @@ def cmd_autotune(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from studio import report
     from studio.runlog import RunLog
+    from studio.validate import validate_history
 
-    rows = RunLog(settings.db_path()).runs(
-        model=args.model, device=args.device, status=args.status, technique=args.technique,
-        since=args.since, until=args.until, limit=args.limit,
-    )
+    f = validate_history(args.model, args.device, args.status, args.technique, args.since, args.until, args.limit)
+    rows = RunLog(settings.db_path()).runs(model=f.model, device=f.device, status=f.status, technique=f.technique,
+                                           since=f.since, until=f.until, limit=f.limit)
     records = [report.log_record(r) for r in rows]
     first = (("Run", lambda r: str(r["run_id"])), ("When", lambda r: (r["created_at"] or "")[:19].replace("T", " ")),
              ("Model", lambda r: r["model"]))

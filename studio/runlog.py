@@ -19,8 +19,9 @@ from typing import Any
 
 import psutil
 from sqlite_utils import Database, Migrations
+from sqlite_utils.db import NotFoundError
 
-from studio.errors import RunLogError
+from studio.errors import RunLogError, ValidationError
 from studio.optimizations import REGISTRY
 
 migrations = Migrations("diffusion-studio")
@@ -180,7 +181,10 @@ class RunLog:
         self.db["groups"].update(group_id, {"status": status, "error": error, "finished_at": now()})
 
     def get_run(self, run_id: int) -> dict[str, Any]:
-        return _decode(self.db["runs"].get(run_id))
+        try:
+            return _decode(self.db["runs"].get(run_id))
+        except NotFoundError:
+            raise ValidationError(f"There is no run {run_id} in the run log.") from None
 
     def get_group(self, group_id: int) -> dict[str, Any]:
         return _decode(self.db["groups"].get(group_id))

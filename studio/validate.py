@@ -8,7 +8,9 @@ model or touches an accelerator.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -34,6 +36,15 @@ DEEPCACHE_MAX_INTERVAL = 10
 DEEPCACHE_MAX_BRANCH = 3  # SD and SDXL UNets have 4 / 3 down blocks; the UNet itself is checked when applied
 TOME_MAX_RATIO = 0.75  # tomesd merges at most 1 - 1/(sx*sy) of the tokens with its 2x2 strides
 TOME_DOWNSAMPLES = (1, 2, 4, 8)
+MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
+MAX_WARMUP = 10
+MAX_ROUNDS = 50
+CPU_SLOWDOWN = 20.0  # a CPU step against the GPU step costs the estimate assumes (sd15-arch measured ~4 s vs ~0.1 s)
+
+
+def max_request_seconds() -> float:
+    """The longest a request may be estimated to take (`STUDIO_MAX_REQUEST_S`, default one hour)."""
+    return float(os.environ.get("STUDIO_MAX_REQUEST_S", "3600"))
 
 
 @dataclass(frozen=True)
@@ -312,3 +323,93 @@ def validate_autotune(min_psnr: Any = 30.0, min_ssim: Any = 0.95, fidelity_drop:
     counts = {name: _int(name, value, low, high) for name, value, low, high in
               (("warmup", warmup, 0, 10), ("repeats", repeats, 1, 50), ("confirm_rounds", confirm_rounds, 0, 50))}
     return AutotuneSettings(**floor, **counts)
+
+
+@dataclass(frozen=True)
+class SweepCounts:
+    """How much a sweep measures: untimed warm-up calls and timed rounds per configuration."""
+
+    warmup: int
+    rounds: int
+
+
+def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
+    """Warm-up calls (0 or more) and rounds (1 or more) of a sweep, from a form, a client or argv."""
+    return SweepCounts(_int("warm-up calls", warmup, 0, MAX_WARMUP), _int("rounds", rounds, 1, MAX_ROUNDS))
+
+
+def estimated_seconds(request: GenerationRequest, calls: int) -> float:
+    """A rough time for `calls` pipeline calls of `request` (the cost table's step time, scaled by image size;
+    CPU_SLOWDOWN times more on a CPU)."""
+    from studio.zerogpu import cost_of
+
+    cost = cost_of(request.model)
+    step = cost.step * (request.width * request.height) / cost.pixels * request.num_images
+    if request.device == "cpu" and request.model != "tiny-shapes":
+        step *= CPU_SLOWDOWN
+    return calls * request.steps * step
+
+
+def check_sweep(request: GenerationRequest, configurations: int, counts: SweepCounts) -> None:
+    """Refuse, before anything runs, a sweep with no configuration, too many, or too long an estimate."""
+    if configurations < 2:
+        raise ValidationError("Choose at least one configuration to compare with the baseline.")
+    if configurations > MAX_CONFIGS:
+        raise ValidationError(f"{configurations} configurations in one sweep; the limit is {MAX_CONFIGS} "
+                              "(the baseline included). Split it into several.")
+    seconds = estimated_seconds(request, configurations * (counts.warmup + counts.rounds))
+    if seconds > max_request_seconds():
+        raise ValidationError(
+            f"This sweep would take about {seconds / 60:.0f} min ({configurations} configurations x "
+            f"{counts.warmup + counts.rounds} calls x {request.steps} steps at {request.width}x{request.height}); the "
+            f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps or "
+            "configurations, or a smaller size.")
+
+
+@dataclass(frozen=True)
+class HistoryFilter:
+    """A checked History query: every field parsed, so that a typo is refused instead of matching nothing."""
+
+    model: str | None = None
+    device: str | None = None
+    status: str | None = None
+    technique: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int = 200
+
+
+RUN_STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
+MAX_HISTORY = 5000
+
+
+def _when(name: str, value: Any) -> str | None:
+    if value in (None, ""):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        raise ValidationError(f"{name} must be a date or time such as 2026-11-01 or 2026-11-01T14:30, "
+                              f"not {value!r}.") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def validate_history(model: Any = None, device: Any = None, status: Any = None, technique: Any = None,
+                     since: Any = None, until: Any = None, limit: Any = 200) -> HistoryFilter:
+    """Check History's filters (times in UTC unless they say otherwise)."""
+    if status not in (None, "") and status not in RUN_STATUSES:
+        raise ValidationError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}.")
+    if technique not in (None, "") and technique not in REGISTRY:
+        raise ValidationError(f"Unknown technique {technique!r} in the filter.")
+    texts = {}
+    for name, value in (("model", model), ("device", device)):
+        texts[name] = _text(name, value, required=False) or None
+    return HistoryFilter(texts["model"], texts["device"], status or None, technique or None,
+                         _when("since", since), _when("until", until), _int("limit", limit, 1, MAX_HISTORY))
+
+
+def validate_run_id(value: Any) -> int:
+    """A run id from a form or a client."""
+    return _int("run id", value, 1, 2**63 - 1)

@@ -181,3 +181,33 @@ def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(clien
     with pytest.raises(Exception, match="min_psnr must be a number from 0 to 200"):
         client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, [], False, -1, 0.95, 0.03, 0, 1, 1,
                        api_name="/autotune")
+
+
+@pytest.mark.parametrize(
+    "endpoint, args, message",
+    [
+        ("/generate", generate_args(steps=2.5), "steps must be a whole number between 1 and 200, not 2.5"),
+        ("/generate", generate_args(steps="ten"), "steps must be a whole number between 1 and 200, not 'ten'"),
+        ("/generate", generate_args(seed=1.5), "seed must be a whole number"),
+        ("/compare", ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", ["channels_last"], "", -1, 2),
+         "warm-up calls must be a whole number between 0 and 10, not -1"),
+        ("/compare", ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", [], "", 0, 2),
+         "Choose at least one configuration"),
+        ("/compare", ("tiny-shapes", "", "auto", PROMPT, 1, 200, 6.0, 2048, 2048, "default", ["channels_last"], "",
+                      10, 50), "STUDIO_MAX_REQUEST_S"),
+        ("/ladder", ("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, "many"), "rounds must be a whole number"),
+        ("/history", ("", "", "", "", "yesterday", 20), "since must be a date or time"),
+        ("/history", ("", "", "done", "", "", 20), "status must be one of"),
+        ("/load_config", (10**9,), "There is no run 1000000000"),
+        ("/load_config", ("abc",), "run id must be a whole number"),
+    ],
+)
+def test_requests_that_cannot_hurt_the_server(client, server, endpoint, args, message):
+    """Fractions, text, negative counts, empty or oversized sweeps and bad filters are refused with a sentence,
+    before anything runs, and nothing lands in the server log as a traceback."""
+    kwargs = args if isinstance(args, dict) else None
+    before = len(server.log())
+    with pytest.raises(Exception, match=message) as info:
+        client.predict(**kwargs, api_name=endpoint) if kwargs else client.predict(*args, api_name=endpoint)
+    assert type(info.value).__name__ == "AppError"
+    assert "Traceback" not in server.log()[before:]

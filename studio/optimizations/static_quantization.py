@@ -18,6 +18,15 @@ With `vae` on (the default), the VAE's decoder gets the same treatment, calibrat
 latents it decodes at each shape: at 256x256 it is a third of an SD 1.5 image's time on a CPU.
 All of it is the first call's cost, counted as compiles (`compile_count`, `compile_seconds`).
 The float UNet and decoder are kept and put back on revert.
+
+Which int8 kernels oneDNN runs depends on the CPU, and so does how activations must be quantized
+(`int8_path`, recorded in the pipeline's stats as `int8_static_path`):
+- "amx" (`amx_int8`, Sapphire Rapids on) and "vnni" (`avx512_vnni`, or `avx_vnni` on AVX2 CPUs that
+  have it): u8 x s8 products are accumulated straight into int32; activations use the full 0..255.
+- "reduced_range" (neither, e.g. an AVX2-only AMD EPYC): oneDNN multiplies with vpmaddubsw, which
+  adds each pair of u8 x s8 products into a saturating int16 (255 * 127 * 2 > 32767): large
+  activations clip and the image degrades (21 dB against fp32 measured on such a CPU). Activations
+  are quantized to 0..127 instead (torchao's `reduce_range`), so that a pair always fits.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import Any
 
 import torch
 
+from studio import devices
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, register
 from studio.optimizations.compile import PerShapeModule, PerShapeUNet, counting_backend, freezing, restore_unet
@@ -47,11 +57,24 @@ def _pt2e() -> tuple[Any, Any]:
     return quantize, x86
 
 
-def quantize_and_compile(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate) -> Any:
+def int8_path(cpu_flags: frozenset[str]) -> str:
+    """The int8 kernels oneDNN will use on a CPU with these /proc/cpuinfo flags: "amx", "vnni" or
+    "reduced_range" (neither: activations must stay within 0..127, see the module's docstring)."""
+    if "amx_int8" in cpu_flags:
+        return "amx"
+    if {"avx512_vnni", "avx_vnni"} & cpu_flags:
+        return "vnni"
+    return "reduced_range"
+
+
+def quantize_and_compile(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate,
+                         reduce_range: bool = False) -> Any:
     """Export `module` for these inputs, observe it while `calibrate(observed)` runs, convert to int8 and compile it
-    with inductor and frozen weights; the first (compiling) call happens here."""
+    with inductor and frozen weights; the first (compiling) call happens here. `reduce_range` quantizes activations
+    to 0..127 (CPUs without VNNI or AMX)."""
     quantize, x86 = _pt2e()
-    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+    config = x86.get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+    quantizer = x86.X86InductorQuantizer().set_global(config)
     with torch.no_grad():
         exported = torch.export.export(module, inputs).module()
         observed = quantize.prepare_pt2e(exported, quantizer)
@@ -69,10 +92,12 @@ class Int8StaticUNet(PerShapeUNet):
 
     counter = "compile"
 
-    def __init__(self, unet: torch.nn.Module, pipe: Any, calibration_steps: int, stats: dict[str, Any]):
+    def __init__(self, unet: torch.nn.Module, pipe: Any, calibration_steps: int, stats: dict[str, Any],
+                 reduce_range: bool = False):
         super().__init__(unet, stats)
         self._scheduler = lambda: pipe.scheduler  # the request's scheduler, set on the pipeline per request
         self._calibration_steps = calibration_steps
+        self._reduce_range = reduce_range
 
     def calibrate(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> None:
         """Run `model` along a short denoising trajectory of this call's shape and text embeddings."""
@@ -88,7 +113,8 @@ class Int8StaticUNet(PerShapeUNet):
             latents = scheduler.step(prediction, t, latents).prev_sample
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        return quantize_and_compile(self._plain, inputs, lambda observed: self.calibrate(observed, inputs))
+        return quantize_and_compile(self._plain, inputs, lambda observed: self.calibrate(observed, inputs),
+                                    self._reduce_range)
 
 
 class Int8StaticDecoder(PerShapeModule):
@@ -97,6 +123,10 @@ class Int8StaticDecoder(PerShapeModule):
 
     counter = "compile"
 
+    def __init__(self, decoder: torch.nn.Module, stats: dict[str, Any], reduce_range: bool = False):
+        super().__init__(decoder, stats)
+        self._reduce_range = reduce_range
+
     def forward(self, sample: torch.Tensor, latent_embeds: torch.Tensor | None = None) -> torch.Tensor:
         if latent_embeds is not None:
             raise TypeError("Int8StaticDecoder takes no latent_embeds (spatially conditioned VAEs are not quantized)")
@@ -104,20 +134,23 @@ class Int8StaticDecoder(PerShapeModule):
         return self.graph_for(inputs)(sample)
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        return quantize_and_compile(self.original, inputs, lambda observed: observed(*inputs))
+        return quantize_and_compile(self.original, inputs, lambda observed: observed(*inputs), self._reduce_range)
 
 
 def quantize_unet(pipe: Any, ctx: Context) -> None:
     _pt2e()  # unavailable before anything changes
     settings = {**DEFAULTS, **ctx.params.get("int8_static", {})}
+    path = ctx.stats["int8_static_path"] = int8_path((ctx.hw or devices.detect()).cpu_flags)
+    reduce_range = path == "reduced_range"
     ctx.state["unet_original"] = pipe.unet
-    pipe.unet = Int8StaticUNet(pipe.unet.eval(), pipe, int(settings["calibration_steps"]), ctx.stats)
+    pipe.unet = Int8StaticUNet(pipe.unet.eval(), pipe, int(settings["calibration_steps"]), ctx.stats, reduce_range)
     if settings["vae"]:
         ctx.state["int8_static_decoder"] = pipe.vae.decoder
-        pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats)
+        pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats, reduce_range)
 
 
 def restore(pipe: Any, ctx: Context) -> None:
+    ctx.stats.pop("int8_static_path", None)
     restore_unet(pipe, ctx)
     decoder = ctx.state.pop("int8_static_decoder", None)
     if decoder is not None:

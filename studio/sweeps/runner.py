@@ -30,7 +30,7 @@ from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
 from studio.measure.host import HostLoad, HostMonitor
 from studio.service import Computed, Pending, RunResult, Studio
-from studio.validate import GenerationRequest
+from studio.validate import GenerationRequest, check_sweep, validate_counts
 
 Progress = Callable[[int, int, str], None]
 MEMORY_SHARE = 0.8  # private pipelines may use at most this share of the memory available when the sweep starts
@@ -119,6 +119,7 @@ def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, r
 
     With `group_id` the runs join that group, which the caller opens and closes (an auto-tune's stages).
     """
+    check_sweep(entries[0].request, len(entries), validate_counts(warmup, rounds))
     own = own_pipelines(studio, entries)
     request = entries[0].request
     own_group = group_id is None

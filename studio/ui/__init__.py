@@ -20,6 +20,7 @@ from studio import api, devices
 from studio.optimizations import REGISTRY
 from studio.service import Studio
 from studio.ui import handlers as h
+from studio.ui.fields import RawNumber
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 DEFAULT_MODEL = h.DEFAULT_MODEL
@@ -45,11 +46,11 @@ def _model_inputs(prefix: str):
                              allow_custom_value=True)
     prompt = gr.Textbox(spec.example_prompt, label="Prompt", lines=2, elem_id=f"{prefix}-prompt")
     with gr.Row():
-        seed = gr.Number(1, label="Seed (-1 = random)", precision=0)
-        steps = gr.Number(spec.steps, label="Steps", precision=0, elem_id=f"{prefix}-steps")
-        guidance = gr.Number(spec.guidance, label="Guidance")
-        width = gr.Number(spec.width, label="Width", precision=0, step=8, elem_id=f"{prefix}-width")
-        height = gr.Number(spec.height, label="Height", precision=0, step=8, elem_id=f"{prefix}-height")
+        seed = RawNumber(1, label="Seed (-1 = random)", precision=0)
+        steps = RawNumber(spec.steps, label="Steps", precision=0, elem_id=f"{prefix}-steps")
+        guidance = RawNumber(spec.guidance, label="Guidance")
+        width = RawNumber(spec.width, label="Width", precision=0, step=8, elem_id=f"{prefix}-width")
+        height = RawNumber(spec.height, label="Height", precision=0, step=8, elem_id=f"{prefix}-height")
     model.change(h.model_defaults, [model, custom], [steps, guidance, width, height, prompt], api_visibility="private")
     return model, custom, device, prompt, seed, steps, guidance, width, height
 
@@ -124,8 +125,8 @@ def settings_placeholder() -> str:
 
 
 def _sweep_counts(prefix: str, rounds: int):
-    warmup = gr.Number(1, label="Warm-up calls per configuration", precision=0, minimum=0, elem_id=f"{prefix}-warmup")
-    rounds_box = gr.Number(rounds, label="Rounds (each configuration once per round)", precision=0, minimum=1,
+    warmup = RawNumber(1, label="Warm-up calls per configuration", precision=0, minimum=0, elem_id=f"{prefix}-warmup")
+    rounds_box = RawNumber(rounds, label="Rounds (each configuration once per round)", precision=0, minimum=1,
                            elem_id=f"{prefix}-rounds")
     return warmup, rounds_box
 
@@ -202,11 +203,11 @@ def _autotune_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
                                  scale=3)
         include_compile = gr.Checkbox(False, label="include torch.compile (minutes per configuration on a CPU)")
     with gr.Row():
-        min_psnr = gr.Number(30, label="Min PSNR vs baseline (dB)")
-        min_ssim = gr.Number(0.95, label="Min SSIM")
-        fidelity_drop = gr.Number(0.03, label="Max prompt-fidelity drop (tiny-shapes)")
+        min_psnr = RawNumber(30, label="Min PSNR vs baseline (dB)")
+        min_ssim = RawNumber(0.95, label="Min SSIM")
+        fidelity_drop = RawNumber(0.03, label="Max prompt-fidelity drop (tiny-shapes)")
         warmup, rounds = _sweep_counts("tune", 3)
-        confirm = gr.Number(5, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm")
+        confirm = RawNumber(5, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm")
     with gr.Row():
         go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn")
         apply = gr.Button("Apply the winner in Generate", interactive=False, elem_id="tune-apply")
@@ -234,10 +235,10 @@ def _history_tab(handlers: dict, generate: dict, tabs: gr.Tabs, tab: gr.Tab) -> 
     with gr.Row():
         model = gr.Textbox(label="Model")
         device = gr.Textbox(label="Device")
-        status = gr.Dropdown(list(h.STATUSES), value="", label="Status")
-        technique = gr.Dropdown(["", *REGISTRY], value="", label="Technique")
+        status = gr.Dropdown(list(h.STATUSES), value="", label="Status", allow_custom_value=True)
+        technique = gr.Dropdown(["", *REGISTRY], value="", label="Technique", allow_custom_value=True)
         since = gr.Textbox(label="Since (ISO date)", placeholder="2026-11-01")
-        limit = gr.Number(200, label="Rows", precision=0, minimum=1, maximum=5000)
+        limit = RawNumber(200, label="Rows", precision=0, minimum=1, maximum=5000)
     refresh = gr.Button("Refresh", elem_id="history-btn")
     gr.Markdown("Click a row to load that run's configuration into Generate.")
     table = gr.Dataframe(label="Runs", wrap=True, max_height=360, interactive=False, elem_id="history-table")
@@ -250,7 +251,7 @@ def _history_tab(handlers: dict, generate: dict, tabs: gr.Tabs, tab: gr.Tab) -> 
     refresh.click(handlers["history"], filters, [table, plot, csv_file], api_name="history")
     tab.select(handlers["history"], filters, [table, plot, csv_file], api_visibility="private")
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
-    run_id = gr.Number(visible=False, precision=0, label="run_id")
+    run_id = RawNumber(visible=False, precision=0, label="run_id")
     gr.Button(visible=False).click(handlers["load_config"], run_id, [*generate["targets"], tabs], api_name="load_config")
     table.select(handlers["load_selected"], table, [*generate["targets"], tabs], api_visibility="private")
 

@@ -22,6 +22,7 @@ from studio.optimizations import REGISTRY
 from studio.service import Studio
 from studio.sweeps import ladder as ladder_mod
 from studio.ui import views
+from studio.validate import validate_run_id
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "tiny-shapes"
@@ -210,7 +211,7 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
     @_engine_errors
     def load_config(run_id):
         """A logged run's configuration, ready in Generate's form (precision and technique groups included)."""
-        row = studio.runlog.get_run(int(run_id))
+        row = studio.runlog.get_run(validate_run_id(run_id))
         opts = row["requested"] or []
         groups = techniques_by_group("auto")
         ticked = [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
@@ -223,8 +224,7 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
 
     def load_selected(table, evt: gr.SelectData):
         """A click on a History row loads that run into Generate."""
-        run_id = table.iloc[evt.index[0]]["Run"]
-        return load_config(int(run_id))
+        return load_config(table.iloc[evt.index[0]]["Run"])
 
     @_engine_errors
     def shard(model, custom_model, name, max_shard_size):
