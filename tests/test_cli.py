@@ -1,4 +1,8 @@
-"""`python -m studio`: same validation and database as the UI; JSON output for scripts."""
+"""`python -m studio`: same validation and database as the UI; JSON output for scripts, in the shared vocabulary.
+
+The commands run in-process (`studio.cli.main`) with STUDIO_HOME pointed at a temporary directory; one test
+starts the real `python -m studio` to prove the entry point and its exit status.
+"""
 
 from __future__ import annotations
 
@@ -9,68 +13,136 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from studio.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "a big green triangle on the right, on a white background"
+SMALL = ("--seed", "1", "--steps", "2", "--width", "32", "--height", "32")
+SHARED = ("latency_s", "latency_spread_s", "speedup", "speedup_min", "speedup_max", "verdict", "peak_memory_mb",
+          "host_busy_pct")
+OLD = ("latency_median", "peak_memory", "latency")
 
 
-def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "STUDIO_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "studio", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Two intra-op threads on a shared two-core machine run 10-30x slower; the wiring is what is tested."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """Run the CLI in-process on a database under tmp_path: (exit status, stdout, stderr)."""
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
+        monkeypatch.delenv(name, raising=False)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            status = main(list(args))
+        except SystemExit as exc:  # argparse
+            status = exc.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+def speaks_the_shared_vocabulary(record: dict) -> None:
+    assert set(SHARED) <= set(record), sorted(record)
+    assert not set(OLD) & set(record), sorted(record)
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        # the full list of bad inputs is checked in-process in test_validate.py; these prove the CLI wiring
+        # the full list of bad inputs is checked in test_validate.py; these prove the CLI wiring
         (["--opt", "warp"], "Unknown optimization 'warp'"),
         (["--opt", "cudnn_benchmark"], "cudnn_benchmark needs CUDA"),
         (["--width", "60"], "multiple of 8"),
     ],
 )
-def test_bad_input_exits_non_zero_with_the_reason_and_logs_nothing(tmp_path, args, message):
-    proc = cli("generate", "--prompt", PROMPT, *args, home=tmp_path)
-    assert proc.returncode == 2
-    assert message in proc.stderr and proc.stderr.startswith("error: ")
+def test_bad_input_exits_non_zero_with_the_reason_and_logs_nothing(cli, tmp_path, args, message):
+    status, out, err = cli("generate", "--prompt", PROMPT, *args)
+    assert status == 2 and out == ""
+    assert message in err and err.startswith("error: ")
     assert not (tmp_path / "runs.db").exists(), "validation must happen before the run log is touched"
 
 
-def test_generate_compare_history_share_one_database(tmp_path):
-    gen = cli("generate", "--prompt", PROMPT, "--seed", "1", "--steps", "3", "--opt", "bf16", "--opt", "channels_last",
-              "--json", home=tmp_path)
-    assert gen.returncode == 0, gen.stderr
-    data = json.loads(gen.stdout)
+def test_python_dash_m_studio_is_the_same_cli(tmp_path):
+    env = {**os.environ, "STUDIO_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "studio", "generate", "--prompt", PROMPT, "--width", "60"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "multiple of 8" in proc.stderr
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_generate_compare_history_share_one_database_and_one_vocabulary(cli):
+    status, out, err = cli("generate", "--prompt", PROMPT, *SMALL, "--opt", "bf16", "--opt", "channels_last", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    speaks_the_shared_vocabulary(data)
     assert data["applied"] == ["bf16", "channels_last"] and Path(data["image_path"]).is_file()
-    cmp_ = cli("compare", "--prompt", PROMPT, "--seed", "1", "--steps", "3", "--config", "baseline",
-               "--config", "bf16,channels_last", "--repeats", "2", "--warmup", "0", "--json", home=tmp_path)
-    assert cmp_.returncode == 0, cmp_.stderr
-    rows = json.loads(cmp_.stdout)["rows"]
+    assert data["config"] == "bf16+channels_last" and data["rounds"] == 1 and data["load_s"] is not None
+
+    status, out, err = cli("compare", "--prompt", PROMPT, *SMALL, "--config", "baseline", "--config",
+                           "bf16,channels_last", "--rounds", "3", "--warmup", "0", "--json")
+    assert status == 0, err
+    rows = json.loads(out)["rows"]
     assert [r["config"] for r in rows] == ["baseline", "bf16+channels_last"]
-    assert all({"latency_median", "speedup", "peak_memory_mb", "psnr", "image_path", "run_id"} <= set(r) for r in rows)
-    hist = cli("history", "--json", home=tmp_path)
-    ids = [r["id"] for r in json.loads(hist.stdout)]
-    assert data["run_id"] in ids and all(r["run_id"] in ids for r in rows)
-    tech = json.loads(cli("history", "--technique", "channels_last", "--json", home=tmp_path).stdout)
-    assert {r["config_label"] for r in tech} == {"bf16+channels_last"}
+    for row in rows:
+        speaks_the_shared_vocabulary(row)
+        assert row["rounds"] == 3 and row["run_id"] and row["image_path"]
+    assert rows[0]["verdict"] == "baseline" and rows[1]["verdict"] in ("faster", "slower", "within noise")
+    assert rows[1]["speedup_min"] <= rows[1]["speedup"] <= rows[1]["speedup_max"] and rows[1]["psnr_db"] is not None
+
+    status, out, _ = cli("history", "--json")
+    history = {r["run_id"]: r for r in json.loads(out)}
+    assert data["run_id"] in history and all(r["run_id"] in history for r in rows)
+    for record in history.values():
+        speaks_the_shared_vocabulary(record)
+    for row in rows:
+        assert {k: history[row["run_id"]][k] for k in SHARED} == {k: row[k] for k in SHARED}
+    _, out, _ = cli("history", "--technique", "channels_last", "--json")
+    assert {r["config"] for r in json.loads(out)} == {"bf16+channels_last"}
+    _, text, _ = cli("history")
+    assert "| Run | When | Model | Configuration |" in text and "bf16+channels_last" in text
 
 
-def test_system_and_optimizations(tmp_path):
-    system = json.loads(cli("system", "--json", home=tmp_path).stdout)
+def test_old_flags_are_refused(cli):
+    status, _, err = cli("compare", "--prompt", PROMPT, "--repeats", "2")
+    assert status == 2 and "--repeats" in err, "compare times interleaved rounds: --rounds"
+
+
+def test_system_and_optimizations(cli):
+    system = json.loads(cli("system", "--json")[1])
     assert "cpu" in system["hardware"]["devices"] and system["versions"]["diffusers"]
-    opts = {r["name"]: r for r in json.loads(cli("optimizations", "--json", home=tmp_path).stdout)}
+    opts = {r["name"]: r for r in json.loads(cli("optimizations", "--json")[1])}
     assert opts["bf16"]["unavailable"] is None
     assert "CUDA" in opts["cudnn_benchmark"]["unavailable"]
 
 
-def test_autotune_prints_the_winner_and_logs_one_group(tmp_path):
-    proc = cli("autotune", "--prompt", PROMPT, "--seed", "1", "--steps", "3", "--technique", "channels_last",
-               "--technique", "bf16", "--repeats", "1", "--warmup", "0", "--confirm-rounds", "1", "--json", home=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+def test_autotune_prints_the_answer_and_logs_one_group(cli):
+    status, out, err = cli("autotune", "--prompt", PROMPT, *SMALL, "--technique", "channels_last",
+                           "--technique", "bf16", "--rounds", "2", "--warmup", "0", "--confirm-rounds", "2", "--json")
+    assert status == 0, err
+    data = json.loads(out)
     assert {r["config"] for r in data["rows"]} >= {"baseline", "channels_last", "bf16"}
-    assert set(data["winner"]) <= {"channels_last", "bf16"} and data["summary"]
-    runs = json.loads(cli("history", "--json", home=tmp_path).stdout)
-    assert len(runs) == len(data["rows"]) + 2 * data["confirmation"]["rounds"]
-    bad = cli("autotune", "--prompt", PROMPT, "--min-ssim", "2", home=tmp_path)
-    assert bad.returncode == 2 and "min_ssim must be a number from 0 to 1" in bad.stderr
+    for row in data["rows"]:
+        speaks_the_shared_vocabulary(row)
+    if data["winner"] is not None:
+        assert set(data["winner"]["techniques"]) <= {"channels_last", "bf16"}
+        assert data["confirmation"]["verdict"] == "faster"
+    assert data["summary"] and data["winner_label"]
+    stages = [r["stage"] for r in data["rows"]]
+    sweeps = 1 + stages.count("combination") // 2 + stages.count("confirmation")  # each has its own baseline run
+    _, out, _ = cli("history", "--limit", "100", "--json")
+    runs = json.loads(out)
+    assert len(runs) == len(data["rows"]) + sweeps - 1 and {r["status"] for r in runs} == {"ok"}
+    status, _, err = cli("autotune", "--prompt", PROMPT, "--min-ssim", "2")
+    assert status == 2 and "min_ssim must be a number from 0 to 1" in err

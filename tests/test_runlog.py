@@ -1,11 +1,13 @@
 """The SQLite run log: lifecycle, filters, migrations, concurrency, crash leftovers."""
 
+import multiprocessing
 import sqlite3
 import threading
 
 import pytest
 
-from studio.runlog import RunLog, migrations, to_csv
+from studio import report
+from studio.runlog import RunLog, migrations
 
 
 def record(**kw):
@@ -49,9 +51,18 @@ def test_migrations_are_idempotent_and_survive_reopen(tmp_path):
     assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def _start_a_run_and_die(path) -> None:
+    RunLog(path).start_run(record())  # the process ends with its run still `running`, like a crash
+
+
 def test_interrupted_runs_are_marked_at_startup(tmp_path):
+    """A process that died mid-run left it `running`; the next studio to open the log marks it interrupted."""
+    crashed = multiprocessing.get_context("fork").Process(target=_start_a_run_and_die, args=(tmp_path / "runs.db",))
+    crashed.start()
+    crashed.join()
+    assert crashed.exitcode == 0
     log = RunLog(tmp_path / "runs.db")
-    left = log.start_run(record())
+    (left,) = [r["id"] for r in log.runs(status="running")]
     done = log.start_run(record())
     log.finish_run(done, "ok")
     assert RunLog(tmp_path / "runs.db").mark_interrupted() == 1
@@ -86,9 +97,26 @@ def test_groups_and_csv(tmp_path):
     log = RunLog(tmp_path / "runs.db")
     gid = log.start_group("compare", model="tiny-shapes", settings={"configs": ["baseline", "bf16"]})
     rid = log.start_run(record(group_id=gid))
+    log.finish_run(rid, "ok", applied=["bf16"], latency_median=0.5, latency_all=[0.5, 0.6], peak_memory=3 * 2**20,
+                   speedup=1.25, speedup_min=1.1, speedup_max=1.4, verdict="faster", host_busy_pct=3.0)
     log.finish_group(gid)
     assert log.get_group(gid)["settings"] == {"configs": ["baseline", "bf16"]}
+    assert log.get_group(gid)["status"] == "ok"
     rows = log.runs(group_id=gid)
     assert [r["id"] for r in rows] == [rid]
-    text = to_csv(rows, ["id", "model", "requested"])
-    assert text.splitlines()[0] == "id,model,requested" and '"[""bf16""]"' in text
+    records = [report.log_record(r) for r in rows]
+    assert records[0]["latency_s"] == 0.5 and records[0]["latency_spread_s"] == 0.1 and records[0]["rounds"] == 2
+    assert records[0]["peak_memory_mb"] == 3.0 and records[0]["verdict"] == "faster"
+    assert not records[0]["host_busy"] and records[0]["speedup_min"] == 1.1
+    text = report.to_csv(records)
+    header = text.splitlines()[0].split(",")
+    assert header[:len(report.KEYS)] == list(report.KEYS) and {"created_at", "model"} <= set(header)
+    assert "latency_median" not in header and "peak_memory" not in header
+    assert '"[""bf16""]"' in text, "lists are JSON in one cell"
+
+
+def test_a_run_still_running_reads_as_a_record_without_figures(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    record_ = report.log_record(log.get_run(log.start_run(record())))
+    assert record_["status"] == "running" and record_["latency_s"] is None and record_["rounds"] is None
+    assert record_["peak_memory_mb"] is None and record_["host_busy"] is False

@@ -17,6 +17,15 @@ def test_defaults_come_from_the_model_spec():
     assert r.config_label == "baseline"
 
 
+def test_config_label_names_the_techniques_in_order_with_the_settings_given():
+    assert ok(opts=["deepcache", "bf16"], params={"deepcache": {"interval": 2}}).config_label == "bf16+deepcache[interval=2]"
+    tome = ok(opts=["token_merging"], params={"token_merging": {"ratio": 0.5, "max_downsample": 2}})
+    assert tome.config_label == "token_merging[max_downsample=2,ratio=0.5]", "settings sorted by name"
+    assert ok(opts=["deepcache"]).config_label == "deepcache", "no settings given: the bare name"
+    dropped = ok(opts=["bf16"], params={"deepcache": {"interval": 2}})
+    assert dropped.params == {} and dropped.config_label == "bf16", "settings of a technique not asked for are dropped"
+
+
 def test_opts_are_ordered_and_deduplicated():
     r = ok(opts="jit_trace_unet,bf16+channels_last bf16")
     assert r.opts == ("bf16", "channels_last", "jit_trace_unet")
