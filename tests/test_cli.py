@@ -114,9 +114,12 @@ def test_generate_compare_history_share_one_database_and_one_vocabulary(cli):
     assert "| Run | When | Model | Configuration |" in text and "bf16+channels_last" in text
 
 
-def test_old_flags_are_refused(cli):
+def test_old_flags_and_bad_counts_are_refused_before_anything_runs(cli):
     status, _, err = cli("compare", "--prompt", PROMPT, "--repeats", "2")
     assert status == 2 and "--repeats" in err, "compare times interleaved rounds: --rounds"
+    status, _, err = cli("compare", "--prompt", PROMPT, *SMALL, "--config", "channels_last", "--rounds", "-2")
+    assert status == 2 and err.startswith("error: ") and "rounds must be a whole number" in err
+    assert json.loads(cli("history", "--json")[1]) == [], "nothing ran, nothing was logged"
 
 
 def test_system_and_optimizations(cli):
