@@ -142,7 +142,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     request = _validated(args, [])
     result = run_compare(Studio(), request, args.config, warmup=1 if args.warmup is None else args.warmup,
-                         rounds=args.rounds or DEFAULT_ROUNDS)
+                         rounds=DEFAULT_ROUNDS if args.rounds is None else args.rounds)
     emit({"group_id": result.group_id, "rows": result.records}, args.json, report.markdown(result.records))
     return 0
 

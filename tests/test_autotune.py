@@ -267,8 +267,6 @@ def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_ro
     assert studio.runlog.get_group(result.group_id)["status"] == "ok"
 
 
-@pytest.mark.xfail(strict=True, reason="summary() words a failed confirmation as 'measured – over None interleaved "
-                                       "rounds ... (None)' instead of saying it failed and why")
 def test_the_summary_of_a_failed_confirmation_says_it_failed():
     from studio import report
     from studio.sweeps.autotune import AutotuneResult

@@ -185,8 +185,6 @@ def test_cancelling_mid_sweep_cancels_the_group_and_leaves_no_run_running(studio
     assert set(statuses(studio, group["id"]).values()) == {"cancelled"}
 
 
-@pytest.mark.xfail(strict=True, reason="runner: a configuration dropped earlier is logged as cancelled, "
-                                       "its own error lost, when the sweep is cancelled later")
 def test_a_configuration_that_failed_before_a_cancel_stays_failed(studio, monkeypatch):
     fail_on(studio, monkeypatch, "channels_last", call=1)
     step_checks = Counter()

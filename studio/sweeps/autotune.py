@@ -214,6 +214,9 @@ def summary(result: AutotuneResult) -> str:
     c = result.confirmation
     if c is None:
         return "Nothing here beats the baseline beyond noise while meeting the quality floor: keep the baseline."
+    if c["status"] != "ok":
+        return (f"Nothing to offer: the best candidate, {c['config']}, failed in its confirmation ({c['error']}). "
+                "Keep the baseline.")
     measured = f"{report.ratio(c)} over {c['rounds']} interleaved rounds against the baseline"
     if result.winner is None:
         return (f"Nothing here beats the baseline beyond noise: the best candidate, {c['config']}, measured "

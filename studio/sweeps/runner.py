@@ -105,6 +105,8 @@ def _call(studio: Studio, entry: Entry, slot: tuple[str, str] | None, should_sto
         except StudioError as exc:
             if is_baseline:
                 raise
+            entry.error = str(exc)  # logged now: a later cancel must not overwrite why this one stopped
+            studio.fail(entry.pending, exc)
             raise protocol.Dropped(str(exc)) from exc
         entry.calls.append(computed)
         return computed.measured.runs[-1].seconds
@@ -159,8 +161,6 @@ def _measure(studio: Studio, group_id: int, entries: list[Entry], own: set[str],
     base = entries[0]
     for entry in entries:
         if entry.label in samples.dropped:
-            entry.error = samples.dropped[entry.label]
-            studio.fail(entry.pending, StudioError(entry.error))
             continue
         timed = samples.timed[entry.label]
         entry.calls = entry.calls[len(entry.calls) - len(timed):]
