@@ -1,7 +1,7 @@
 """Latency of a generate through gradio_client vs the same call on the engine directly.
 
 One process: the app is launched in-process on a free port around the same Studio the
-direct calls use; calls are interleaved, medians compared (floor: overhead <= 5% of a
+direct calls use; calls are interleaved, medians compared (target: overhead <= 5% of a
 tiny-shapes 20-step generation).
 
 Two clients are measured. `Client(url)` as constructed by default builds a new httpx client
@@ -78,7 +78,7 @@ def main(rounds: int, steps: int) -> None:
     ratio = overhead(timed["gradio_client /generate"], timed["engine (Studio.generate)"])
     tuned = overhead(timed["  same, shared SSL context"], timed["engine (Studio.generate)"])
     print(f"  gradio_client overhead, default Client(url): {ratio:+.2%}")
-    print(f"  gradio_client overhead, Client(url, ssl_verify=ssl.create_default_context()): {tuned:+.2%} (floor: <= 5%)")
+    print(f"  gradio_client overhead, Client(url, ssl_verify=ssl.create_default_context()): {tuned:+.2%} (target: <= 5%)")
     print(f"  for reference, a no-op Gradio echo endpoint round trip (shared SSL context): {describe(gradio_floor(rounds))}")
 
 

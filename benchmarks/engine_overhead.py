@@ -1,7 +1,7 @@
-"""Issue 'Studio engine' floors, measured in one process, interleaved, medians.
+"""Engine overhead against its targets, measured in one process, interleaved, medians.
 
-1. Switching cost between two configurations as a fraction of a cold load (floor <= 5%).
-2. The CLI's overhead over a direct diffusers call with the same settings (floor <= 2%).
+1. Switching cost between two configurations as a fraction of a cold load (target <= 5%).
+2. The CLI's overhead over a direct diffusers call with the same settings (target <= 2%).
 
 Run: .venv/bin/python -m benchmarks.engine_overhead [--rounds 7]
 """
@@ -78,7 +78,7 @@ def cli_overhead(rounds: int, steps: int) -> None:
           "judges prompt fidelity), in one process:")
     for name, samples in timed.items():
         print(f"  {name:26} {describe(samples)}")
-    print(f"  CLI overhead: {overhead(timed['python -m studio generate'], timed['diffusers script']):+.2%} (floor: <= 2%)")
+    print(f"  CLI overhead: {overhead(timed['python -m studio generate'], timed['diffusers script']):+.2%} (target: <= 2%)")
 
 
 if __name__ == "__main__":

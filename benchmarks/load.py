@@ -18,7 +18,7 @@ After each phase the run log is read (read-only): every acknowledged run must be
 `gen` (the runs' own latency) and `gap` (server idle between runs) tell a slower model from queue overhead.
 Clients share one prebuilt SSL context (as the README recommends) and both sides' temporary files stay in STUDIO_HOME.
 
-Floors: 0 errors and 0 lost runs (every phase), throughput(8) >= 90% of throughput(1), memory growth
+Targets: 0 errors and 0 lost runs (every phase), throughput(8) >= 90% of throughput(1), memory growth
 <= 5%; also 0 rejections outside the overflow phase. Exit status 1 if one fails. Clients and server share
 the machine, so the clients' own CPU use is part of what is measured.
 
@@ -292,7 +292,7 @@ def verdicts(every: list[Phase], tput: list[Phase], memory: Phase | None,
         rounds = [[p for p in tput if p.round == r] for r in sorted({p.round for p in tput})]
         each = ", ".join(f"{throughput(r, counts[-1])[0] / (throughput(r, 1)[0] or float('nan')):.0%}" for r in rounds)
         out.append((ratio >= THROUGHPUT_FLOOR, f"throughput: {counts[-1]} clients {many:.3f} img/s vs 1 client "
-                    f"{one:.3f} img/s = {ratio:.0%} (floor >= {THROUGHPUT_FLOOR:.0%}; round by round: {each})"))
+                    f"{one:.3f} img/s = {ratio:.0%} (target >= {THROUGHPUT_FLOOR:.0%}; round by round: {each})"))
     else:
         out.append((None, "throughput ratio: needs 1 and a larger count in --clients"))
     if memory:
@@ -300,7 +300,7 @@ def verdicts(every: list[Phase], tput: list[Phase], memory: Phase | None,
         growth = rss[-1] / rss[0] - 1
         trend = "/".join(f"{rss[(len(rss) - 1) * k // 4] / MB:.0f}" for k in range(5))
         out.append((growth <= MEMORY_FLOOR, f"memory: server RSS {rss[0] / MB:.0f} -> {rss[-1] / MB:.0f} MB over "
-                    f"{len(memory.calls)} runs = {growth:+.1%} (floor <= {MEMORY_FLOOR:.0%}; after the warm-up and "
+                    f"{len(memory.calls)} runs = {growth:+.1%} (target <= {MEMORY_FLOOR:.0%}; after the warm-up and "
                     f"throughput phases; at 0/25/50/75/100% of the phase: {trend} MB)"))
     return out
 

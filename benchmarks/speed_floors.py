@@ -1,7 +1,7 @@
-"""Issue 'Faster than the docs' floors, through the engine (PipelineManager + timing protocol), on this CPU.
+"""Speed targets through the engine (PipelineManager + timing protocol), on this CPU.
 
-    .venv/bin/python -m benchmarks.speed_floors tiny   [--rounds 5]   # tiny-shapes, 20 steps: best vs fp32 (floor x3.0)
-    .venv/bin/python -m benchmarks.speed_floors sd15   [--rounds 5]   # sd15-arch 256x256, 10 steps (floor x3.5)
+    .venv/bin/python -m benchmarks.speed_floors tiny   [--rounds 5]   # tiny-shapes, 20 steps: best vs fp32 (target x3.0)
+    .venv/bin/python -m benchmarks.speed_floors sd15   [--rounds 5]   # sd15-arch 256x256, 10 steps (target x3.5)
     # (sd15 takes ~35 min: int8_static calibrates and compiles for ~5 min, torch_compile ~4 min, and an
     # fp32 round is ~50 s; `--config baseline --config int8_static` alone takes ~20 min at 5 rounds)
 
@@ -39,6 +39,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from studio import bench, devices
 from studio.cli import parse_params
 from studio.manager import PipelineManager
+from studio.measure import protocol
 from studio.optimizations import call_contexts
 from studio.service import Studio
 from studio.validate import validate_request
@@ -78,24 +79,23 @@ def tiny(rounds: int, configs: list[str]) -> None:
     # configuration pays.
     studios = {c: _studio() for c in configs}
     requests = {c: _request(c, "tiny-shapes", TINY_PROMPT, seed=1, steps=20) for c in configs}
-    times: dict[str, list[float]] = {c: [] for c in configs}
-    first: dict[str, float] = {}
-    for c, req in requests.items():  # warm-up: load, trace/compile, first call
-        start = time.perf_counter()
-        studios[c].generate(req, warmup=1)
-        first[c] = time.perf_counter() - start
-    for _ in range(rounds):
-        for c, req in requests.items():
-            start = time.perf_counter()
-            studios[c].generate(req)
-            times[c].append(time.perf_counter() - start)
-    base = statistics.median(times[configs[0]])
+    # load, trace/compile and first call are the warm-up; then the engine's interleaved rounds, end to end
+    def end_to_end(c: str):
+        def run() -> None:  # timed by the protocol, logging included
+            studios[c].generate(requests[c])
+
+        return run
+
+    samples = protocol.interleaved({c: end_to_end(c) for c in configs}, rounds, warmup=1)
+    times, first = samples.timed, {c: w[0] for c, w in samples.warmups.items()}
     print(f"tiny-shapes, 64x64, 20 steps, guidance 6.0, CPU ({torch.get_num_threads()} threads); "
           f"{rounds} interleaved rounds, end-to-end per image including logging; fidelity on 48 prompts x seed 0:")
     for c in configs:
         acc = _fidelity(studios[c], c)
         med = statistics.median(times[c])
-        print(f"  {c:60} {med:.3f}s (min {min(times[c]):.3f}, max {max(times[c]):.3f})  x{base / med:.2f}  "
+        ratio = protocol.speedup(times[configs[0]], times[c])
+        print(f"  {c:60} {med:.3f}s (min {min(times[c]):.3f}, max {max(times[c]):.3f})  x{ratio.median:.2f} "
+              f"({ratio.low:.2f}-{ratio.high:.2f}, {ratio.verdict})  "
               f"first call {first[c]:.1f}s  fidelity colour {acc['colour']:.0%} shape {acc['shape']:.0%} "
               f"position {acc['position']:.0%} mean {statistics.mean(acc.values()):.1%}", flush=True)
 
@@ -166,17 +166,19 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
           + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each", flush=True)
     studios = {c: _studio() for c in configs}
     requests = {c: _request(c, "sd15-arch", "a photo", seed=1, steps=10, width=side, height=side) for c in configs}
-    first: dict[str, float] = {}
-    latency: dict[str, list[float]] = {c: [] for c in configs}
     step: dict[str, list[float]] = {c: [] for c in configs}
-    for c in configs:  # load, calibrate/compile, first call
-        first[c] = studios[c].generate(requests[c], warmup=1, repeats=1).metrics["first_call_seconds"]
-        print(f"  ready: {c} (first call {first[c]:.1f}s)", flush=True)
-    for _ in range(rounds):
-        for c in configs:
+
+    def call(c: str):
+        def run() -> float:
             m = studios[c].generate(requests[c]).metrics
-            latency[c].append(m["latency_median"])
             step[c].append(m["step_median"])
+            return m["latency_median"]
+
+        return run
+
+    samples = protocol.interleaved({c: call(c) for c in configs}, rounds, warmup=1)  # warm-up: calibrate/compile
+    latency, first = samples.timed, {c: w[0] for c, w in samples.warmups.items()}
+    step = {c: v[1:] for c, v in step.items()}
     reference, flops = None, None
     base = configs[0]
     print(f"sd15-arch {side}x{side}, 10 steps, guidance, CPU; {rounds} interleaved rounds, pipeline call end to end "
@@ -192,10 +194,10 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
                 flops = counter.get_total_flops()
         reference = out if reference is None else reference
         rel = float((out - reference).norm() / reference.norm())
-        ratios = [b / x for b, x in zip(latency[base], latency[c], strict=True)]
+        ratio = protocol.speedup(latency[base], latency[c])
         med_step = statistics.median(step[c])
         print(f"  {c:48} {statistics.median(latency[c]):.2f}s (min {min(latency[c]):.2f}, max {max(latency[c]):.2f}) "
-              f"x{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})  first call {first[c]:.1f}s  "
+              f"x{ratio.median:.2f} ({ratio.low:.2f}-{ratio.high:.2f}, {ratio.verdict})  first call {first[c]:.1f}s  "
               f"step {med_step:.3f}s  UNet rel. error {rel:.2e}  UNet {flops / med_step / 1e9:.0f} GFLOP/s = "
               f"{flops / med_step / 1e9 / peaks['bf16']:.0%} of the bf16 peak, "
               f"{flops / med_step / 1e9 / peaks['fp32']:.0%} of the fp32 peak, "

@@ -125,7 +125,7 @@ _attention(
     "classic_attention",
     "classic attention",
     "speed",
-    "Plain softmax(QK^T)V attention with the full score matrix (the seed documents' 'original').",
+    "Plain softmax(QK^T)V attention with the full score matrix (the diffusers documentation's 'original').",
 )
 _attention(
     "sdpa",

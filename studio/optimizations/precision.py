@@ -33,7 +33,7 @@ def _cudnn_benchmark(ctx: Context) -> contextlib.AbstractContextManager:
 
 
 def autocast_dtype(device_type: str) -> torch.dtype:
-    """fp16 on GPUs (as in the seed documents), bf16 on CPU where autocast supports it."""
+    """fp16 on GPUs (as in the diffusers documentation), bf16 on CPU where autocast supports it."""
     return torch.bfloat16 if device_type == "cpu" else torch.float16
 
 

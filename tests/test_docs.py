@@ -1,0 +1,77 @@
+"""The docs describe the project as it is: every technique, command, endpoint, key and setting is documented,
+and no line reads like a lab diary."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from studio import report
+from studio.cli import COMMANDS
+from studio.optimizations import REGISTRY, table
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+API_DOC = (ROOT / "docs" / "api.md").read_text()
+DIARY = re.compile(r"\bsession \d|\bsessions? [0-9]+\b|\bissue \d|\bissue #|\bthe issue\b|seed documents?\b|"
+                   r"\bissue's\b", re.IGNORECASE)
+
+
+def test_the_readme_techniques_table_is_the_registry():
+    block = README.split(table.START, 1)[1].split(table.END, 1)[0].strip()
+    assert block == table.markdown(), "the README's technique table is stale: run `make docs`"
+    for name, opt in REGISTRY.items():
+        assert f"| `{name}` |" in block
+        for setting in opt.params:
+            assert f"`{setting}`=" in block.split(f"| `{name}` |", 1)[1].split("\n", 1)[0], (name, setting)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_cli_command_is_in_the_readme(command):
+    assert f"python -m studio {command}" in README
+
+
+def test_every_api_endpoint_is_in_the_readme():
+    source = "\n".join(p.read_text() for p in (ROOT / "studio" / "ui").glob("*.py"))
+    endpoints = set(re.findall(r'api_name="([a-z_]+)"', source))
+    assert endpoints >= {"generate", "compare", "ladder", "autotune", "history", "system"}
+    for name in endpoints:
+        assert f"`/{name}`" in README, name
+
+
+def test_every_environment_variable_the_code_reads_is_listed():
+    source = "\n".join(p.read_text() for d in ("studio", "pipelines") for p in (ROOT / d).rglob("*.py"))
+    source += (ROOT / "app.py").read_text()
+    names = set(re.findall(r'environ(?:\.get)?[\[(]"([A-Z0-9_]+)"', source))
+    names |= set(re.findall(r'getenv\("([A-Z0-9_]+)"', source))
+    assert {"STUDIO_HOME", "STUDIO_MAX_REQUEST_S"} <= names
+    for name in names:
+        assert f"`{name}`" in README, name
+
+
+def test_every_shared_key_is_documented():
+    for key in report.KEYS:
+        assert f"| `{key}` |" in API_DOC, key
+
+
+def test_the_readme_is_for_users():
+    assert len(README.splitlines()) < 200
+    assert README.startswith("# Diffusion Studio\n\n```bash\nmake run")
+
+
+def test_no_diary_lines_in_the_tree():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    offenders = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix not in {".py", ".md", ".txt", ".toml", ".css", ".yml", ".yaml", ""} or name == "tests/test_docs.py":
+            continue
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if DIARY.search(line):
+                offenders.append(f"{name}:{number}: {line.strip()[:100]}")
+    assert not offenders, "\n".join(offenders)
