@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from pipelines import loader
-from studio import bench
+from studio import bench, devices
 from studio.errors import ConflictError, UnavailableError, ValidationError
 from studio.manager import PipelineManager
 from studio.optimizations import REGISTRY, Context, base, unavailable_reason
 from studio.optimizations.runtime import max_threads, num_threads, physical_cores
+from studio.optimizations.static_quantization import int8_path
 from studio.quality import max_abs_diff, prompt_fidelity, psnr
 from studio.validate import validate_request
 
@@ -59,7 +60,21 @@ TOLERANCES = {
     "cfg_cutoff": (0.95, 17.0),
 }
 MODULES = {"token_merging": "tomesd", "int8_dynamic": "torchao"}
-INT8_STATIC_TOLERANCE = (0.5, 25.0)  # measured at 20 steps, seed 3, UNet + decoder: 4 calibration steps 0.429 / 29.1 dB (8: 0.343 / 33.6)
+# int8_static path (studio.optimizations.static_quantization.int8_path) -> (largest max-abs difference, smallest PSNR)
+# against fp32 at 20 steps, seed 3, UNet + decoder, 4 calibration steps. amx and vnni compute the same integers
+# (exact int32 accumulation): measured on AMX (Xeon, model 167) 0.369 / 29.4 dB compiled, 0.378 / 29.3 dB with the
+# converted graph run uncompiled. reduced_range (activations 0..127, CPUs without VNNI or AMX) measured here, forced:
+# 0.738 / 26.6 dB uncompiled, 0.560 / 26.6 dB compiled. Full-range activations on an AVX2-only EPYC gave 21.1 dB
+# (saturating int16 pairs): the reduced_range bound must stay above that.
+INT8_STATIC_BOUNDS = {"amx": (0.5, 25.0), "vnni": (0.5, 25.0), "reduced_range": (0.9, 23.0)}
+# /proc/cpuinfo flags (the int8-relevant part) of the CPUs CI runs on, and the path each must take.
+CPU_FLAGS = {
+    "amd-epyc-avx2": ({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "sha_ni"}, "reduced_range"),
+    "cascade-lake": ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, "vnni"),
+    "sapphire-rapids": ({"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_tile",
+                         "amx_int8"}, "amx"),
+    "alder-lake": ({"avx2", "fma", "avx_vnni"}, "vnni"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +220,74 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
         assert prepared.entry.stats["compile_count"] == 2, "the UNet at batch 2 and the decoder: one build each"
         assert np.array_equal(bench.run_once(prepared, req).images, images), "the same graphs again, same image"
         assert prepared.entry.stats["compile_count"] == 2
+        path = prepared.entry.stats["int8_static_path"]
+        assert path == int8_path(devices.detect().cpu_flags), "the path this CPU takes is recorded with the run"
+        graphs = [*prepared.pipe.unet._graphs.values(), *prepared.pipe.vae.decoder._graphs.values()]
+        assert {r for g in graphs for r in _activation_ranges(g)} == {(0, 127 if path == "reduced_range" else 255)}
     diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
-    assert 0 < diff <= INT8_STATIC_TOLERANCE[0] and db >= INT8_STATIC_TOLERANCE[1], f"{diff:.4f} ({db:.1f} dB)"
+    most, least = INT8_STATIC_BOUNDS[path]
+    assert 0 < diff <= most and db >= least, f"{path}: {diff:.4f} ({db:.1f} dB)"
     assert prompt_fidelity(images[0], PROMPT)["detected"] == prompt_fidelity(baseline20[0], PROMPT)["detected"]
     assert np.array_equal(run(manager, request(steps=20))[0], baseline20), "reverting int8_static restores fp32"
     with manager.acquire(request()) as prepared:
         assert prepared.pipe.unet is unet and prepared.pipe.vae.decoder is decoder, "the very same float modules"
+
+
+@pytest.mark.parametrize("cpu", sorted(CPU_FLAGS))
+def test_int8_path_follows_the_cpu_flags(cpu):
+    flags, path = CPU_FLAGS[cpu]
+    assert int8_path(frozenset(flags)) == path
+
+
+def _fake_cpu(monkeypatch, flags):
+    model = devices.detect().cpu_model
+    monkeypatch.setattr(devices, "_cpu_info", lambda: (model, frozenset(flags)))
+    devices.detect.cache_clear()
+
+
+def _activation_ranges(graph) -> set[tuple[int, int]]:
+    """(quant_min, quant_max) of every per-tensor (activation) quantize node of a converted PT2E graph."""
+    graph = getattr(graph, "__wrapped__", graph)  # the cache-recovering wrapper
+    graph = getattr(graph, "_orig_mod", graph)  # torch.compile's module
+    quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    return {tuple(n.args[3:5]) for n in graph.graph.nodes if n.op == "call_function" and n.target == quantize}
+
+
+@needs_torchao
+@pytest.mark.parametrize("cpu", sorted(CPU_FLAGS))
+def test_int8_static_records_its_path_and_quantizes_activations_for_it(manager, monkeypatch, cpu):
+    """Applying int8_static (nothing is built before the first call) picks the path from the CPU's flags, records
+    it in the pipeline's stats, and hands the reduced activation range to both builds where there is no VNNI/AMX."""
+    flags, path = CPU_FLAGS[cpu]
+    _fake_cpu(monkeypatch, flags)
+    req = request(["int8_static"], params={"int8_static": {"calibration_steps": 3}})
+    with manager.acquire(req) as prepared:
+        assert prepared.entry.stats["int8_static_path"] == path
+        reduce = [prepared.pipe.unet._reduce_range, prepared.pipe.vae.decoder._reduce_range]
+        assert reduce == [path == "reduced_range"] * 2
+    with manager.acquire(request()) as prepared:
+        assert "int8_static_path" not in prepared.entry.stats, "a reverted int8_static leaves no path behind"
+
+
+@needs_torchao
+@pytest.mark.slow
+def test_int8_static_reduced_range_forced_here_stays_within_its_bound(monkeypatch, baseline20):
+    """The path a CPU without VNNI/AMX takes, forced on this one: every activation quantized to 0..127, and the
+    image within the reduced_range bound. Inductor's lowering is the same as on the other paths (the test above
+    compiles it); here the converted graph runs uncompiled, which computes the same integers without the
+    minutes of C++ compilation."""
+    _fake_cpu(monkeypatch, CPU_FLAGS["amd-epyc-avx2"][0])
+    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
+    req = request(["int8_static"], params={"int8_static": {"calibration_steps": 4}}, steps=20)
+    with PipelineManager(load=loader.load).acquire(req) as prepared:
+        images = bench.run_once(prepared, req).images
+        assert prepared.entry.stats["int8_static_path"] == "reduced_range"
+        graphs = [*prepared.pipe.unet._graphs.values(), *prepared.pipe.vae.decoder._graphs.values()]
+    assert len(graphs) == 2 and all(_activation_ranges(g) == {(0, 127)} for g in graphs)
+    diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
+    most, least = INT8_STATIC_BOUNDS["reduced_range"]
+    assert 0 < diff <= most and db >= least, f"reduced_range: {diff:.4f} ({db:.1f} dB)"
+    assert prompt_fidelity(images[0], PROMPT)["detected"] == prompt_fidelity(baseline20[0], PROMPT)["detected"]
 
 
 @needs_torchao
