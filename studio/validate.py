@@ -9,7 +9,6 @@ model or touches an accelerator.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import random
 import re
@@ -18,11 +17,9 @@ from typing import Any
 
 from pipelines.registry import PipelineSpec, resolve
 from pipelines.schedulers import SCHEDULERS
-from studio import devices
+from studio import checks, devices
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason
-from studio.optimizations.compile import DYNAMIC as COMPILE_DYNAMIC
-from studio.optimizations.runtime import max_threads
 
 MAX_PROMPT = 2000
 MAX_STEPS = 200
@@ -30,12 +27,6 @@ MAX_SIDE = 2048
 MIN_SIDE = 8
 MAX_IMAGES = 8
 MAX_SEED = 2**32 - 1
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
-DEEPCACHE_MAX_INTERVAL = 10
-DEEPCACHE_MAX_BRANCH = 3  # SD and SDXL UNets have 4 / 3 down blocks; the UNet itself is checked when applied
-TOME_MAX_RATIO = 0.75  # tomesd merges at most 1 - 1/(sx*sy) of the tokens with its 2x2 strides
-TOME_DOWNSAMPLES = (1, 2, 4, 8)
 MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
 MAX_WARMUP = 10
 MAX_ROUNDS = 50
@@ -83,26 +74,8 @@ class GenerationRequest:
         return "+".join(named(o) for o in self.opts) or "baseline"
 
 
-def _int(name: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or value is None or value == "":
-        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}.")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.") from None
-    if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
-        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.")
-    return int(number)
 
 
-def _float(name: str, value: Any, lo: float, hi: float) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValidationError(f"{name} must be a number between {lo} and {hi}, not {value!r}.") from None
-    if isinstance(value, bool) or not math.isfinite(number) or not lo <= number <= hi:
-        raise ValidationError(f"{name} must be a finite number between {lo} and {hi}, not {value!r}.")
-    return number
 
 
 def _text(name: str, value: Any, required: bool) -> str:
@@ -120,7 +93,7 @@ def _text(name: str, value: Any, required: bool) -> str:
 
 
 def _side(name: str, value: Any) -> int:
-    side = _int(name, value, MIN_SIDE, MAX_SIDE)
+    side = checks.whole(name, value, MIN_SIDE, MAX_SIDE)
     if side % 8:
         raise ValidationError(f"{name} must be a multiple of 8 (the VAE downsamples by 8); try {side // 8 * 8 or 8}.")
     return side
@@ -144,94 +117,22 @@ def parse_opts(value: Any) -> list[str]:
     return names
 
 
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in BOOL_WORDS:
-        return BOOL_WORDS[text]
-    raise ValidationError(f"{name} must be true or false, not {value!r}.")
 
 
-def _one_of(name: str, value: Any, allowed: tuple) -> Any:
-    matches = [a for a in allowed if str(a) == str(value).strip()]
-    if not matches:
-        raise ValidationError(f"{name} must be one of {', '.join(map(str, allowed))}, not {value!r}.")
-    return matches[0]
 
 
-def _slice_size(value: Any) -> Any:
-    return value if value in ("auto", "max") else _int("attention_slicing slice_size", value, 1, 1024)
 
 
-def _max_memory(value: Any) -> Any:
-    return None if value is None else parse_max_memory(value)
-
-
-# technique -> setting -> checker(value) returning the checked value; settings not listed here pass as given.
-PARAM_CHECKS: dict[str, dict[str, Any]] = {
-    "torch_compile": {
-        "mode": lambda v: _one_of("torch_compile mode", v, COMPILE_MODES),
-        "regional": lambda v: _bool("torch_compile regional", v),
-        "dynamic": lambda v: _one_of("torch_compile dynamic", str(v).lower(), tuple(COMPILE_DYNAMIC)),
-        "freezing": lambda v: _bool("torch_compile freezing", v),
-        "cpp_wrapper": lambda v: _bool("torch_compile cpp_wrapper", v),
-    },
-    "attention_slicing": {"slice_size": _slice_size},
-    "device_map_balanced": {"max_memory": _max_memory},
-    "threads": {"num_threads": lambda v: _int("threads num_threads", v, 1, max_threads())},
-    "deepcache": {
-        "interval": lambda v: _int("deepcache interval", v, 1, DEEPCACHE_MAX_INTERVAL),
-        "branch": lambda v: _int("deepcache branch", v, 0, DEEPCACHE_MAX_BRANCH),
-    },
-    "cfg_cutoff": {"after": lambda v: _float("cfg_cutoff after", v, 0.05, 1.0)},
-    "int8_static": {
-        "calibration_steps": lambda v: _int("int8_static calibration_steps", v, 1, 50),
-        "vae": lambda v: _bool("int8_static vae", v),
-    },
-    "token_merging": {
-        "ratio": lambda v: _float("token_merging ratio", v, 0.0, TOME_MAX_RATIO),
-        "max_downsample": lambda v: _one_of("token_merging max_downsample", v, TOME_DOWNSAMPLES),
-    },
-}
 
 
 def _check_params(opts: list[str], params: Any) -> dict[str, dict[str, Any]]:
+    """Each technique's settings, built into its settings object (which checks them); only for requested ones."""
     if params in (None, ""):
         return {}
     if not isinstance(params, dict):
         raise ValidationError("params must be a mapping of optimization name to its settings.")
-    checked: dict[str, dict[str, Any]] = {}
-    for name, settings in params.items():
-        opt = get(name)
-        if not isinstance(settings, dict) or not set(settings) <= set(opt.params):
-            allowed = ", ".join(opt.params) or "none"
-            raise ValidationError(f"{name} settings must be a mapping with keys from: {allowed}.")
-        checks = PARAM_CHECKS.get(name, {})
-        settings = {k: checks[k](v) if k in checks else v for k, v in settings.items()}
-        if name in opts:
-            checked[name] = settings
-    return checked
-
-
-def parse_max_memory(value: Any) -> dict[int | str, str]:
-    """'0=4GB,1=4GB,cpu=16GB' or a mapping -> {0: '4GB', 1: '4GB', 'cpu': '16GB'}."""
-    if isinstance(value, str):
-        pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
-        if any(len(p) != 2 for p in pairs):
-            raise ValidationError("max_memory must look like '0=4GB,1=4GB,cpu=16GB'.")
-        value = {k.strip(): v.strip() for k, v in pairs}
-    if not isinstance(value, dict) or not value:
-        raise ValidationError("max_memory must map devices to sizes, e.g. {0: '4GB', 'cpu': '16GB'}.")
-    out: dict[int | str, str] = {}
-    for key, size in value.items():
-        key = int(key) if str(key).isdigit() else str(key)
-        if key not in ("cpu", "mps") and not isinstance(key, int):
-            raise ValidationError(f"max_memory device {key!r} must be a GPU index or 'cpu'.")
-        if not re.fullmatch(r"\d+(\.\d+)?\s*(GB|GiB|MB|MiB|KB|KiB)", str(size)):
-            raise ValidationError(f"max_memory size {size!r} must look like '4GB' or '512MiB'.")
-        out[key] = str(size)
-    return out
+    checked = {name: get(name).settings.checked(name, given) for name, given in params.items()}
+    return {name: given for name, given in checked.items() if name in opts}
 
 
 def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, ...]:
@@ -277,21 +178,21 @@ def validate_request(
         raise ValidationError("device must be text such as 'auto', 'cpu' or 'cuda:0'.")
     resolved = devices.resolve(device)
     names = parse_opts(opts)
-    seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else _int("seed", seed, 0, MAX_SEED)
+    seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else checks.whole("seed", seed, 0, MAX_SEED)
     return GenerationRequest(
         spec=spec,
         prompt=_text("prompt", prompt, required=True),
         negative_prompt=_text("negative prompt", negative_prompt, required=False),
         seed=seed,
-        steps=_int("steps", spec.steps if steps in (None, "") else steps, 1, MAX_STEPS),
-        guidance=_float("guidance", spec.guidance if guidance in (None, "") else guidance, 0.0, 30.0),
+        steps=checks.whole("steps", spec.steps if steps in (None, "") else steps, 1, MAX_STEPS),
+        guidance=checks.number("guidance", spec.guidance if guidance in (None, "") else guidance, 0.0, 30.0),
         width=_side("width", spec.width if width in (None, "") else width),
         height=_side("height", spec.height if height in (None, "") else height),
         scheduler=scheduler,
         device=resolved,
         opts=check_opts(names, spec, resolved),
         params=_check_params(names, params),
-        num_images=_int("num_images", num_images, 1, MAX_IMAGES),
+        num_images=checks.whole("num_images", num_images, 1, MAX_IMAGES),
     )
 
 
@@ -310,18 +211,11 @@ class AutotuneSettings:
 def validate_autotune(min_psnr: Any = 30.0, min_ssim: Any = 0.95, fidelity_drop: Any = 0.03, warmup: Any = 1,
                       repeats: Any = 3, confirm_rounds: Any = 5) -> AutotuneSettings:
     """Check the auto-tuner's settings from UI, API or CLI (numbers may arrive as text)."""
-    floor = {}
-    for name, value, low, high in (("min_psnr", min_psnr, 0, 200), ("min_ssim", min_ssim, 0, 1),
-                                   ("fidelity_drop", fidelity_drop, 0, 1)):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if isinstance(value, bool) or not math.isfinite(number) or not low <= number <= high:
-            raise ValidationError(f"The quality floor's {name} must be a number from {low} to {high}, not {value!r}.")
-        floor[name] = number
-    counts = {name: _int(name, value, low, high) for name, value, low, high in
-              (("warmup", warmup, 0, 10), ("repeats", repeats, 1, 50), ("confirm_rounds", confirm_rounds, 0, 50))}
+    floor = {name: checks.number(f"The quality floor's {name}", value, low, high) for name, value, low, high in
+             (("min_psnr", min_psnr, 0, 200), ("min_ssim", min_ssim, 0, 1), ("fidelity_drop", fidelity_drop, 0, 1))}
+    counts = {"warmup": checks.whole("warm-up calls", warmup, 0, MAX_WARMUP),
+              "repeats": checks.whole("rounds", repeats, 1, MAX_ROUNDS),
+              "confirm_rounds": checks.whole("confirmation rounds", confirm_rounds, 1, MAX_ROUNDS)}
     return AutotuneSettings(**floor, **counts)
 
 
@@ -335,7 +229,7 @@ class SweepCounts:
 
 def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
     """Warm-up calls (0 or more) and rounds (1 or more) of a sweep, from a form, a client or argv."""
-    return SweepCounts(_int("warm-up calls", warmup, 0, MAX_WARMUP), _int("rounds", rounds, 1, MAX_ROUNDS))
+    return SweepCounts(checks.whole("warm-up calls", warmup, 0, MAX_WARMUP), checks.whole("rounds", rounds, 1, MAX_ROUNDS))
 
 
 def estimated_seconds(request: GenerationRequest, calls: int) -> float:
@@ -407,9 +301,9 @@ def validate_history(model: Any = None, device: Any = None, status: Any = None, 
     for name, value in (("model", model), ("device", device)):
         texts[name] = _text(name, value, required=False) or None
     return HistoryFilter(texts["model"], texts["device"], status or None, technique or None,
-                         _when("since", since), _when("until", until), _int("limit", limit, 1, MAX_HISTORY))
+                         _when("since", since), _when("until", until), checks.whole("limit", limit, 1, MAX_HISTORY))
 
 
 def validate_run_id(value: Any) -> int:
     """A run id from a form or a client."""
-    return _int("run id", value, 1, 2**63 - 1)
+    return checks.whole("run id", value, 1, 2**63 - 1)

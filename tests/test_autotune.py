@@ -96,11 +96,11 @@ def test_pareto_front_keeps_only_undominated_points():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"min_ssim": 2}, "min_ssim must be a number from 0 to 1"),
-    ({"min_psnr": float("nan")}, "min_psnr must be a number from 0 to 200"),
-    ({"warmup": float("nan")}, "warmup must be a whole number between 0 and 10"),
-    ({"repeats": 0}, "repeats must be a whole number between 1 and 50"),
-    ({"confirm_rounds": "x"}, "confirm_rounds must be a whole number between 0 and 50"),
+    ({"min_ssim": 2}, "min_ssim must be a finite number between 0 and 1"),
+    ({"min_psnr": float("nan")}, "min_psnr must be a finite number between 0 and 200"),
+    ({"warmup": float("nan")}, "warm-up calls must be a whole number between 0 and 10"),
+    ({"repeats": 0}, "rounds must be a whole number between 1 and 50"),
+    ({"confirm_rounds": "x"}, "confirmation rounds must be a whole number between 1 and 50"),
 ])
 def test_autotune_settings_are_checked_at_the_validation_boundary(settings, message):
     from studio.validate import validate_autotune

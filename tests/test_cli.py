@@ -148,4 +148,4 @@ def test_autotune_prints_the_answer_and_logs_one_group(cli):
     runs = json.loads(out)
     assert len(runs) == len(data["rows"]) + sweeps - 1 and {r["status"] for r in runs} == {"ok"}
     status, _, err = cli("autotune", "--prompt", PROMPT, "--min-ssim", "2")
-    assert status == 2 and "min_ssim must be a number from 0 to 1" in err
+    assert status == 2 and "min_ssim must be a finite number between 0 and 1" in err

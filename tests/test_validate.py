@@ -3,7 +3,8 @@
 import pytest
 
 from studio.errors import ConflictError, UnavailableError, ValidationError
-from studio.validate import parse_max_memory, parse_opts, validate_request
+from studio.optimizations.memory import parse_max_memory
+from studio.validate import parse_opts, validate_request
 
 
 def ok(**kw):

@@ -11,6 +11,7 @@ behind this module's back, and `unfuse_qkv_projections()` leaves the fused layer
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from diffusers.models.attention_processor import (
@@ -22,7 +23,8 @@ from diffusers.models.attention_processor import (
     XFormersAttnProcessor,
 )
 
-from studio.optimizations.base import Context, Optimization, register
+from studio import checks
+from studio.optimizations.base import Context, Optimization, Settings, register
 
 ATTENTION_MODULES = ("unet", "vae")
 KERNELS = ("classic_attention", "sdpa", "xformers", "attention_slicing")
@@ -39,6 +41,17 @@ def _attention_layers(pipe: Any) -> list[tuple[str, Attention]]:
     return layers
 
 
+@dataclass(frozen=True)
+class AttentionSlicingSettings(Settings):
+    """`slice_size`: heads per slice: "auto" (half of them), "max" (one) or a number."""
+
+    slice_size: Any = "auto"
+
+    def __post_init__(self) -> None:
+        if self.slice_size not in ("auto", "max"):
+            self._set("slice_size", checks.whole("attention_slicing slice_size", self.slice_size, 1, 1024))
+
+
 def _slice_size(layer: Attention, setting: Any) -> int:
     if setting == "max":
         return 1
@@ -52,7 +65,7 @@ def _processor_for(layer: Attention, ctx: Context) -> Any | None:
     if "fused_qkv" in target and layer.fused_projections:
         return FusedAttnProcessor2_0()
     if "attention_slicing" in target:
-        return SlicedAttnProcessor(_slice_size(layer, ctx.params.get("attention_slicing", {}).get("slice_size")))
+        return SlicedAttnProcessor(_slice_size(layer, ctx.settings("attention_slicing").slice_size))
     if "xformers" in target:
         return XFormersAttnProcessor()
     if "classic_attention" in target:
@@ -145,7 +158,7 @@ _attention(
     "attention slicing",
     "memory",
     "Compute attention a few heads at a time: lower peak memory, some latency cost.",
-    params={"slice_size": "auto"},
+    settings=AttentionSlicingSettings,
 )
 register(
     Optimization(

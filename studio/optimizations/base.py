@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import torch
@@ -47,9 +47,41 @@ class Context:
     def device_type(self) -> str:
         return self.device.split(":")[0]
 
+    def settings(self, name: str) -> Settings:
+        """Technique `name`'s settings for this request (its defaults where none were given)."""
+        return get(name).settings(**self.params.get(name, {}))
+
 
 def _noop(pipe: Any, ctx: Context) -> None:
     return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A technique's settings: a frozen dataclass with defaults whose `__post_init__` checks and normalises each
+    field (raising the user-facing sentence). Subclasses declare the fields; techniques without any use this."""
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        return {f.name: f.default for f in fields(cls)}
+
+    @classmethod
+    def build(cls, technique: str, given: Any) -> Settings:
+        """The settings from a mapping of loose values (JSON, form text, argv)."""
+        allowed = cls.defaults()
+        if not isinstance(given, dict) or not set(given) <= set(allowed):
+            names = ", ".join(allowed) or "none"
+            raise ValidationError(f"{technique} settings must be a mapping with keys from: {names}.")
+        return cls(**given)
+
+    @classmethod
+    def checked(cls, technique: str, given: Any) -> dict[str, Any]:
+        """The given settings, checked and normalised (only the keys given: the rest keep their defaults)."""
+        built = cls.build(technique, given)
+        return {key: getattr(built, key) for key in given}
 
 
 @dataclass(frozen=True)
@@ -72,7 +104,12 @@ class Optimization:
     step_tensors: tuple[str, ...] = ()
     dtype: torch.dtype | None = None
     places_modules: bool = False
-    params: dict[str, Any] = field(default_factory=dict)
+    settings: type[Settings] = Settings
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The settings' names and defaults (for docs, the UI's placeholder and the CLI)."""
+        return self.settings.defaults()
 
 
 REGISTRY: dict[str, Optimization] = {}

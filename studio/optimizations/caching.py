@@ -23,10 +23,25 @@ from typing import Any
 
 import torch
 
+from studio import checks
 from studio.errors import ValidationError
-from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.base import Context, Optimization, Settings, register
 
-DEFAULTS = {"interval": 3, "branch": 0}
+MAX_INTERVAL = 10
+MAX_BRANCH = 3  # SD and SDXL UNets have 4 / 3 down blocks; the UNet itself is checked when applied
+
+
+@dataclass(frozen=True)
+class DeepCacheSettings(Settings):
+    """`interval`: a full UNet step every N calls (1 = never reuse); `branch`: how many outer blocks always run."""
+
+    interval: int = 3
+    branch: int = 0
+
+    def __post_init__(self) -> None:
+        self._set("interval", checks.whole("deepcache interval", self.interval, 1, MAX_INTERVAL))
+        self._set("branch", checks.whole("deepcache branch", self.branch, 0, MAX_BRANCH))
+
 COUNTERS = ("deepcache_full_calls", "deepcache_reused_calls")  # UNet calls, in the pipeline's stats while applied
 
 
@@ -103,12 +118,12 @@ def enable_deepcache(pipe: Any, ctx: Context) -> None:
 
     Args:
         pipe: a pipeline with a `UNet2DConditionModel` as `unet` and a `scheduler`.
-        ctx: `ctx.params["deepcache"]` may hold `interval` (a full step every N UNet calls) and `branch`.
+        ctx: the request; its `DeepCacheSettings` say `interval` and `branch`.
     """
-    settings = {**DEFAULTS, **ctx.params.get("deepcache", {})}
+    settings = ctx.settings("deepcache")
     unet = pipe.unet
-    blocks = deep_blocks(unet, int(settings["branch"]))
-    state = DeepCacheState(interval=int(settings["interval"]), stats=ctx.stats)
+    blocks = deep_blocks(unet, settings.branch)
+    state = DeepCacheState(interval=settings.interval, stats=ctx.stats)
     previous = [vars(block).get("forward") for _, block in blocks]  # another hook's instance forward, if any
     for name, block in blocks:
         block.forward = _caching_forward(name, block, state)
@@ -146,7 +161,7 @@ register(
         conflicts=("jit_trace_unet",),
         apply=enable_deepcache,
         revert=disable_deepcache,
-        params=dict(DEFAULTS),
+        settings=DeepCacheSettings,
         order=40,
     )
 )

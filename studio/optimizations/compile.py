@@ -13,7 +13,7 @@ Revert drops each block's compiled call.
 A compile that fails to load a damaged shared object from inductor's on-disk cache deletes it and
 compiles again (studio.optimizations.inductor_cache).
 
-Modes (validated in studio.validate.COMPILE_MODES): "default"; "reduce-overhead" adds CUDA
+Modes (checked by TorchCompileSettings): "default"; "reduce-overhead" adds CUDA
 graphs, which inductor skips on a CPU (it then behaves as "default"); "max-autotune" also
 benchmarks GEMM/convolution templates while compiling, which on a CPU makes the first call
 take many minutes for a small gain.
@@ -41,8 +41,9 @@ from typing import Any
 import torch
 from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 
+from studio import checks
 from studio.errors import ValidationError
-from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.inductor_cache import recovering
 
 log = logging.getLogger(__name__)
@@ -159,8 +160,25 @@ def _traced(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     return TracedUNet(unet.eval(), ctx.stats)
 
 
-DEFAULTS = {"mode": "default", "regional": False, "dynamic": "auto", "freezing": False, "cpp_wrapper": False}
 DYNAMIC = {"auto": None, "true": True, "false": False}  # the `dynamic` setting -> torch.compile(dynamic=...)
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass(frozen=True)
+class TorchCompileSettings(Settings):
+    """`mode`, `regional` (block by block), `dynamic` (auto, true, false), inductor's `freezing` and `cpp_wrapper`."""
+
+    mode: str = "default"
+    regional: bool = False
+    dynamic: str = "auto"
+    freezing: bool = False
+    cpp_wrapper: bool = False
+
+    def __post_init__(self) -> None:
+        self._set("mode", checks.one_of("torch_compile mode", self.mode, MODES))
+        self._set("dynamic", checks.one_of("torch_compile dynamic", str(self.dynamic).lower(), tuple(DYNAMIC)))
+        for name in ("regional", "freezing", "cpp_wrapper"):
+            self._set(name, checks.boolean(f"torch_compile {name}", getattr(self, name)))
 
 
 @dataclass(frozen=True)
@@ -174,11 +192,11 @@ class CompileSettings:
 
 
 def compile_settings(ctx: Context) -> CompileSettings:
-    settings = {**DEFAULTS, **ctx.params.get("torch_compile", {})}
-    mode = None if settings["mode"] == "default" else settings["mode"]
+    settings = ctx.settings("torch_compile")
+    mode = None if settings.mode == "default" else settings.mode
     options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
-    options.update({k: True for k in ("freezing", "cpp_wrapper") if settings[k]})
-    return CompileSettings(mode, bool(settings["regional"]), DYNAMIC[str(settings["dynamic"])], options)
+    options.update({k: True for k in ("freezing", "cpp_wrapper") if getattr(settings, k)})
+    return CompileSettings(mode, settings.regional, DYNAMIC[settings.dynamic], options)
 
 
 def counting_backend(stats: dict[str, Any], options: dict[str, Any]):
@@ -303,7 +321,7 @@ register(
         reversible=False,
         apply=_compile,
         revert=_uncompile,
-        params=dict(DEFAULTS),
+        settings=TorchCompileSettings,
         call_context=_freezing_if_asked,
         order=80,
     )

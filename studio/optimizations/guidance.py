@@ -16,12 +16,23 @@ nothing to revert; a run without it is untouched.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from studio.optimizations.base import Context, Optimization, register
+from studio import checks
+from studio.optimizations.base import Context, Optimization, Settings, register
 
 GUIDED_TENSORS = ("prompt_embeds", "add_text_embeds", "add_time_ids")
-DEFAULTS = {"after": 0.5}
+
+
+@dataclass(frozen=True)
+class CfgCutoffSettings(Settings):
+    """`after`: the fraction of the steps after which guidance stops (1.0 = never)."""
+
+    after: float = 0.5
+
+    def __post_init__(self) -> None:
+        self._set("after", checks.number("cfg_cutoff after", self.after, 0.05, 1.0))
 
 
 def cutoff_step(steps: int, after: float) -> int:
@@ -31,7 +42,7 @@ def cutoff_step(steps: int, after: float) -> int:
 
 def _drop_guidance(pipe: Any, i: int, ctx: Context, tensors: dict) -> dict:
     """At the end of the last guided step, keep the conditional half and turn guidance off."""
-    after = {**DEFAULTS, **ctx.params.get("cfg_cutoff", {})}["after"]
+    after = ctx.settings("cfg_cutoff").after
     if not pipe.do_classifier_free_guidance or i + 1 != cutoff_step(pipe.num_timesteps, after):
         return tensors
     for name in GUIDED_TENSORS:
@@ -54,6 +65,6 @@ register(
         stage="call",
         step_end=_drop_guidance,
         step_tensors=GUIDED_TENSORS,
-        params=dict(DEFAULTS),
+        settings=CfgCutoffSettings,
     )
 )

@@ -7,9 +7,12 @@ modules themselves, so the manager does not `.to(device)` a pipeline using them.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
-from studio.optimizations.base import Context, Optimization, register
+from studio.errors import ValidationError
+from studio.optimizations.base import Context, Optimization, Settings, register
 
 PLACEMENT = ("model_cpu_offload", "sequential_cpu_offload", "device_map_balanced")
 
@@ -35,6 +38,37 @@ def _remove_hooks(pipe: Any, ctx: Context) -> None:
 def _reset_device_map(pipe: Any, ctx: Context) -> None:
     if getattr(pipe, "hf_device_map", None) is not None:
         pipe.reset_device_map()
+
+
+def parse_max_memory(value: Any) -> dict[int | str, str]:
+    """'0=4GB,1=4GB,cpu=16GB' or a mapping -> {0: '4GB', 1: '4GB', 'cpu': '16GB'}."""
+    if isinstance(value, str):
+        pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise ValidationError("max_memory must look like '0=4GB,1=4GB,cpu=16GB'.")
+        value = {k.strip(): v.strip() for k, v in pairs}
+    if not isinstance(value, dict) or not value:
+        raise ValidationError("max_memory must map devices to sizes, e.g. {0: '4GB', 'cpu': '16GB'}.")
+    out: dict[int | str, str] = {}
+    for key, size in value.items():
+        key = int(key) if str(key).isdigit() else str(key)
+        if key not in ("cpu", "mps") and not isinstance(key, int):
+            raise ValidationError(f"max_memory device {key!r} must be a GPU index or 'cpu'.")
+        if not re.fullmatch(r"\d+(\.\d+)?\s*(GB|GiB|MB|MiB|KB|KiB)", str(size)):
+            raise ValidationError(f"max_memory size {size!r} must look like '4GB' or '512MiB'.")
+        out[key] = str(size)
+    return out
+
+
+@dataclass(frozen=True)
+class DeviceMapSettings(Settings):
+    """`max_memory`: a cap per device, '0=4GB,1=4GB,cpu=16GB' or a mapping; none by default."""
+
+    max_memory: Any = None
+
+    def __post_init__(self) -> None:
+        if self.max_memory is not None:
+            self._set("max_memory", parse_max_memory(self.max_memory))
 
 
 register(
@@ -101,7 +135,7 @@ register(
         reversible=False,
         places_modules=True,
         revert=_reset_device_map,
-        params={"max_memory": None},
+        settings=DeviceMapSettings,
         order=0,
     )
 )

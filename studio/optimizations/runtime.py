@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import psutil
 import torch
 
-from studio.optimizations.base import Context, Optimization, register
+from studio import checks
+from studio.optimizations.base import Context, Optimization, Settings, register
 
 
 def physical_cores() -> int:
@@ -28,10 +30,20 @@ def max_threads() -> int:
     return (os.cpu_count() or 1) * 4
 
 
+@dataclass(frozen=True)
+class ThreadsSettings(Settings):
+    """`num_threads`: torch's intra-op threads for the run (default: one per physical core)."""
+
+    num_threads: int = physical_cores()
+
+    def __post_init__(self) -> None:
+        self._set("num_threads", checks.whole("threads num_threads", self.num_threads, 1, max_threads()))
+
+
 @contextlib.contextmanager
 def num_threads(ctx: Context) -> Iterator[None]:
-    """Run the block with `ctx.params["threads"]["num_threads"]` intra-op threads (default: physical cores)."""
-    wanted = ctx.params.get("threads", {}).get("num_threads") or physical_cores()
+    """Run the block with the request's `num_threads` intra-op threads (default: physical cores)."""
+    wanted = ctx.settings("threads").num_threads
     old = torch.get_num_threads()
     torch.set_num_threads(int(wanted))
     try:
@@ -51,6 +63,6 @@ register(
         ),
         stage="call",
         call_context=num_threads,
-        params={"num_threads": physical_cores()},
+        settings=ThreadsSettings,
     )
 )

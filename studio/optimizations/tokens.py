@@ -19,14 +19,29 @@ and ratio 0 gives bit-identical images. Two things are added around it here:
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from studio import checks
 from studio.errors import UnavailableError
-from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.base import Context, Optimization, Settings, register
 
-DEFAULTS = {"ratio": 0.5, "max_downsample": 1}
+MAX_RATIO = 0.75  # tomesd merges at most 1 - 1/(sx*sy) of the tokens with its 2x2 strides
+DOWNSAMPLES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class TokenMergingSettings(Settings):
+    """`ratio`: share of tokens merged; `max_downsample`: the deepest UNet level (1, 2, 4, 8) that merges."""
+
+    ratio: float = 0.5
+    max_downsample: int = 1
+
+    def __post_init__(self) -> None:
+        self._set("ratio", checks.number("token_merging ratio", self.ratio, 0.0, MAX_RATIO))
+        self._set("max_downsample", checks.one_of("token_merging max_downsample", self.max_downsample, DOWNSAMPLES))
 
 
 def _tomesd() -> Any:
@@ -57,13 +72,13 @@ def enable_token_merging(pipe: Any, ctx: Context) -> None:
 
     Args:
         pipe: a pipeline whose `unet` has diffusers `BasicTransformerBlock`s.
-        ctx: `ctx.params["token_merging"]` may hold `ratio` (0..0.75) and `max_downsample` (1, 2, 4 or 8).
+        ctx: the request; its `TokenMergingSettings` say `ratio` and `max_downsample`.
     """
     tomesd = _tomesd()
-    settings = {**DEFAULTS, **ctx.params.get("token_merging", {})}
+    settings = ctx.settings("token_merging")
     unet = pipe.unet
     before = {id(m): set(vars(m)) for m in _patched_modules(unet)}
-    tomesd.apply_patch(unet, ratio=float(settings["ratio"]), max_downsample=int(settings["max_downsample"]))
+    tomesd.apply_patch(unet, ratio=settings.ratio, max_downsample=settings.max_downsample)
     handle = unet.register_forward_pre_hook(_reseed, with_kwargs=True)
     ctx.state["token_merging"] = (unet, before, handle)
 
@@ -94,7 +109,7 @@ register(
         conflicts=("jit_trace_unet",),
         apply=enable_token_merging,
         revert=disable_token_merging,
-        params=dict(DEFAULTS),
+        settings=TokenMergingSettings,
         order=40,
     )
 )

@@ -1,0 +1,55 @@
+"""Checkers for loosely typed values (a form's strings, a client's JSON, argv): each returns the checked value or
+raises a `ValidationError` whose sentence names the field, the allowed values and what was sent.
+
+Used by the request boundary (`studio/validate.py`) and by every technique's settings object."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from studio.errors import ValidationError
+
+BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def whole(name: str, value: Any, lo: int, hi: int) -> int:
+    """A whole number in [lo, hi]; 4.0 and "4" pass, 2.5, "ten", True and None do not."""
+    if isinstance(value, bool) or value is None or value == "":
+        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.") from None
+    if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
+        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.")
+    return int(number)
+
+
+def number(name: str, value: Any, lo: float, hi: float) -> float:
+    """A finite number in [lo, hi]."""
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{name} must be a number between {lo} and {hi}, not {value!r}.") from None
+    if isinstance(value, bool) or not math.isfinite(result) or not lo <= result <= hi:
+        raise ValidationError(f"{name} must be a finite number between {lo} and {hi}, not {value!r}.")
+    return result
+
+
+def boolean(name: str, value: Any) -> bool:
+    """True or false, also as the words a form or argv sends ('true', 'off', '1', ...)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in BOOL_WORDS:
+        return BOOL_WORDS[text]
+    raise ValidationError(f"{name} must be true or false, not {value!r}.")
+
+
+def one_of(name: str, value: Any, allowed: tuple) -> Any:
+    """One of `allowed`, compared as text (so '2' matches 2)."""
+    matches = [a for a in allowed if str(a) == str(value).strip()]
+    if not matches:
+        raise ValidationError(f"{name} must be one of {', '.join(map(str, allowed))}, not {value!r}.")
+    return matches[0]
