@@ -37,12 +37,11 @@ from PIL import Image
 from torch.utils.flop_counter import FlopCounterMode
 
 from studio import bench, devices
-from studio.cli import parse_params
 from studio.manager import PipelineManager
 from studio.measure import protocol
 from studio.optimizations import call_contexts
 from studio.service import Studio
-from studio.validate import validate_request
+from studio.validate import parse_param_args, validate_request
 
 TINY_PROMPT = "a big red circle on the left, on a white background"
 
@@ -56,7 +55,7 @@ def _request(config: str, model: str, prompt: str, **kw):
     """'deepcache,cfg_cutoff deepcache.interval=4 cfg_cutoff.after=0.3' -> a validated request."""
     names, *settings = config.split()
     opts = [o for o in names.split(",") if o and o != "baseline"]
-    return validate_request(model=model, prompt=prompt, opts=opts, params=parse_params(settings) or None, **kw)
+    return validate_request(model=model, prompt=prompt, opts=opts, params=parse_param_args(settings) or None, **kw)
 
 
 def _fidelity(studio: Studio, config: str) -> dict[str, float]:

@@ -3,50 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-from typing import Any
 
 from studio import devices, settings
+from studio.arguments import request_args, rounds_arg
 from studio.errors import StudioError, describe
-from studio.optimizations import REGISTRY, unavailable_reason
+from studio.report import availability, emit
 from studio.shard_cli import add_shard_parser, cmd_shard
 
 log = logging.getLogger("studio")
 
 
-def parse_params(items: list[str]) -> dict[str, dict[str, Any]]:
-    """`--param torch_compile.mode=max-autotune` -> {'torch_compile': {'mode': 'max-autotune'}}."""
-    params: dict[str, dict[str, Any]] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        name, dot, setting = key.partition(".")
-        if not (sep and dot):
-            raise StudioError(f"--param {item!r} must look like technique.setting=value.")
-        params.setdefault(name, {})[setting] = value
-    return params
 
 
-def request_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny-shapes", help="registry id, hub id or local directory")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--negative-prompt", default="")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--guidance", type=float)
-    p.add_argument("--width", type=int)
-    p.add_argument("--height", type=int)
-    p.add_argument("--scheduler")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--param", action="append", default=[], help="technique.setting=value")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls per configuration first (default 1)")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def rounds_arg(p: argparse.ArgumentParser, default: int) -> None:
-    p.add_argument("--rounds", type=int, default=None,
-                   help=f"timed calls per configuration, interleaved with the others (default {default})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,8 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def emit(data: Any, as_json: bool, text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
 def cmd_system(args: argparse.Namespace) -> int:
@@ -91,16 +61,6 @@ def cmd_system(args: argparse.Namespace) -> int:
     return 0
 
 
-def availability() -> list[dict[str, Any]]:
-    """Every technique with whether it can run on the default device here, and why not."""
-    hw = devices.detect()
-    device = devices.resolve("auto", hw)
-    return [
-        {"name": o.name, "label": o.label, "group": o.group, "stage": o.stage, "reversible": o.reversible,
-         "requires": list(o.requires), "conflicts": list(o.conflicts), "description": o.description,
-         "unavailable": unavailable_reason(o, hw, device)}
-        for o in REGISTRY.values()
-    ]
 
 
 def cmd_optimizations(args: argparse.Namespace) -> int:
@@ -110,21 +70,14 @@ def cmd_optimizations(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validated(args: argparse.Namespace, opts: Any):
-    from studio.validate import validate_request
-
-    return validate_request(
-        model=args.model, prompt=args.prompt, negative_prompt=args.negative_prompt, seed=args.seed,
-        steps=args.steps, guidance=args.guidance, width=args.width, height=args.height,
-        scheduler=args.scheduler, device=args.device, opts=opts, params=parse_params(args.param),
-    )
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from studio import report
     from studio.service import Studio
+    from studio.validate import request_from_args
 
-    request = _validated(args, args.opt)
+    request = request_from_args(args, args.opt)
     result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
     data = report.single_record(result)
     text = (f"run {data['run_id']}: {data['config']} {report.seconds(data['latency_s'])}, "
@@ -139,8 +92,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from studio import report
     from studio.service import Studio
     from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
+    from studio.validate import request_from_args
 
-    request = _validated(args, [])
+    request = request_from_args(args)
     result = run_compare(Studio(), request, args.config, warmup=1 if args.warmup is None else args.warmup,
                          rounds=DEFAULT_ROUNDS if args.rounds is None else args.rounds)
     emit({"group_id": result.group_id, "rows": result.records}, args.json, report.markdown(result.records))
@@ -150,9 +104,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_autotune(args: argparse.Namespace) -> int:
     from studio.service import Studio
     from studio.sweeps import autotune
-    from studio.validate import validate_autotune
+    from studio.validate import request_from_args, validate_autotune
 
-    request = _validated(args, [])
+    request = request_from_args(args)
     checked = validate_autotune(args.min_psnr, args.min_ssim, args.fidelity_drop,
                                 1 if args.warmup is None else args.warmup, 3 if args.rounds is None else args.rounds,
                                 args.confirm_rounds)

@@ -29,14 +29,15 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 
 from studio import devices, report, service
-from studio.cli import emit, parse_params, request_args, rounds_arg
+from studio.arguments import request_args, rounds_arg
 from studio.errors import StudioError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import protocol
+from studio.report import emit
 from studio.service import Computed, RunResult, Studio, run_record
 from studio.sweeps import compare, ladder
 from studio.sweeps.runner import merge
-from studio.validate import MAX_SEED, GenerationRequest, validate_request
+from studio.validate import MAX_SEED, GenerationRequest, request_from_args
 
 log = logging.getLogger("studio.distributed")
 COMPARABLE = ("Timings measured by different processes compare only when their devices are alike "
@@ -98,11 +99,7 @@ def _request(args: argparse.Namespace, device: str) -> GenerationRequest:
     if args.device not in ("auto", "cpu"):
         raise ValidationError("In a distributed run each process uses its own device; use --device auto "
                               "(one GPU per process, CPU without GPUs) or --device cpu.")
-    return validate_request(
-        model=args.model, prompt=args.prompt, negative_prompt=args.negative_prompt, seed=args.seed,
-        steps=args.steps, guidance=args.guidance, width=args.width, height=args.height,
-        scheduler=args.scheduler, device=device, params=parse_params(args.param),
-    )
+    return request_from_args(args, device=device)
 
 
 def compute_share(state: PartialState, jobs: list[GenerationRequest], where: dict[str, Any],

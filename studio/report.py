@@ -273,3 +273,30 @@ def docs_table() -> str:
     lines = ["| key | unit | meaning |", "|---|---|---|"]
     lines += [f"| `{k}` | {unit or '–'} | {meaning} |" for k, (unit, meaning) in KEYS.items()]
     return "\n".join(lines)
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    """Print a command's result: JSON for programs, the text for people."""
+    print(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def availability(device: str = "auto") -> list[dict[str, Any]]:
+    """Every technique with whether it can run on `device` here, and why not."""
+    from studio import devices
+    from studio.optimizations import REGISTRY, unavailable_reason
+
+    hw = devices.detect()
+    resolved = devices.resolve(device, hw)
+    return [{"name": o.name, "label": o.label, "group": o.group, "stage": o.stage, "reversible": o.reversible,
+             "requires": list(o.requires), "conflicts": list(o.conflicts), "description": o.description,
+             "settings": o.params, "unavailable": unavailable_reason(o, hw, resolved)}
+            for o in REGISTRY.values()]
+
+
+def system_facts(studio: Any) -> dict[str, Any]:
+    """Devices, capabilities, versions, techniques, loaded pipelines and the run log: what System shows."""
+    from studio import devices, settings
+
+    return {"hardware": devices.detect().summary(), "versions": settings.versions(), "techniques": availability(),
+            "loaded_pipelines": [list(map(str, k)) for k in studio.manager.loaded()],
+            "database": str(studio.runlog.path)}

@@ -9,6 +9,7 @@ model or touches an accelerator.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import random
 import re
@@ -307,3 +308,73 @@ def validate_history(model: Any = None, device: Any = None, status: Any = None, 
 def validate_run_id(value: Any) -> int:
     """A run id from a form or a client."""
     return checks.whole("run id", value, 1, 2**63 - 1)
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def parse_settings(value: Any) -> dict[str, Any]:
+    """Technique settings from the API: a dict or a JSON object string."""
+    if value in (None, "", {}):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            example = '{"torch_compile": {"mode": "default"}}'
+            raise ValidationError(f"settings must be a JSON object such as {example}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValidationError("settings must be a JSON object mapping technique names to their settings.")
+    return value
+
+
+def build_request(model: Any, device: Any, precision: Any, optimizations: Any, prompt: Any, negative_prompt: Any,
+                  seed: Any, steps: Any, guidance: Any, width: Any, height: Any, scheduler: Any,
+                  settings_json: Any = None) -> GenerationRequest:
+    """Validate an endpoint's arguments into a request (precision is a technique like the others)."""
+    if precision not in (None, "", *PRECISIONS):
+        raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
+    opts = list(optimizations or []) if not isinstance(optimizations, str) else [optimizations]
+    if precision in ("bf16", "fp16"):
+        opts.insert(0, precision)
+    return validate_request(
+        model=model, prompt=prompt, negative_prompt=negative_prompt, seed=seed, steps=steps, guidance=guidance,
+        width=width, height=height, scheduler=scheduler or None, device=device or "auto", opts=opts,
+        params=parse_settings(settings_json),
+    )
+
+
+def parse_param_args(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`--param torch_compile.mode=max-autotune` (repeated) -> {'torch_compile': {'mode': 'max-autotune'}}."""
+    params: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        name, dot, setting = key.partition(".")
+        if not (sep and dot):
+            raise ValidationError(f"--param {item!r} must look like technique.setting=value.")
+        params.setdefault(name, {})[setting] = value
+    return params
+
+
+def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> GenerationRequest:
+    """A request from the command line's arguments (`studio.arguments.request_args`), for the CLI and the
+    distributed launcher alike."""
+    return validate_request(
+        model=args.model, prompt=args.prompt, negative_prompt=args.negative_prompt, seed=args.seed,
+        steps=args.steps, guidance=args.guidance, width=args.width, height=args.height, scheduler=args.scheduler,
+        device=device or args.device, opts=list(opts), params=parse_param_args(args.param),
+    )
+
+
+SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def validate_shard_target(model: Any, name: Any) -> tuple[str, str]:
+    """The model to shard and the folder name under the studio's home (a name only: a public studio never
+    writes where a visitor points it)."""
+    if not isinstance(name, str) or not SHARD_NAME.fullmatch(name):
+        raise ValidationError("The shard folder name must be 1-64 letters, digits, '.', '_' or '-', "
+                              "starting with a letter or digit.")
+    if not isinstance(model, str) or not model.strip():
+        raise ValidationError("Name the model to shard (a registry id, hub id or local directory).")
+    return model.strip(), name

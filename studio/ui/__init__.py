@@ -16,11 +16,13 @@ import gradio as gr
 
 from pipelines.registry import SPECS
 from pipelines.schedulers import SCHEDULERS
-from studio import api, devices
+from studio import devices, report
 from studio.optimizations import REGISTRY
 from studio.service import Studio
 from studio.ui import handlers as h
+from studio.ui.cancel import Cancellations
 from studio.ui.fields import RawNumber
+from studio.validate import PRECISIONS
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 DEFAULT_MODEL = h.DEFAULT_MODEL
@@ -77,8 +79,8 @@ def _generate_tab(handlers: dict) -> dict[str, Any]:
         with gr.Column(scale=3):
             model, custom, device, prompt, seed, steps, guidance, width, height = _model_inputs("gen")
             with gr.Row():
-                usable = {t["name"] for t in api.techniques() if t["unavailable"] is None}
-                precision = gr.Radio([p for p in api.PRECISIONS if p == "fp32" or p in usable], value="fp32",
+                usable = {t["name"] for t in report.availability() if t["unavailable"] is None}
+                precision = gr.Radio([p for p in PRECISIONS if p == "fp32" or p in usable], value="fp32",
                                      label="Weights precision", elem_id="gen-precision")
                 scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
                 negative = gr.Textbox(label="Negative prompt")
@@ -139,7 +141,7 @@ def _compare_tab(handlers: dict) -> None:
     with gr.Row():
         scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
         warmup, rounds = _sweep_counts("cmp", 5)
-    available = {t["name"] for t in api.techniques() if t["unavailable"] is None}
+    available = {t["name"] for t in report.availability() if t["unavailable"] is None}
     presets = [p for p in h.PRESETS if set(p.split(",")) <= available]
     configs = gr.CheckboxGroup(presets, value=presets[:2], label="Configurations (the baseline always runs)",
                                elem_id="cmp-configs")
@@ -197,7 +199,7 @@ def _autotune_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
                 "winner confirmed against the baseline in its own interleaved rounds. Only a winner the confirmation "
                 "measured faster beyond noise is offered.")
     model, custom, device, prompt, seed, steps, _guidance, width, height = _model_inputs("tune")
-    names = [t["name"] for t in api.techniques() if t["unavailable"] is None]
+    names = [t["name"] for t in report.availability() if t["unavailable"] is None]
     with gr.Row():
         techniques = gr.Dropdown(names, value=[], multiselect=True, label="Techniques to search (empty: all that can help)",
                                  scale=3)
@@ -285,7 +287,7 @@ def _shard_tab(handlers: dict) -> None:
 def build_demo(studio: Studio | None = None) -> gr.Blocks:
     """The whole app around one Studio (a new one on the default database if not given)."""
     studio = studio or Studio()
-    handlers = h.build_handlers(studio, api.Cancellations())
+    handlers = h.build_handlers(studio, Cancellations())
     with gr.Blocks(title="Diffusion Studio") as demo:
         gr.Markdown("# Diffusion Studio\nRun diffusers pipelines fast, and measure it honestly.", elem_id="title")
         with gr.Tabs() as tabs:

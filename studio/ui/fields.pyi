@@ -6,8 +6,6 @@ from typing import Any
 
 import gradio as gr
 
-from gradio.events import Dependency
-
 class RawNumber(gr.Number):
     """A number field that hands its value over unrounded and unconverted.
 

@@ -16,13 +16,27 @@ import pandas as pd
 from gradio.context import LocalContext
 
 from pipelines.registry import SPECS, resolve
-from studio import api, report
+from studio import report
+from studio import settings as studio_settings
 from studio.errors import Cancelled, OutOfMemory, StudioError, describe
 from studio.optimizations import REGISTRY
 from studio.service import Studio
+from studio.shard import shard_model
 from studio.sweeps import ladder as ladder_mod
-from studio.ui import views
-from studio.validate import validate_run_id
+from studio.sweeps.autotune import floor_of, run_autotune
+from studio.sweeps.compare import run_compare
+from studio.ui import exports, views
+from studio.ui.cancel import Cancellations
+from studio.validate import (
+    PRECISIONS,
+    build_request,
+    parse_opts,
+    validate_autotune,
+    validate_counts,
+    validate_history,
+    validate_run_id,
+    validate_shard_target,
+)
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "tiny-shapes"
@@ -50,7 +64,7 @@ def _engine_errors(fn: Callable) -> Callable:
 
 def techniques_by_group(device: str) -> dict[str, list[dict]]:
     """The techniques that get a box in Generate (not weights precision, which has its own control), by group."""
-    rows = [t for t in api.techniques(device) if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"]
+    rows = [t for t in report.availability(device) if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"]
     return {g: [t for t in rows if t["group"] == g] for g in GROUPS}
 
 
@@ -97,7 +111,7 @@ def _cancelled(exc: Cancelled) -> str:
     return f"{describe(exc)} The run is logged as cancelled."
 
 
-def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Callable]:
+def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
     """The event functions, closed over one Studio."""
     memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
 
@@ -123,7 +137,7 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
     @_engine_errors
     def generate(model, custom_model, device, precision, optimizations, prompt, negative_prompt, seed, steps,
                  guidance, width, height, scheduler, settings, request: gr.Request, progress=gr.Progress()):
-        req = api.build_request(_model_name(model, custom_model), device, precision, optimizations, prompt,
+        req = build_request(_model_name(model, custom_model), device, precision, optimizations, prompt,
                                 negative_prompt, seed, steps, guidance, width, height, scheduler, settings)
         return run_generate(req, request, progress)
 
@@ -133,7 +147,7 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
                       progress=gr.Progress()):
         """The form's own Generate: the ticked boxes are this event's inputs, read when it is clicked."""
         opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
-        req = api.build_request(_model_name(model, custom_model), device, precision, opts, prompt, negative_prompt,
+        req = build_request(_model_name(model, custom_model), device, precision, opts, prompt, negative_prompt,
                                 seed, steps, guidance, width, height, scheduler, settings)
         return run_generate(req, request, progress)
 
@@ -155,11 +169,12 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
     @_engine_errors
     def compare(model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, presets,
                 custom_configs, warmup, rounds, request: gr.Request, progress=gr.Progress()):
-        req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
+        req = build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 guidance, width, height, scheduler)
         configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
+        counts = validate_counts(warmup, rounds)
         try:
-            result = api.compare(studio, req, configs, warmup, rounds,
+            result = run_compare(studio, req, configs, warmup=counts.warmup, rounds=counts.rounds,
                                  progress=lambda i, n, label: progress((i, n), desc=label),
                                  should_stop=stop_check(request))
         except Cancelled as exc:
@@ -169,11 +184,13 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
     @_engine_errors
     def run_ladder(model, custom_model, device, prompt, seed, steps, width, height, warmup, rounds,
                    request: gr.Request, progress=gr.Progress()):
-        req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
+        req = build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 None, width, height, None)
+        counts = validate_counts(warmup, rounds)
         try:
-            _, records = api.ladder(studio, req, warmup, rounds, progress=lambda i, n, s: progress((i, n), desc=s),
-                                    should_stop=stop_check(request))
+            _, records = ladder_mod.run_ladder(studio, req, warmup=counts.warmup, rounds=counts.rounds,
+                                               progress=lambda i, n, s: progress((i, n), desc=s),
+                                               should_stop=stop_check(request))
         except Cancelled as exc:
             return gr.update(visible=True), _cancelled(exc), None, None
         table = pd.DataFrame(report.readable_rows(records, ladder_mod.STEP_COLUMN))
@@ -183,12 +200,14 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
     def autotune(model, custom_model, device, prompt, seed, steps, width, height, techniques, include_compile,
                  min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds, request: gr.Request,
                  progress=gr.Progress()):
-        req = api.build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
+        req = build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
                                 None, width, height, None)
+        checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
         try:
-            result = api.autotune(studio, req, techniques, include_compile, min_psnr, min_ssim, fidelity_drop,
-                                  warmup, rounds, confirm_rounds, should_stop=stop_check(request),
-                                  progress=lambda i, n, s: progress((i, n), desc=s))
+            result = run_autotune(studio, req, floor=floor_of(checked), techniques=parse_opts(techniques) or None,
+                                  include_compile=bool(include_compile), warmup=checked.warmup,
+                                  repeats=checked.repeats, confirm_rounds=checked.confirm_rounds,
+                                  should_stop=stop_check(request), progress=lambda i, n, s: progress((i, n), desc=s))
         except Cancelled as exc:
             return views.autotune_cancelled(_cancelled(exc))
         return views.autotune_outputs(result)
@@ -197,7 +216,7 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
         """The whole winner in Generate: precision, techniques by group and their settings; Generate shown."""
         winner = winner or {}
         opts = winner.get("techniques", [])
-        precision = next((o for o in opts if o in api.PRECISIONS), "fp32")
+        precision = next((o for o in opts if o in PRECISIONS), "fp32")
         groups = techniques_by_group("auto")
         ticked = [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
         settings = json.dumps(winner.get("settings") or {}) if winner.get("settings") else ""
@@ -205,8 +224,11 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
 
     @_engine_errors
     def history(model, device, status, technique, since, limit):
-        records = api.history(studio, model, device, status, technique, since, None, limit or 200)
-        return views.history_outputs(records, api.export_csv(records))
+        f = validate_history(model, device, status, technique, since, None, limit or 200)
+        rows = studio.runlog.runs(model=f.model, device=f.device, status=f.status, technique=f.technique,
+                                  since=f.since, until=f.until, limit=f.limit)
+        records = [report.log_record(r) for r in rows]
+        return views.history_outputs(records, exports.csv_file(records))
 
     @_engine_errors
     def load_config(run_id):
@@ -228,17 +250,18 @@ def build_handlers(studio: Studio, cancels: api.Cancellations) -> dict[str, Call
 
     @_engine_errors
     def shard(model, custom_model, name, max_shard_size):
-        data = api.shard(_model_name(model, custom_model), name, max_shard_size)
+        model, name = validate_shard_target(_model_name(model, custom_model), name)
+        data = shard_model(model, studio_settings.home() / "sharded" / name, max_shard_size)
         rows = [{"component": c["name"], "file": s["file"], "MB": round(s["bytes"] / 1e6, 3), "tensors": s["tensors"]}
                 for c in data["components"] for s in c["shards"]]
         return data, pd.DataFrame(rows, columns=["component", "file", "MB", "tensors"])
 
     def system():
-        data = api.system(studio)
+        data = report.system_facts(studio)
         return data, *views.system_tables(data)
 
     return {"generate": generate, "generate_form": generate_form, "retry_offer": retry_offer,
             "apply_advice": apply_advice, "cancel": cancel, "compare": compare, "ladder": run_ladder,
             "autotune": autotune, "apply_winner": apply_winner, "history": history, "load_config": load_config,
             "load_selected": load_selected, "shard": shard, "system": system,
-            "export_db": lambda: api.export_database(studio)}
+            "export_db": lambda: exports.database_copy(studio)}

@@ -8,8 +8,9 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from studio import api, report
+from studio import report
 from studio.sweeps import autotune as autotune_mod
+from studio.ui import exports
 
 MEMORY_NOTE = {
     "cpu_rss": "peak memory is the process's peak resident set (RSS), which resolves about "
@@ -79,7 +80,7 @@ def compare_outputs(result) -> tuple:
     slider = (images["baseline"], images[choices[0]]) if choices else None
     return (gr.update(visible=True), headline(records), gallery, pd.DataFrame(report.readable_rows(records)),
             details_table(records), bars, gr.update(choices=choices, value=choices[0] if choices else None), slider,
-            images, api.export_csv(records, "compare.csv"), api.export_markdown(records, "compare.md"), records)
+            images, exports.csv_file(records, "compare.csv"), exports.markdown_file(records, "compare.md"), records)
 
 
 def compare_cancelled(note: str) -> tuple:

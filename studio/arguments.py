@@ -1,0 +1,28 @@
+"""Command-line arguments of a generation request, shared by `python -m studio` and `python -m studio.distributed`;
+`studio.validate.request_from_args` turns them into a request."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def request_args(p: argparse.ArgumentParser) -> None:
+    """The request's own arguments (model, prompt, sizes, settings) and the warm-up count."""
+    p.add_argument("--model", default="tiny-shapes", help="registry id, hub id or local directory")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--negative-prompt", default="")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--guidance", type=float)
+    p.add_argument("--width", type=int)
+    p.add_argument("--height", type=int)
+    p.add_argument("--scheduler")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--param", action="append", default=[], help="technique.setting=value")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls per configuration first (default 1)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def rounds_arg(p: argparse.ArgumentParser, default: int) -> None:
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"timed calls per configuration, interleaved with the others (default {default})")

@@ -1,0 +1,31 @@
+"""Files the browser downloads: a consistent copy of the run log, and records as CSV or Markdown."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from studio import report
+from studio.service import Studio
+
+
+def database_copy(studio: Studio) -> str:
+    """A consistent copy of the run log (SQLite backup API), safe to hand to a browser."""
+    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / "runs.db"
+    with sqlite3.connect(target) as dst:
+        studio.runlog.db.conn.backup(dst)
+    return str(target)
+
+
+def csv_file(records: list[dict[str, Any]], name: str = "runs.csv") -> str:
+    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / name
+    target.write_text(report.to_csv(records))
+    return str(target)
+
+
+def markdown_file(records: list[dict[str, Any]], name: str = "compare.md") -> str:
+    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / name
+    target.write_text(report.markdown(records) + "\n")
+    return str(target)
