@@ -12,16 +12,25 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from studio.errors import Cancelled, OutOfMemory, RunFailed
-from studio.manager import Prepared
 from studio.memory_probe import PeakMemory
 from studio.optimizations import call_contexts
 from studio.validate import GenerationRequest
+
+
+class Prepared(Protocol):
+    """What a measurement needs of a configured pipeline (the manager's `Prepared` is one): the pipeline, the
+    context its techniques were applied in, and the techniques that act around or during the call."""
+
+    pipe: Any
+    ctx: Any
+    call_opts: list[Any]
+
 
 StepFn = Callable[[int, int], None]
 StopFn = Callable[[], bool | str | None]  # truthy stops the run; a string says why
