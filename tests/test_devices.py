@@ -1,5 +1,7 @@
 """Device detection and resolution, with CUDA faked where the machine has none."""
 
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,17 +46,40 @@ def test_fake_gpus_resolve_and_report(monkeypatch, fake_gpus):
     assert summary["gpus"][1]["bf16"] and summary["cuda_visible_devices"] == "0,1"
 
 
-def test_cpu_features_are_read():
+def _proc_cpuinfo() -> tuple[str, frozenset[str]]:
+    """The first "model name" and "flags" lines of /proc/cpuinfo, read here independently of studio.devices."""
+    text = Path("/proc/cpuinfo").read_text()
+    fields = {}
+    for line in reversed(text.splitlines()):  # reversed: the first processor's lines win
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields["model name"], frozenset(fields["flags"].split())
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="no /proc/cpuinfo on this OS")
+def test_cpu_model_and_flags_are_read_from_the_machine():
     hw = devices.detect()
-    assert hw.cpu_count >= 1
-    assert isinstance(hw.avx512, bool) and isinstance(hw.amx_bf16, bool)
-    assert "cpu" in hw.device_names
+    model, flags = _proc_cpuinfo()
+    assert (hw.cpu_model, hw.cpu_flags) == (model, flags)
+    assert hw.avx512 == ("avx512f" in flags) and hw.amx_bf16 == ("amx_bf16" in flags)
+    assert hw.cpu_count == os.cpu_count() and "cpu" in hw.device_names
 
 
-def test_summary_is_json_friendly():
+@pytest.mark.parametrize("flags, avx512, amx", [({"avx2"}, False, False), ({"avx2", "avx512f"}, True, False),
+                                                ({"avx2", "avx512f", "amx_bf16", "amx_int8"}, True, True)])
+def test_cpu_abilities_follow_the_flags(monkeypatch, flags, avx512, amx):
+    monkeypatch.setattr(devices, "_cpu_info", lambda: ("Some CPU", frozenset(flags)))
+    summary = devices.detect().summary()
+    assert (summary["cpu"], summary["avx512"], summary["amx_bf16"]) == ("Some CPU", avx512, amx)
+
+
+def test_summary_is_json_friendly(fake_gpus):
     import json
 
-    json.dumps(devices.detect().summary())
+    fake_gpus(2)
+    summary = devices.detect().summary()
+    assert json.loads(json.dumps(summary)) == summary
+    assert summary["devices"] == ["cuda:0", "cuda:1", "cpu"] and summary["gpus"][0]["capability"] == "8.0"
 
 
 def test_gpu_capability_flags():

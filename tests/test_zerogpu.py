@@ -189,13 +189,6 @@ def test_import_spaces_happens_first_and_torch_is_not_imported(tmp_path):
     assert (torch_first, torch_loaded) == ("False", "False") and where == str(tmp_path / "spaces.py")
 
 
-def _studio_wired() -> bool:
-    from studio.service import Studio
-
-    return hasattr(Studio, "_compute_run")
-
-
-@pytest.mark.skipif(not _studio_wired(), reason="studio/service.py is not wired to studio.zerogpu yet")
 def test_studio_runs_the_compute_under_spaces_gpu_and_logs_outside(zero, tmp_path, monkeypatch):
     from studio.runlog import RunLog as RealRunLog
     from studio.service import Studio
