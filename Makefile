@@ -1,4 +1,5 @@
-# Two commands: `make run` starts the studio on the bundled model, `make test` runs the tests.
+# Two commands: `make run` starts the studio on the bundled model, `make test` runs the tests
+# (`make test-fast`: the same without the tests marked slow or browser, a few minutes).
 # Both create .venv and install what is missing; a second run installs nothing.
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +10,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 TORCH_SPEC ?= torch==2.13.0
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test lint deps dev-deps browser clean
+.PHONY: run test test-fast lint deps dev-deps browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +42,9 @@ run: $(VENV)/.extras
 
 test: $(VENV)/.dev-deps browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+test-fast: $(VENV)/.dev-deps
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not browser"
 
 lint: $(VENV)/.dev-deps
 	$(PY) -m ruff check .

@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # tests start: the machine-wide /tmp/torchinductor_<user> may hold entries another process left damaged (a
 # compile killed while writing a shared object leaves it truncated). Under .pytest_cache (git-ignored), so a
 # second run in the same checkout reuses the compiled kernels.
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "inductor")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "inductor")
 os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton")
 
 import pytest
@@ -25,7 +25,8 @@ def _own_precompiled_headers() -> None:
     """Inductor precompiles its C++ prefix header (a ~150 MB .gch; kernels compile ~4x faster with it) into
     /tmp/torchinductor_<user>/precompiled_headers whatever TORCHINDUCTOR_CACHE_DIR says. A build killed there
     leaves a truncated .gch that fails every later kernel compile on the machine, so the suite keeps its own
-    next to its cache. (Private names of torch 2.13's codecache: if they move, the default directory is used.)"""
+    next to its cache. (Private names of torch 2.13's codecache: if they move, the default directory is
+    used.)"""
     from torch._inductor import codecache
 
     if hasattr(codecache, "_HEADER_DIR") and hasattr(codecache, "_HEADER_LOCK_DIR"):

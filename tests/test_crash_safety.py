@@ -1,9 +1,9 @@
 """Crash safety: SIGKILL studio processes at random moments; no acknowledged run is ever lost.
 
-The kills land on studio processes forked from one that has already imported the studio (tests/crash_worker.py):
-each opens the run log, loads the pipeline and writes images itself, and each kill is a real SIGKILL of a process
-mid-run; only the imports are not paid again. One more test kills the real server (`python app.py`, gradio in
-front) in the middle of a request sent through its API, and starts it again.
+The kills land on studio processes forked from one that has already imported the studio
+(tests/crash_worker.py): each opens the run log, loads the pipeline and writes images itself, and each kill is
+a real SIGKILL of a process mid-run; only the imports are not paid again. One more test kills the real server
+(`python app.py`, gradio in front) in the middle of a request sent through its API, and starts it again.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class Workers:
     """The forking parent of tests/crash_worker.py and the messages of its children, in order."""
 
     def __init__(self, home: Path):
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.crash_worker", str(home)], cwd=ROOT, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.crash_worker", str(home)], cwd=ROOT,
+                                     text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.messages: queue.Queue[dict] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -79,7 +79,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_run(tmp_path):
                 assert "exited" not in message, f"studio process {message['exited']} died on its own"
                 pid = message.get("pid", pid)
                 if "ready" in message:
-                    assert message["running"] == [], "runs left running must be marked interrupted at start-up"
+                    assert message["running"] == [], "left running: must be marked interrupted at start-up"
                     check_log(db, acknowledged, f"after kill {kill}")
                 if "ack" in message:
                     acknowledged[message["ack"]] = message["image"]
@@ -88,7 +88,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_run(tmp_path):
             os.kill(pid, signal.SIGKILL)
             while "exited" not in (message := workers.next()):
                 acknowledged[message["ack"]] = message["image"]  # printed before it died: acknowledged
-            assert message["status"] == signal.SIGKILL, f"studio process {pid} ended with status {message['status']}"
+            assert message["status"] == signal.SIGKILL, f"studio process {pid} ended with {message['status']}"
     finally:
         workers.close()
     log = RunLog(db)
@@ -96,7 +96,8 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_run(tmp_path):
     check_log(db, acknowledged, "at the end")
     statuses = [r["status"] for r in log.runs(limit=10_000)]
     assert len(acknowledged) >= KILLS, f"too few runs were acknowledged to test anything: {len(acknowledged)}"
-    assert set(statuses) <= {"ok", "interrupted"} and "interrupted" in statuses, "no kill ever landed inside a run"
+    assert set(statuses) <= {"ok", "interrupted"}
+    assert "interrupted" in statuses, "no kill ever landed inside a run"
 
 
 @pytest.mark.slow

@@ -47,7 +47,8 @@ def test_fake_gpus_resolve_and_report(monkeypatch, fake_gpus):
 
 
 def _proc_cpuinfo() -> tuple[str, frozenset[str]]:
-    """The first "model name" and "flags" lines of /proc/cpuinfo, read here independently of studio.devices."""
+    """The first "model name" and "flags" lines of /proc/cpuinfo, read here independently of
+    studio.devices."""
     text = Path("/proc/cpuinfo").read_text()
     fields = {}
     for line in reversed(text.splitlines()):  # reversed: the first processor's lines win

@@ -26,7 +26,7 @@ class Block(torch.nn.Module):
 
 
 class Tiny(torch.nn.Module):
-    """Odd sizes, so that no other test of the session has already loaded these kernels in this process."""
+    """Odd sizes, so that no other test of this run has already loaded these kernels in this process."""
 
     _repeated_blocks = ("Block",)
 
@@ -42,8 +42,8 @@ class Tiny(torch.nn.Module):
 
 @pytest.fixture
 def damage_once(monkeypatch):
-    """Truncate the first compiled kernel inductor loads from its cache directory, then let the real loader fail on
-    it. Returns the list of damaged paths (one entry once it has happened)."""
+    """Truncate the first compiled kernel inductor loads from its cache directory, then let the real loader
+    fail on it. Returns the list of damaged paths (one entry once it has happened)."""
     from torch._inductor.codecache import CppPythonBindingsCodeCache
 
     real = CppPythonBindingsCodeCache._load_library_inner.__func__
@@ -61,8 +61,8 @@ def damage_once(monkeypatch):
 
 
 def _warned_about(caplog, entry: Path) -> bool:
-    return any(r.levelno == logging.WARNING and str(entry) in r.getMessage() and "deleting it" in r.getMessage()
-               for r in caplog.records)
+    return any(r.levelno == logging.WARNING and str(entry) in r.getMessage()
+               and "deleting it" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("regional", [False, True], ids=["whole", "regional"])
@@ -114,7 +114,8 @@ def test_errors_that_are_not_a_damaged_cache_entry_propagate_untouched(tmp_path,
     elsewhere = tmp_path / "libelsewhere.so"
     elsewhere.write_bytes(b"\x7fELF")
     for error in (ImportError("No module named 'tomesd'"), RuntimeError("shapes do not match"),
-                  OSError(f"{elsewhere}: file too short"), ValueError(f"{inductor_cache.cache_dir()}/a/b.so")):
+                  OSError(f"{elsewhere}: file too short"),
+                  ValueError(f"{inductor_cache.cache_dir()}/a/b.so")):
         fn, calls = _raiser(error)
         with pytest.raises(type(error)) as raised:
             inductor_cache.recovering(fn)(1)

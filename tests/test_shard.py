@@ -87,12 +87,13 @@ def test_sharded_directory_loads_through_the_registry_and_gives_identical_output
     context = torch.randn(1, 8, original.config.cross_attention_dim, generator=gen)
     with torch.no_grad():
         expected, actual = original(sample, 10, context).sample, reloaded(sample, 10, context).sample
-    # The weights are bit-identical (above); the outputs need not be. The reloaded tensors live in other memory
-    # (other alignment, other strides of the same values), and oneDNN/MKL pick their convolution and GEMM kernels
-    # and blocking from that layout, so the same products are summed in another order: fp32 rounding (eps 1.2e-7)
-    # on sums of up to 3x3x192 = 1728 terms per output, over ~20 layers. Measured: bit-identical on Intel, within
-    # 1e-5 on an AVX2-only AMD EPYC; this UNet run channels-last (another kernel path) moves outputs of size ~3 by
-    # 1.2e-6 here. The bound is 10x the largest of those; one weight and one bias off by 1e-3 move them by 1e-3.
+    # The weights are bit-identical (above); the outputs need not be. The reloaded tensors live in other
+    # memory (other alignment, other strides of the same values), and oneDNN/MKL pick their convolution and
+    # GEMM kernels and blocking from that layout, so the same products are summed in another order: fp32
+    # rounding (eps 1.2e-7) on sums of up to 3x3x192 = 1728 terms per output, over ~20 layers. Measured:
+    # bit-identical on Intel, within 1e-5 on an AVX2-only AMD EPYC; this UNet run channels-last (another
+    # kernel path) moves outputs of size ~3 by 1.2e-6 here. The bound is 10x the largest of those; one weight
+    # and one bias off by 1e-3 move them by 1e-3.
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
 
 

@@ -49,7 +49,7 @@ def baseline(manager):
 
 
 # technique -> (largest max-abs pixel difference, smallest PSNR in dB) against fp32 at the model's 20 steps, seed 3.
-# Measured here on the bundled model (retrained in session 3): fused_qkv 0 (bit-identical), deepcache (interval 3)
+# Measured here on the bundled model (the retrained one): fused_qkv 0 (bit-identical), deepcache (interval 3)
 # 0.353 / 33.6 dB, token_merging (ratio 0.5) 0.258 / 38.2 dB, int8_dynamic 0.115 / 43.0 dB, cfg_cutoff (after 0.5)
 # 0.829 / 20.2 dB (edges move; the picture does not). The lossy ones keep what the analyser sees in the baseline.
 TOLERANCES = {
@@ -60,12 +60,13 @@ TOLERANCES = {
     "cfg_cutoff": (0.95, 17.0),
 }
 MODULES = {"token_merging": "tomesd", "int8_dynamic": "torchao"}
-# int8_static path (studio.optimizations.static_quantization.int8_path) -> (largest max-abs difference, smallest PSNR)
-# against fp32 at 20 steps, seed 3, UNet + decoder, 4 calibration steps. amx and vnni compute the same integers
-# (exact int32 accumulation): measured on AMX (Xeon, model 167) 0.369 / 29.4 dB compiled, 0.378 / 29.3 dB with the
-# converted graph run uncompiled. reduced_range (activations 0..127, CPUs without VNNI or AMX) measured here, forced:
-# 0.738 / 26.6 dB uncompiled, 0.560 / 26.6 dB compiled. Full-range activations on an AVX2-only EPYC gave 21.1 dB
-# (saturating int16 pairs): the reduced_range bound must stay above that.
+# int8_static path (studio.optimizations.static_quantization.int8_path) -> (largest max-abs difference,
+# smallest PSNR) against fp32 at 20 steps, seed 3, UNet + decoder, 4 calibration steps. amx and vnni compute
+# the same integers (exact int32 accumulation): measured on AMX (Xeon, model 167) 0.369 / 29.4 dB compiled,
+# 0.378 / 29.3 dB with the converted graph run uncompiled. reduced_range (activations 0..127, CPUs without
+# VNNI or AMX) measured here, forced: 0.738 / 26.6 dB uncompiled, 0.560 / 26.6 dB compiled. Full-range
+# activations on an AVX2-only EPYC gave 21.1 dB (saturating int16 pairs): the reduced_range bound must stay
+# above that.
 INT8_STATIC_BOUNDS = {"amx": (0.5, 25.0), "vnni": (0.5, 25.0), "reduced_range": (0.9, 23.0)}
 # /proc/cpuinfo flags (the int8-relevant part) of the CPUs CI runs on, and the path each must take.
 CPU_FLAGS = {
@@ -221,9 +222,10 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
         assert np.array_equal(bench.run_once(prepared, req).images, images), "the same graphs again, same image"
         assert prepared.entry.stats["compile_count"] == 2
         path = prepared.entry.stats["int8_static_path"]
-        assert path == int8_path(devices.detect().cpu_flags), "the path this CPU takes is recorded with the run"
+        assert path == int8_path(devices.detect().cpu_flags), "the path this CPU takes is recorded"
         graphs = [*prepared.pipe.unet._graphs.values(), *prepared.pipe.vae.decoder._graphs.values()]
-        assert {r for g in graphs for r in _activation_ranges(g)} == {(0, 127 if path == "reduced_range" else 255)}
+        top = 127 if path == "reduced_range" else 255
+        assert {r for g in graphs for r in _activation_ranges(g)} == {(0, top)}
     diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
     most, least = INT8_STATIC_BOUNDS[path]
     assert 0 < diff <= most and db >= least, f"{path}: {diff:.4f} ({db:.1f} dB)"
@@ -256,8 +258,9 @@ def _activation_ranges(graph) -> set[tuple[int, int]]:
 @needs_torchao
 @pytest.mark.parametrize("cpu", sorted(CPU_FLAGS))
 def test_int8_static_records_its_path_and_quantizes_activations_for_it(manager, monkeypatch, cpu):
-    """Applying int8_static (nothing is built before the first call) picks the path from the CPU's flags, records
-    it in the pipeline's stats, and hands the reduced activation range to both builds where there is no VNNI/AMX."""
+    """Applying int8_static (nothing is built before the first call) picks the path from the CPU's flags,
+    records it in the pipeline's stats, and hands the reduced activation range to both builds where there is
+    no VNNI/AMX."""
     flags, path = CPU_FLAGS[cpu]
     _fake_cpu(monkeypatch, flags)
     req = request(["int8_static"], params={"int8_static": {"calibration_steps": 3}})
@@ -272,9 +275,9 @@ def test_int8_static_records_its_path_and_quantizes_activations_for_it(manager, 
 @needs_torchao
 @pytest.mark.slow
 def test_int8_static_reduced_range_forced_here_stays_within_its_bound(monkeypatch, baseline20):
-    """The path a CPU without VNNI/AMX takes, forced on this one: every activation quantized to 0..127, and the
-    image within the reduced_range bound. Inductor's lowering is the same as on the other paths (the test above
-    compiles it); here the converted graph runs uncompiled, which computes the same integers without the
+    """The path a CPU without VNNI/AMX takes, forced on this one: every activation quantized to 0..127, and
+    the image within the reduced_range bound. Inductor's lowering is the same as on the other paths (the test
+    above compiles it); here the converted graph runs uncompiled, which computes the same integers without the
     minutes of C++ compilation."""
     _fake_cpu(monkeypatch, CPU_FLAGS["amd-epyc-avx2"][0])
     monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
@@ -287,7 +290,8 @@ def test_int8_static_reduced_range_forced_here_stays_within_its_bound(monkeypatc
     diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
     most, least = INT8_STATIC_BOUNDS["reduced_range"]
     assert 0 < diff <= most and db >= least, f"reduced_range: {diff:.4f} ({db:.1f} dB)"
-    assert prompt_fidelity(images[0], PROMPT)["detected"] == prompt_fidelity(baseline20[0], PROMPT)["detected"]
+    detected = prompt_fidelity(images[0], PROMPT)["detected"]
+    assert detected == prompt_fidelity(baseline20[0], PROMPT)["detected"]
 
 
 @needs_torchao
@@ -468,8 +472,8 @@ STATIC_PARAMS = {"cfg_cutoff": {"after": 0.4}, "torch_compile": {"dynamic": "fal
 
 
 def _eager_graphs(monkeypatch) -> None:
-    """Inductor replaced by running the graph dynamo hands it as is: dynamo still traces, guards and counts every
-    graph; the test costs traces, not C++ compiles."""
+    """Inductor replaced by running the graph dynamo hands it as is: dynamo still traces, guards and counts
+    every graph; the test costs traces, not C++ compiles."""
     import torch._inductor.compile_fx as compile_fx
 
     monkeypatch.setattr(compile_fx, "compile_fx", lambda graph, example_inputs, **kwargs: graph.forward)
@@ -477,9 +481,9 @@ def _eager_graphs(monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_static_compile_with_caching_builds_each_path_once_and_draws_what_eager_draws(manager):
-    """dynamic=false with DeepCache: inductor builds one static graph per cache path (full, cached) on the first
-    run and reuses them after. (The guidance cut-off's batch-1 graphs, the same lowering at another batch size,
-    are counted in the next test.)"""
+    """dynamic=false with DeepCache: inductor builds one static graph per cache path (full, cached) on the
+    first run and reuses them after. (The guidance cut-off's batch-1 graphs, the same lowering at another
+    batch size, are counted in the next test.)"""
     params = {"torch_compile": {"dynamic": "false"}}
     eager = run(manager, request(["deepcache"], steps=STEPS))[0]
     req = request(["deepcache", "torch_compile"], params=params, steps=STEPS)
@@ -493,19 +497,21 @@ def test_static_compile_with_caching_builds_each_path_once_and_draws_what_eager_
 
 @pytest.mark.slow
 def test_every_live_pipeline_of_a_class_gets_its_own_static_graphs(manager, monkeypatch):
-    """Dynamo keeps graphs per code object, shared by every UNet of a class: past its limit of 8 it would run the
-    third of these pipelines (12 graphs) eagerly without saying so. Each builds its four graphs once, and uses them."""
+    """Dynamo keeps graphs per code object, shared by every UNet of a class: past its limit of 8 it would run
+    the third of these pipelines (12 graphs) eagerly without saying so. Each builds its four graphs once, and
+    uses them."""
     _eager_graphs(monkeypatch)
     eager = run(manager, request(["deepcache", "cfg_cutoff"], params=STATIC_PARAMS, steps=STEPS))[0]
     req = request(["deepcache", "cfg_cutoff", "torch_compile"], params=STATIC_PARAMS, steps=STEPS)
-    engines = [PipelineManager(load=loader.load) for _ in range(3)]  # all alive, each holding graphs of its own
+    engines = [PipelineManager(load=loader.load) for _ in range(3)]  # all alive, each holding its graphs
     for number, engine in enumerate(engines, 1):
         with engine.acquire(req) as prepared:
             images = bench.run_once(prepared, req).images
-            assert prepared.entry.stats.get("compile_count") == 4, f"pipeline {number}: full and cached path, batch 2, 1"
+            built = prepared.entry.stats.get("compile_count")
+            assert built == 4, f"pipeline {number}: full and cached path, at batch 2 then 1"
             bench.run_once(prepared, req)
-            assert prepared.entry.stats.get("compile_count") == 4, f"pipeline {number}: the same request builds nothing"
-        assert max_abs_diff(images, eager) <= 1e-3, f"pipeline {number}: dynamo's graphs draw what eager draws"
+            assert prepared.entry.stats["compile_count"] == 4, f"pipeline {number}: the same request again"
+        assert max_abs_diff(images, eager) <= 1e-3, f"pipeline {number}: its graphs draw what eager draws"
 
 
 @pytest.mark.parametrize("settings", [{}, {"freezing": True, "cpp_wrapper": True}])

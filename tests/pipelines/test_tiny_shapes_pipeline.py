@@ -56,10 +56,10 @@ def test_generates_a_native_size_image_offline_even_with_unknown_words(pipe):
 
 
 def test_prompt_fidelity_on_16_prompts_keeps_the_measured_figures(pipe):
-    """A quick check that the bundled model still follows prompts: 16 prompts, seed 0 (measured: colour, position,
-    size and background 100%, shape 56.2%). Colour and position must meet their floors; shape (below its 85% floor:
-    63.5% on the full 96-image benchmark, `python -m pipelines.tiny_shapes.evaluate`, which exits 1 until the
-    floors are met) must stay well above the 25% of a guess among four shapes."""
+    """A quick check that the bundled model still follows prompts: 16 prompts, seed 0 (measured: colour,
+    position, size and background 100%, shape 56.2%). Colour and position must meet their floors; shape (below
+    its 85% floor: 63.5% on the full 96-image benchmark, `python -m pipelines.tiny_shapes.evaluate`, which
+    exits 1 until the floors are met) must stay well above the 25% of a guess among four shapes."""
     accuracy, images = evaluate(pipe, eval_prompts(16), seeds=(0,))
     assert len(images) == 16
     assert not {a: v for a, v in below_floors(accuracy).items() if a != "shape"}, accuracy
