@@ -101,10 +101,10 @@ def test_device_without_a_budget_takes_no_part(unet, two_fake_gpus):
 
 def test_the_pipelines_device_map_is_logged_with_the_run_and_shown(tmp_path):
     from pipelines import loader
-    from studio.api import metrics_of
+    from studio import report
     from studio.manager import PipelineManager
     from studio.service import Studio
-    from studio.ui.handlers import metrics_markdown
+    from studio.ui.views import generate_card
     from studio.validate import validate_request
 
     placed = {"text_encoder": "cpu", "unet": 0, "vae": 1}  # what accelerate reports after device_map="balanced"
@@ -118,6 +118,7 @@ def test_the_pipelines_device_map_is_logged_with_the_run_and_shown(tmp_path):
     result = studio.generate(validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2))
     expected = {name: str(device) for name, device in placed.items()}
     assert studio.runlog.get_run(result.run_id)["stats"]["hf_device_map"] == expected
-    metrics = metrics_of(result)
-    assert metrics["device_map"] == expected
-    assert "unet → 0" in metrics_markdown(metrics) and "vae → 1" in metrics_markdown(metrics)
+    record = report.single_record(result)
+    assert record["device_map"] == expected
+    card = generate_card(record)
+    assert "unet → 0" in card and "vae → 1" in card

@@ -46,14 +46,14 @@ def rows(db: Path, sql: str) -> list[dict]:
 
 def single_process_images(studio) -> dict[str, np.ndarray]:
     """The same configurations run by the ordinary in-process compare, with the ranks' one torch thread."""
-    from studio.compare import run_compare
+    from studio.sweeps.compare import run_compare
     from studio.validate import validate_request
 
     request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, device="cpu")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        result = run_compare(studio, request, CONFIGS[1:], warmup=0, repeats=1)
+        result = run_compare(studio, request, CONFIGS[1:], warmup=0, rounds=1)
     finally:
         torch.set_num_threads(threads)
     return {r.label: np.asarray(Image.open(r.image_paths[0])) for r in result.results}
@@ -64,7 +64,7 @@ def test_compare_spread_over_two_processes_is_logged_once_with_the_same_images(t
     db = tmp_path / "dist" / "runs.db"
     config_args = [a for c in CONFIGS[1:] for a in ("--config", c)]
     proc = launch(["torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
-                  "compare", *REQUEST, *config_args, "--repeats", "1", "--warmup", "0", "--db", str(db), "--json",
+                  "compare", *REQUEST, *config_args, "--rounds", "1", "--warmup", "0", "--db", str(db), "--json",
                   home=tmp_path / "dist")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)  # only the main process prints
@@ -131,7 +131,7 @@ def _fail_on(monkeypatch, label: str) -> None:
 def test_a_configuration_that_fails_on_its_process_is_logged_as_failed(one_process, monkeypatch, tmp_path, capsys,
                                                                        failing, code, group_status):
     _fail_on(monkeypatch, failing)
-    argv = ["compare", *REQUEST, "--config", "channels_last", "--repeats", "1", "--warmup", "0", "--json"]
+    argv = ["compare", *REQUEST, "--config", "channels_last", "--rounds", "1", "--warmup", "0", "--json"]
     assert one_process.main(argv) == code
     out = json.loads(capsys.readouterr().out)
     row = {r["config"]: r for r in out["rows"]}
