@@ -41,10 +41,21 @@ KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "am
 
 
 def pytest_report_header(config):
+    from studio.optimizations.static_quantization import int8_path
+
     hw = devices.detect()
     flags = " ".join(f for f in KERNEL_FLAGS if f in hw.cpu_flags) or "none"
-    return [f"cpu: {hw.cpu_model} ({hw.cpu_count} CPUs); int8/bf16 flags: {flags}; torch {torch.__version__}",
+    return [f"cpu: {hw.cpu_model} ({hw.cpu_count} CPUs); int8/bf16 flags: {flags}; "
+            f"int8_static path: {int8_path(hw.cpu_flags)}; torch {torch.__version__}",
             f"inductor cache: {INDUCTOR_CACHE}"]
+
+
+def pytest_sessionstart(session):
+    """`pytest -q` (make test) prints no header: the machine's line is written anyway, first."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and session.config.get_verbosity() < 0:
+        for line in pytest_report_header(session.config):
+            reporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)
