@@ -5,6 +5,7 @@ is retried or hidden. The damage is real: the shared object a compile is about t
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -96,6 +97,42 @@ def test_int8_static_build_rebuilds_a_truncated_kernel(damage_once, caplog):
     assert damage_once and _warned_about(caplog, damage_once[0])
     with torch.no_grad():
         assert torch.isfinite(compiled(x)).all()
+
+
+def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_it(tmp_path, caplog):
+    """What a header build killed half-way leaves: gcc stops with "while reading precompiled header" on every
+    kernel. The header is truncated for real, in a fresh kernel cache (so that a kernel must be compiled), and
+    put back afterwards for the rest of the suite."""
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    torch.manual_seed(0)
+    warm = SimpleNamespace(unet=Tiny(channels=3).eval())
+    _compile(warm, Context(device="cpu", hw=None))
+    with torch.no_grad():
+        warm.unet(torch.randn(1, 3, 5, 5))  # the precompiled header exists from here on
+    headers = sorted(inductor_cache._header_dir().glob("*.h.gch"))
+    assert headers, "no precompiled header was built: the test did not engage"
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for header in headers:
+        shutil.copy2(header, saved / header.name)
+        with open(header, "r+b") as fh:
+            fh.truncate(4096)
+    model = Tiny(channels=4).eval()
+    x = torch.randn(1, 4, 7, 6)
+    try:
+        with temporary_cache_dir(str(tmp_path / "cache")):
+            pipe = SimpleNamespace(unet=model)
+            _compile(pipe, Context(device="cpu", hw=None))
+            with caplog.at_level(logging.WARNING, logger=inductor_cache.__name__), torch.no_grad():
+                out = pipe.unet(x)
+    finally:
+        for header in headers:
+            shutil.copy2(saved / header.name, header)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(".h.gch" in m and "precompiled header" in m for m in warned), warned
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
 
 
 def _raiser(*errors: BaseException):
