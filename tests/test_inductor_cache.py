@@ -99,25 +99,31 @@ def test_int8_static_build_rebuilds_a_truncated_kernel(damage_once, caplog):
         assert torch.isfinite(compiled(x)).all()
 
 
-def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_it(tmp_path, caplog):
+def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_it(tmp_path, monkeypatch,
+                                                                                    caplog):
     """What a header build killed half-way leaves: gcc stops with "while reading precompiled header" on every
-    kernel. The header is truncated for real, in a fresh kernel cache (so that a kernel must be compiled), and
-    put back afterwards for the rest of the suite."""
+    kernel. A truncated copy of the real header is put in a header directory of the test's own (the suite's
+    header is left alone), and a kernel that must be compiled (a fresh kernel cache) is built with it."""
+    from torch._inductor import codecache
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
     torch.manual_seed(0)
-    warm = SimpleNamespace(unet=Tiny(channels=3).eval())
-    _compile(warm, Context(device="cpu", hw=None))
-    with torch.no_grad():
-        warm.unet(torch.randn(1, 3, 5, 5))  # the precompiled header exists from here on
-    headers = sorted(inductor_cache._header_dir().glob("*.h.gch"))
-    assert headers, "no precompiled header was built: the test did not engage"
-    saved = tmp_path / "saved"
-    saved.mkdir()
+    with temporary_cache_dir(str(tmp_path / "warm")), torch.no_grad():
+        warm = SimpleNamespace(unet=Tiny(channels=3).eval())
+        _compile(warm, Context(device="cpu", hw=None))
+        warm.unet(torch.randn(1, 3, 5, 5))  # a kernel compiled: the precompiled header exists from here on
+    headers = sorted(Path(codecache._HEADER_DIR).glob("*.h*"))
+    assert any(h.suffix == ".gch" for h in headers), "no precompiled header: the test did not engage"
+    private = tmp_path / "precompiled_headers"
+    (private / "locks").mkdir(parents=True)
     for header in headers:
-        shutil.copy2(header, saved / header.name)
-        with open(header, "r+b") as fh:
-            fh.truncate(4096)
+        shutil.copy2(header, private / header.name)
+        if header.suffix == ".gch":
+            with open(private / header.name, "r+b") as fh:
+                fh.truncate(4096)
+    monkeypatch.setattr(codecache, "_HEADER_DIR", str(private))
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", str(private / "locks"))
+    codecache._precompile_header.cache_clear()  # it remembers header paths per process
     model = Tiny(channels=4).eval()
     x = torch.randn(1, 4, 7, 6)
     try:
@@ -127,10 +133,10 @@ def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_
             with caplog.at_level(logging.WARNING, logger=inductor_cache.__name__), torch.no_grad():
                 out = pipe.unet(x)
     finally:
-        for header in headers:
-            shutil.copy2(saved / header.name, header)
+        codecache._precompile_header.cache_clear()  # the suite's own header directory again after this test
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(".h.gch" in m and "precompiled header" in m for m in warned), warned
+    assert any(str(private) in m and ".h.gch" in m and "precompiled header" in m for m in warned), warned
+    assert not list(private.glob("*.gch")), "the damaged header was deleted"
     with torch.no_grad():
         torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
 
