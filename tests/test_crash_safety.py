@@ -84,7 +84,9 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_run(tmp_path):
                 if "ack" in message:
                     acknowledged[message["ack"]] = message["image"]
                     own += 1
-            time.sleep(rng.uniform(0.05, 3.0))  # the pipeline is loaded: a kill can land anywhere in a run
+            # The pipeline is loaded: a kill can land anywhere in a run. A run (2-8 steps at 64x64, PNG, two
+            # log writes) takes 0.05-0.15 s here, so a window of over 1 s spreads the kills over every phase.
+            time.sleep(rng.uniform(0.05, 1.2))
             os.kill(pid, signal.SIGKILL)
             while "exited" not in (message := workers.next()):
                 acknowledged[message["ack"]] = message["image"]  # printed before it died: acknowledged
