@@ -32,17 +32,30 @@ Which int8 kernels oneDNN runs depends on the CPU, and so does how activations m
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from studio import devices
+from studio import checks, devices
 from studio.errors import UnavailableError
-from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.compile import PerShapeModule, PerShapeUNet, counting_backend, freezing, restore_unet
 from studio.optimizations.inductor_cache import recovering
 
-DEFAULTS = {"calibration_steps": 8, "vae": True}
+
+@dataclass(frozen=True)
+class Int8StaticSettings(Settings):
+    """`calibration_steps`: denoising steps observed to set the activation ranges; `vae`: quantize the decoder too."""
+
+    calibration_steps: int = 8
+    vae: bool = True
+
+    def __post_init__(self) -> None:
+        self._set("calibration_steps", checks.whole("int8_static calibration_steps", self.calibration_steps, 1, 50))
+        self._set("vae", checks.boolean("int8_static vae", self.vae))
+
+
 CALIBRATION_SEED = 0
 
 
@@ -139,12 +152,12 @@ class Int8StaticDecoder(PerShapeModule):
 
 def quantize_unet(pipe: Any, ctx: Context) -> None:
     _pt2e()  # unavailable before anything changes
-    settings = {**DEFAULTS, **ctx.params.get("int8_static", {})}
+    settings = ctx.settings("int8_static")
     path = ctx.stats["int8_static_path"] = int8_path((ctx.hw or devices.detect()).cpu_flags)
     reduce_range = path == "reduced_range"
     ctx.state["unet_original"] = pipe.unet
-    pipe.unet = Int8StaticUNet(pipe.unet.eval(), pipe, int(settings["calibration_steps"]), ctx.stats, reduce_range)
-    if settings["vae"]:
+    pipe.unet = Int8StaticUNet(pipe.unet.eval(), pipe, settings.calibration_steps, ctx.stats, reduce_range)
+    if settings.vae:
         ctx.state["int8_static_decoder"] = pipe.vae.decoder
         pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats, reduce_range)
 
@@ -174,7 +187,7 @@ register(
         reversible=False,
         apply=quantize_unet,
         revert=restore,
-        params=dict(DEFAULTS),
+        settings=Int8StaticSettings,
         call_context=lambda ctx: freezing(),
         order=80,
     )
