@@ -1,6 +1,6 @@
 """Diffusion Studio entry point (Hugging Face Spaces runs this file)."""
 
-import studio.zerogpu  # noqa: F401  (first: on ZeroGPU it imports `spaces` before anything touches CUDA)
+import studio.scale.zerogpu  # noqa: F401  (first: on ZeroGPU it imports `spaces` before anything touches CUDA)
 from studio.ui import build_demo, launch_kwargs
 
 demo = build_demo()

@@ -26,9 +26,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from gradio_client import Client
 
 from benchmarks.timing import describe, overhead, times
-from studio.service import Studio
+from studio.engine import Studio
+from studio.request import validate_request
 from studio.ui import build_demo
-from studio.validate import validate_request
 
 PROMPT = "a big red circle on the left, on a white background"
 

@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 from studio import devices, report
-from studio.service import Studio
+from studio.engine import Studio
+from studio.request import validate_request
 from studio.sweeps.compare import run_compare
-from studio.validate import validate_request
 
 PROMPT = "a big red circle on the left, on a white background"
 

@@ -25,7 +25,7 @@ from pipelines import loader
 from pipelines.registry import SPECS
 from studio import cli
 from studio.manager import PipelineManager
-from studio.validate import validate_request
+from studio.request import validate_request
 
 PROMPT = "a big red circle on the left, on a white background"
 CONFIG_A = ["channels_last", "classic_attention", "vae_slicing"]

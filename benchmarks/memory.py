@@ -13,7 +13,7 @@ but one layer per block instead of two (--full-unet for the real depth; slower).
 with random weights: nothing is downloaded. Techniques are applied with the studio's own registry functions.
 
 Peak memory is the process's peak RSS above what was resident when the call started (VmHWM reset through
-/proc/self/clear_refs, see studio.memory_probe), after a garbage collection and malloc_trim so memory freed
+/proc/self/clear_refs, see studio.measure.memory_probe), after a garbage collection and malloc_trim so memory freed
 by one measurement does not hide the next one's. fp32, batch as stated, one call per configuration.
 
 Run: .venv/bin/python -m benchmarks.memory            (about 7.5 CPU-minutes, mostly the two 1024x1024 decodes:
@@ -43,7 +43,7 @@ import torch
 from diffusers import AutoencoderKL, UNet2DConditionModel
 
 from studio import devices
-from studio.memory_probe import PeakMemory
+from studio.measure.memory_probe import PeakMemory
 from studio.optimizations import Context, get
 
 log = logging.getLogger("benchmarks.memory")

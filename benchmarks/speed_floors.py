@@ -36,12 +36,12 @@ import torch
 from PIL import Image
 from torch.utils.flop_counter import FlopCounterMode
 
-from studio import bench, devices
+from studio import devices
+from studio.engine import Studio
 from studio.manager import PipelineManager
-from studio.measure import protocol
+from studio.measure import bench, protocol
 from studio.optimizations import call_contexts
-from studio.service import Studio
-from studio.validate import parse_param_args, validate_request
+from studio.request import parse_param_args, validate_request
 
 TINY_PROMPT = "a big red circle on the left, on a white background"
 

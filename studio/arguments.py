@@ -1,5 +1,5 @@
 """Command-line arguments of a generation request, shared by `python -m studio` and `python -m studio.distributed`;
-`studio.validate.request_from_args` turns them into a request."""
+`studio.request.request_from_args` turns them into a request."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Checkers for loosely typed values (a form's strings, a client's JSON, argv): each returns the checked value or
 raises a `ValidationError` whose sentence names the field, the allowed values and what was sent.
 
-Used by the request boundary (`studio/validate.py`) and by every technique's settings object."""
+Used by the request boundary (`studio/request.py`) and by every technique's settings object."""
 
 from __future__ import annotations
 
@@ -53,3 +53,18 @@ def one_of(name: str, value: Any, allowed: tuple) -> Any:
     if not matches:
         raise ValidationError(f"{name} must be one of {', '.join(map(str, allowed))}, not {value!r}.")
     return matches[0]
+
+
+def text(name: str, value: Any, limit: int, required: bool = False) -> str:
+    """Text of at most `limit` characters, without NUL, stripped; `required` refuses an empty one."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be text, not {type(value).__name__}.")
+    if "\x00" in value:
+        raise ValidationError(f"{name} contains a NUL character; remove it.")
+    if len(value) > limit:
+        raise ValidationError(f"{name} is {len(value)} characters long; the limit is {limit}.")
+    if required and not value.strip():
+        raise ValidationError(f"{name} is empty; describe the image you want.")
+    return value.strip()

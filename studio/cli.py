@@ -74,8 +74,8 @@ def cmd_optimizations(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from studio import report
-    from studio.service import Studio
-    from studio.validate import request_from_args
+    from studio.engine import Studio
+    from studio.request import request_from_args
 
     request = request_from_args(args, args.opt)
     result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
@@ -90,9 +90,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from studio import report
-    from studio.service import Studio
+    from studio.engine import Studio
+    from studio.request import request_from_args
     from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
-    from studio.validate import request_from_args
 
     request = request_from_args(args)
     result = run_compare(Studio(), request, args.config, warmup=1 if args.warmup is None else args.warmup,
@@ -102,9 +102,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_autotune(args: argparse.Namespace) -> int:
-    from studio.service import Studio
+    from studio.engine import Studio
+    from studio.request import request_from_args, validate_autotune
     from studio.sweeps import autotune
-    from studio.validate import request_from_args, validate_autotune
 
     request = request_from_args(args)
     checked = validate_autotune(args.min_psnr, args.min_ssim, args.fidelity_drop,
@@ -119,8 +119,8 @@ def cmd_autotune(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from studio import report
+    from studio.request import validate_history
     from studio.runlog import RunLog
-    from studio.validate import validate_history
 
     f = validate_history(args.model, args.device, args.status, args.technique, args.since, args.until, args.limit)
     rows = RunLog(settings.db_path()).runs(model=f.model, device=f.device, status=f.status, technique=f.technique,

@@ -28,16 +28,16 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 
-from studio import devices, report, service
+from studio import devices, engine, report
 from studio.arguments import request_args, rounds_arg
+from studio.engine import Computed, RunResult, Studio, run_record
 from studio.errors import StudioError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import protocol
 from studio.report import emit
-from studio.service import Computed, RunResult, Studio, run_record
+from studio.request import MAX_SEED, GenerationRequest, request_from_args
 from studio.sweeps import compare, ladder
 from studio.sweeps.runner import merge
-from studio.validate import MAX_SEED, GenerationRequest, request_from_args
 
 log = logging.getLogger("studio.distributed")
 COMPARABLE = ("Timings measured by different processes compare only when their devices are alike "
@@ -116,7 +116,7 @@ def compute_share(state: PartialState, jobs: list[GenerationRequest], where: dic
             request = jobs[index]
             try:
                 slot = ("distributed", request.config_label) if manager.changes_pipeline(request) else None
-                computed = service.compute_run(manager, request, slot=slot)
+                computed = engine.compute_run(manager, request, slot=slot)
             except StudioError as exc:
                 outcomes[index].error = str(exc)
                 raise protocol.Dropped(str(exc)) from exc

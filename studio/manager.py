@@ -25,7 +25,7 @@ import torch
 from pipelines import loader
 from studio import devices
 from studio.optimizations import Context, Optimization, get, ordered
-from studio.validate import GenerationRequest
+from studio.request import GenerationRequest
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 def cmd_shard(args: argparse.Namespace) -> int:
     """Run `shard`: load on the CPU, save in shards, print the listing (StudioError exits 2 in cli.main)."""
-    from studio.shard import shard_model
+    from studio.scale.shard import shard_model
 
     report = shard_model(args.model, args.out, args.max_shard_size)
     if not report["loadable"]:

@@ -81,6 +81,6 @@ def fake_gpus(monkeypatch):
 
 @pytest.fixture
 def studio(tmp_path):
-    from studio.service import Studio
+    from studio.engine import Studio
 
     return Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")

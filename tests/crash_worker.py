@@ -32,8 +32,8 @@ def say(**message) -> None:
 
 def serve(home: Path, seed: int) -> None:
     """One studio process: start up, then generate runs with random settings until killed."""
-    from studio.service import Studio
-    from studio.validate import validate_request
+    from studio.engine import Studio
+    from studio.request import validate_request
 
     studio = Studio(db_path=home / "runs.db", outputs=home / "out")
     say(ready=os.getpid(), running=[r["id"] for r in studio.runlog.runs(status="running")])
@@ -46,8 +46,8 @@ def serve(home: Path, seed: int) -> None:
 
 
 def main(home: Path) -> None:
-    import studio.service  # noqa: F401  the imports every forked studio process shares
-    import studio.validate  # noqa: F401
+    import studio.engine  # noqa: F401  the imports every forked studio process shares
+    import studio.request  # noqa: F401
 
     for line in sys.stdin:
         pid = os.fork()

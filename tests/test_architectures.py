@@ -3,7 +3,7 @@
 import pytest
 
 from pipelines.registry import SPECS
-from studio.validate import validate_request
+from studio.request import validate_request
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from studio.manager import PipelineManager
-from studio.validate import validate_request
+from studio.request import validate_request
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCELERATORS = ("cuda", "mps", "xpu")

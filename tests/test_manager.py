@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from pipelines import loader
-from studio import bench
 from studio.manager import PipelineManager
-from studio.quality import max_abs_diff, psnr
-from studio.validate import validate_request
+from studio.measure import bench
+from studio.measure.quality import max_abs_diff, psnr
+from studio.request import validate_request
 
 PROMPT = "a big red circle on the left, on a white background"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from pipelines.registry import ASSETS
-from studio import bench
 from studio.errors import ModelLoadError
 from studio.manager import PipelineManager
-from studio.validate import validate_request
+from studio.measure import bench
+from studio.request import validate_request
 
 PROMPT = "a small cyan circle at the bottom, on a grey background"
 

@@ -63,7 +63,7 @@ def test_models_are_the_registry_hub_models():
 def test_bundle_has_the_app_and_not_the_training_runs(bundle):
     out, files = bundle
     names = {rel for rel, _ in files}
-    for needed in ("app.py", "requirements.txt", "README.md", "studio/zerogpu.py", "studio/ui/__init__.py",
+    for needed in ("app.py", "requirements.txt", "README.md", "studio/scale/zerogpu.py", "studio/ui/__init__.py",
                    "pipelines/registry.py", "assets/tiny-shapes/model_index.json",
                    "assets/tiny-shapes/unet/diffusion_pytorch_model.safetensors"):
         assert needed in names and (out / needed).is_file(), needed

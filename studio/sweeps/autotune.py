@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from studio import devices, report
-from studio.bench import StopFn
+from studio.engine import Studio
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
+from studio.measure.bench import StopFn
 from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
 from studio.optimizations.runtime import max_threads
-from studio.service import Studio
+from studio.request import AutotuneSettings, GenerationRequest
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
-from studio.validate import AutotuneSettings, GenerationRequest
 
 # Never candidates: placement (trades speed for memory by design), memory-only slicing/tiling, and the
 # documentation's slow "original" attention.

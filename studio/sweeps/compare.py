@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio import report
-from studio.bench import StopFn
-from studio.service import RunResult, Studio
+from studio.engine import RunResult, Studio
+from studio.measure.bench import StopFn
+from studio.request import GenerationRequest, check_opts, parse_opts
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
-from studio.validate import GenerationRequest, check_opts, parse_opts
 
 DEFAULT_ROUNDS = 5  # with 5 rounds one disturbed round cannot flip a verdict (see studio.measure.protocol)
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio import devices, report
-from studio.bench import StopFn
+from studio.engine import Studio
+from studio.measure.bench import StopFn
 from studio.optimizations import REGISTRY, unavailable_reason
-from studio.service import Studio
+from studio.request import GenerationRequest, check_opts
 from studio.sweeps.compare import DEFAULT_ROUNDS, records_of
 from studio.sweeps.runner import Entry, Progress, run_sweep
-from studio.validate import GenerationRequest, check_opts
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ from typing import Any
 
 import psutil
 
-from studio.bench import Measurement, StopFn
+from studio.engine import Computed, Pending, RunResult, Studio
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
+from studio.measure.bench import Measurement, StopFn
 from studio.measure.host import HostLoad, HostMonitor
-from studio.service import Computed, Pending, RunResult, Studio
-from studio.validate import GenerationRequest, check_sweep, validate_counts
+from studio.request import GenerationRequest, check_sweep, validate_counts
 
 Progress = Callable[[int, int, str], None]
 MEMORY_SHARE = 0.8  # private pipelines may use at most this share of the memory available when the sweep starts

@@ -17,12 +17,12 @@ import gradio as gr
 from pipelines.registry import SPECS
 from pipelines.schedulers import SCHEDULERS
 from studio import devices, report
+from studio.engine import Studio
 from studio.optimizations import REGISTRY
-from studio.service import Studio
+from studio.request import PRECISIONS
 from studio.ui import handlers as h
 from studio.ui.cancel import Cancellations
 from studio.ui.fields import RawNumber
-from studio.validate import PRECISIONS
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 DEFAULT_MODEL = h.DEFAULT_MODEL

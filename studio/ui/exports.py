@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from studio import report
-from studio.service import Studio
+from studio.engine import Studio
 
 
 def database_copy(studio: Studio) -> str:

@@ -18,16 +18,10 @@ from gradio.context import LocalContext
 from pipelines.registry import SPECS, resolve
 from studio import report
 from studio import settings as studio_settings
+from studio.engine import Studio
 from studio.errors import Cancelled, OutOfMemory, StudioError, describe
 from studio.optimizations import REGISTRY
-from studio.service import Studio
-from studio.shard import shard_model
-from studio.sweeps import ladder as ladder_mod
-from studio.sweeps.autotune import floor_of, run_autotune
-from studio.sweeps.compare import run_compare
-from studio.ui import exports, views
-from studio.ui.cancel import Cancellations
-from studio.validate import (
+from studio.request import (
     PRECISIONS,
     build_request,
     parse_opts,
@@ -37,6 +31,12 @@ from studio.validate import (
     validate_run_id,
     validate_shard_target,
 )
+from studio.scale.shard import shard_model
+from studio.sweeps import ladder as ladder_mod
+from studio.sweeps.autotune import floor_of, run_autotune
+from studio.sweeps.compare import run_compare
+from studio.ui import exports, views
+from studio.ui.cancel import Cancellations
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "tiny-shapes"

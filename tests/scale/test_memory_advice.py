@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from studio import memory_advice
+from studio.engine import run_record
 from studio.errors import OutOfMemory
+from studio.request import validate_request
 from studio.runlog import RunLog
-from studio.service import run_record
-from studio.validate import validate_request
+from studio.scale import memory_advice
 
 GB = 2**30
 PROMPT = "a big green star on the right, on a white background"

@@ -20,7 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "a big green triangle on the right, on a white background"
 CONFIGS = ["baseline", "channels_last", "attention_slicing"]
 REQUEST = ["--prompt", PROMPT, "--seed", "1", "--steps", "2", "--device", "cpu"]
@@ -46,8 +46,8 @@ def rows(db: Path, sql: str) -> list[dict]:
 
 def single_process_images(studio) -> dict[str, np.ndarray]:
     """The same configurations run by the ordinary in-process compare, with the ranks' one torch thread."""
+    from studio.request import validate_request
     from studio.sweeps.compare import run_compare
-    from studio.validate import validate_request
 
     request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, device="cpu")
     threads = torch.get_num_threads()
@@ -114,17 +114,17 @@ def one_process(monkeypatch, tmp_path):
 
 
 def _fail_on(monkeypatch, label: str) -> None:
-    from studio import service
+    from studio import engine
     from studio.errors import RunFailed
 
-    real = service.compute_run
+    real = engine.compute_run
 
     def compute(manager, request, *args, **kwargs):
         if request.config_label == label:
             raise RunFailed("Out of memory on cpu (injected). Try a memory technique.")
         return real(manager, request, *args, **kwargs)
 
-    monkeypatch.setattr(service, "compute_run", compute)
+    monkeypatch.setattr(engine, "compute_run", compute)
 
 
 @pytest.mark.parametrize("failing, code, group_status", [("channels_last", 0, "ok"), ("baseline", 2, "failed")])

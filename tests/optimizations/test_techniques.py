@@ -12,14 +12,15 @@ import pytest
 import torch
 
 from pipelines import loader
-from studio import bench, devices
+from studio import devices
 from studio.errors import ConflictError, UnavailableError, ValidationError
 from studio.manager import PipelineManager
+from studio.measure import bench
+from studio.measure.quality import max_abs_diff, prompt_fidelity, psnr
 from studio.optimizations import REGISTRY, Context, base, unavailable_reason
 from studio.optimizations.runtime import max_threads, num_threads, physical_cores
 from studio.optimizations.static_quantization import int8_path
-from studio.quality import max_abs_diff, prompt_fidelity, psnr
-from studio.validate import validate_request
+from studio.request import validate_request
 
 PROMPT = "a big red circle on the left, on a white background"
 STEPS = 6

@@ -4,7 +4,7 @@ import pytest
 
 from studio.errors import ConflictError, UnavailableError, ValidationError
 from studio.optimizations.memory import parse_max_memory
-from studio.validate import parse_opts, validate_request
+from studio.request import parse_opts, validate_request
 
 
 def ok(**kw):

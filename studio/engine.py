@@ -17,12 +17,14 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import bench, devices, memory_advice, quality, settings, zerogpu
+from studio import devices, settings
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
+from studio.measure import bench, quality
 from studio.measure.host import HostLoad, HostMonitor
+from studio.request import GenerationRequest
 from studio.runlog import RunLog
-from studio.validate import GenerationRequest
+from studio.scale import memory_advice, zerogpu
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,10 @@
-"""The one boundary where every request from the UI, the API and the CLI is checked.
-
-`validate_request` takes loosely typed values (strings from a form, JSON from a
-client, argv from the CLI) and returns a typed, frozen `GenerationRequest`, or
-raises a `ValidationError` whose message says what to change. Nothing here loads a
-model or touches an accelerator.
-"""
+"""A generation request: loosely typed values from a form, a client's JSON or argv in, a typed, frozen
+`GenerationRequest` out, or a `ValidationError` whose message says what to change. Nothing here loads a model
+or touches an accelerator."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -28,15 +22,6 @@ MAX_SIDE = 2048
 MIN_SIDE = 8
 MAX_IMAGES = 8
 MAX_SEED = 2**32 - 1
-MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
-MAX_WARMUP = 10
-MAX_ROUNDS = 50
-CPU_SLOWDOWN = 20.0  # a CPU step against the GPU step costs the estimate assumes (sd15-arch measured ~4 s vs ~0.1 s)
-
-
-def max_request_seconds() -> float:
-    """The longest a request may be estimated to take (`STUDIO_MAX_REQUEST_S`, default one hour)."""
-    return float(os.environ.get("STUDIO_MAX_REQUEST_S", "3600"))
 
 
 @dataclass(frozen=True)
@@ -80,17 +65,7 @@ class GenerationRequest:
 
 
 def _text(name: str, value: Any, required: bool) -> str:
-    if value is None:
-        value = ""
-    if not isinstance(value, str):
-        raise ValidationError(f"{name} must be text, not {type(value).__name__}.")
-    if "\x00" in value:
-        raise ValidationError(f"{name} contains a NUL character; remove it.")
-    if len(value) > MAX_PROMPT:
-        raise ValidationError(f"{name} is {len(value)} characters long; the limit is {MAX_PROMPT}.")
-    if required and not value.strip():
-        raise ValidationError(f"{name} is empty; describe the image you want.")
-    return value.strip()
+    return checks.text(name, value, MAX_PROMPT, required=required)
 
 
 def _side(name: str, value: Any) -> int:
@@ -197,119 +172,6 @@ def validate_request(
     )
 
 
-@dataclass(frozen=True)
-class AutotuneSettings:
-    """The auto-tuner's quality floor and measurement counts, checked."""
-
-    min_psnr: float
-    min_ssim: float
-    fidelity_drop: float
-    warmup: int
-    repeats: int
-    confirm_rounds: int
-
-
-def validate_autotune(min_psnr: Any = 30.0, min_ssim: Any = 0.95, fidelity_drop: Any = 0.03, warmup: Any = 1,
-                      repeats: Any = 3, confirm_rounds: Any = 5) -> AutotuneSettings:
-    """Check the auto-tuner's settings from UI, API or CLI (numbers may arrive as text)."""
-    floor = {name: checks.number(f"The quality floor's {name}", value, low, high) for name, value, low, high in
-             (("min_psnr", min_psnr, 0, 200), ("min_ssim", min_ssim, 0, 1), ("fidelity_drop", fidelity_drop, 0, 1))}
-    counts = {"warmup": checks.whole("warm-up calls", warmup, 0, MAX_WARMUP),
-              "repeats": checks.whole("rounds", repeats, 1, MAX_ROUNDS),
-              "confirm_rounds": checks.whole("confirmation rounds", confirm_rounds, 1, MAX_ROUNDS)}
-    return AutotuneSettings(**floor, **counts)
-
-
-@dataclass(frozen=True)
-class SweepCounts:
-    """How much a sweep measures: untimed warm-up calls and timed rounds per configuration."""
-
-    warmup: int
-    rounds: int
-
-
-def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
-    """Warm-up calls (0 or more) and rounds (1 or more) of a sweep, from a form, a client or argv."""
-    return SweepCounts(checks.whole("warm-up calls", warmup, 0, MAX_WARMUP), checks.whole("rounds", rounds, 1, MAX_ROUNDS))
-
-
-def estimated_seconds(request: GenerationRequest, calls: int) -> float:
-    """A rough time for `calls` pipeline calls of `request` (the cost table's step time, scaled by image size;
-    CPU_SLOWDOWN times more on a CPU)."""
-    from studio.zerogpu import cost_of
-
-    cost = cost_of(request.model)
-    step = cost.step * (request.width * request.height) / cost.pixels * request.num_images
-    if request.device == "cpu" and request.model != "tiny-shapes":
-        step *= CPU_SLOWDOWN
-    return calls * request.steps * step
-
-
-def check_sweep(request: GenerationRequest, configurations: int, counts: SweepCounts) -> None:
-    """Refuse, before anything runs, a sweep with no configuration, too many, or too long an estimate."""
-    if configurations < 2:
-        raise ValidationError("Choose at least one configuration to compare with the baseline.")
-    if configurations > MAX_CONFIGS:
-        raise ValidationError(f"{configurations} configurations in one sweep; the limit is {MAX_CONFIGS} "
-                              "(the baseline included). Split it into several.")
-    seconds = estimated_seconds(request, configurations * (counts.warmup + counts.rounds))
-    if seconds > max_request_seconds():
-        raise ValidationError(
-            f"This sweep would take about {seconds / 60:.0f} min ({configurations} configurations x "
-            f"{counts.warmup + counts.rounds} calls x {request.steps} steps at {request.width}x{request.height}); the "
-            f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps or "
-            "configurations, or a smaller size.")
-
-
-@dataclass(frozen=True)
-class HistoryFilter:
-    """A checked History query: every field parsed, so that a typo is refused instead of matching nothing."""
-
-    model: str | None = None
-    device: str | None = None
-    status: str | None = None
-    technique: str | None = None
-    since: str | None = None
-    until: str | None = None
-    limit: int = 200
-
-
-RUN_STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
-MAX_HISTORY = 5000
-
-
-def _when(name: str, value: Any) -> str | None:
-    if value in (None, ""):
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(str(value).strip())
-    except ValueError:
-        raise ValidationError(f"{name} must be a date or time such as 2026-11-01 or 2026-11-01T14:30, "
-                              f"not {value!r}.") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds")
-
-
-def validate_history(model: Any = None, device: Any = None, status: Any = None, technique: Any = None,
-                     since: Any = None, until: Any = None, limit: Any = 200) -> HistoryFilter:
-    """Check History's filters (times in UTC unless they say otherwise)."""
-    if status not in (None, "") and status not in RUN_STATUSES:
-        raise ValidationError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}.")
-    if technique not in (None, "") and technique not in REGISTRY:
-        raise ValidationError(f"Unknown technique {technique!r} in the filter.")
-    texts = {}
-    for name, value in (("model", model), ("device", device)):
-        texts[name] = _text(name, value, required=False) or None
-    return HistoryFilter(texts["model"], texts["device"], status or None, technique or None,
-                         _when("since", since), _when("until", until), checks.whole("limit", limit, 1, MAX_HISTORY))
-
-
-def validate_run_id(value: Any) -> int:
-    """A run id from a form or a client."""
-    return checks.whole("run id", value, 1, 2**63 - 1)
-
-
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -364,17 +226,3 @@ def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> G
         steps=args.steps, guidance=args.guidance, width=args.width, height=args.height, scheduler=args.scheduler,
         device=device or args.device, opts=list(opts), params=parse_param_args(args.param),
     )
-
-
-SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def validate_shard_target(model: Any, name: Any) -> tuple[str, str]:
-    """The model to shard and the folder name under the studio's home (a name only: a public studio never
-    writes where a visitor points it)."""
-    if not isinstance(name, str) or not SHARD_NAME.fullmatch(name):
-        raise ValidationError("The shard folder name must be 1-64 letters, digits, '.', '_' or '-', "
-                              "starting with a letter or digit.")
-    if not isinstance(model, str) or not model.strip():
-        raise ValidationError("Name the model to shard (a registry id, hub id or local directory).")
-    return model.strip(), name

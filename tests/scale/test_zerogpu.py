@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from studio import zerogpu
 from studio.errors import ValidationError
+from studio.scale import zerogpu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def test_estimate_formula_and_clamping():
 
 
 def test_portable_callbacks(zero, caplog):
-    with caplog.at_level(logging.WARNING, logger="studio.zerogpu"):
+    with caplog.at_level(logging.WARNING, logger="studio.scale.zerogpu"):
         assert zerogpu.portable(lambda i, n: None, "progress") is None
     assert "progress cannot cross" in caplog.text
     keep = functools.partial(print, "step")
@@ -181,7 +181,7 @@ def test_import_spaces_happens_first_and_torch_is_not_imported(tmp_path):
         "import sys\nTORCH_ALREADY_IMPORTED = 'torch' in sys.modules\n"
         "def GPU(task=None, *, duration=None, size=None):\n    return task\n"
     )
-    code = ("import sys, studio.zerogpu; import spaces; "
+    code = ("import sys, studio.scale.zerogpu; import spaces; "
             "print(spaces.TORCH_ALREADY_IMPORTED, 'torch' in sys.modules, spaces.__file__)")
     env = dict(os.environ, SPACES_ZERO_GPU="true", PYTHONPATH=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
@@ -190,9 +190,9 @@ def test_import_spaces_happens_first_and_torch_is_not_imported(tmp_path):
 
 
 def test_studio_runs_the_compute_under_spaces_gpu_and_logs_outside(zero, tmp_path, monkeypatch):
+    from studio.engine import Studio
+    from studio.request import validate_request
     from studio.runlog import RunLog as RealRunLog
-    from studio.service import Studio
-    from studio.validate import validate_request
 
     writes: list[str] = []
     for name in ("start_run", "finish_run"):

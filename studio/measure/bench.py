@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from studio.errors import Cancelled, OutOfMemory, RunFailed
-from studio.memory_probe import PeakMemory
+from studio.measure.memory_probe import PeakMemory
 from studio.optimizations import call_contexts
-from studio.validate import GenerationRequest
+from studio.request import GenerationRequest
 
 
 class Prepared(Protocol):

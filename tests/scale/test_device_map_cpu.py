@@ -102,10 +102,10 @@ def test_device_without_a_budget_takes_no_part(unet, two_fake_gpus):
 def test_the_pipelines_device_map_is_logged_with_the_run_and_shown(tmp_path):
     from pipelines import loader
     from studio import report
+    from studio.engine import Studio
     from studio.manager import PipelineManager
-    from studio.service import Studio
+    from studio.request import validate_request
     from studio.ui.views import generate_card
-    from studio.validate import validate_request
 
     placed = {"text_encoder": "cpu", "unet": 0, "vae": 1}  # what accelerate reports after device_map="balanced"
 

@@ -16,8 +16,8 @@ from typing import Any
 from studio import devices
 from studio.errors import StudioError
 from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
+from studio.request import GenerationRequest
 from studio.runlog import RunLog
-from studio.validate import GenerationRequest
 
 HISTORY_LIMIT = 2000
 

@@ -10,8 +10,8 @@ import torch
 from studio import report
 from studio.errors import Cancelled, RunFailed
 from studio.measure.protocol import verdict
+from studio.request import validate_request
 from studio.sweeps.compare import run_compare
-from studio.validate import validate_request
 
 PROMPT = "a small blue square at the top, on a black background"
 

@@ -12,8 +12,8 @@ from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY, Optimization
+from studio.request import validate_request
 from studio.sweeps.autotune import Candidate, Floor, as_json, candidates, markdown, pareto, run_autotune, summary
-from studio.validate import validate_request
 
 PROMPT = "a big yellow triangle in the centre, on a black background"
 ANY_IMAGE = Floor(min_psnr=0, min_ssim=-1, fidelity_drop=1)  # the stubs below draw garbage on purpose
@@ -103,7 +103,7 @@ def test_pareto_front_keeps_only_undominated_points():
     ({"confirm_rounds": "x"}, "confirmation rounds must be a whole number between 1 and 50"),
 ])
 def test_autotune_settings_are_checked_at_the_validation_boundary(settings, message):
-    from studio.validate import validate_autotune
+    from studio.request import validate_autotune
 
     with pytest.raises(ValidationError, match=message):
         validate_autotune(**settings)
@@ -141,7 +141,7 @@ def stub(name: str, fast: Callable[[], bool]) -> Optimization:
 @pytest.fixture
 def stub_studio(tmp_path, monkeypatch):
     """Register stubs first, then open the studio: the run log makes a column per registered technique."""
-    from studio.service import Studio
+    from studio.engine import Studio
 
     def make(*stubs: Optimization):
         for opt in stubs:

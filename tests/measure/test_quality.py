@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from studio import quality
+from studio.measure import quality
 
 
 @pytest.fixture

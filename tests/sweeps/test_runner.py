@@ -19,9 +19,9 @@ from studio.errors import Cancelled, RunFailed
 from studio.measure import host as host_module
 from studio.measure.host import BUSY_PCT, HostMonitor
 from studio.measure.protocol import verdict
+from studio.request import validate_request
 from studio.sweeps.compare import run_compare
 from studio.sweeps.ladder import plan, run_ladder
-from studio.validate import validate_request
 
 PROMPT = "a big red circle on the left, on a white background"
 SHARED = ("latency_s", "latency_spread_s", "speedup", "speedup_min", "speedup_max", "verdict", "peak_memory_mb",

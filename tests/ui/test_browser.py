@@ -179,7 +179,7 @@ def test_out_of_memory_offers_a_retry_with_memory_techniques(page, tmp_path, mon
     from diffusers import UNet2DConditionModel
     from playwright.sync_api import expect
 
-    from studio.service import Studio
+    from studio.engine import Studio
     from studio.ui import build_demo
 
     real, calls = UNet2DConditionModel.forward, []

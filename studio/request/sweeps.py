@@ -1,0 +1,85 @@
+"""How much a sweep or an auto-tune may measure: counts checked, work bounded and estimated before anything runs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from studio import checks
+from studio.errors import ValidationError
+from studio.request.generation import GenerationRequest
+
+MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
+MAX_WARMUP = 10
+MAX_ROUNDS = 50
+CPU_SLOWDOWN = 20.0  # a CPU step against the GPU step costs the estimate assumes (sd15-arch measured ~4 s vs ~0.1 s)
+
+
+def max_request_seconds() -> float:
+    """The longest a request may be estimated to take (`STUDIO_MAX_REQUEST_S`, default one hour)."""
+    return float(os.environ.get("STUDIO_MAX_REQUEST_S", "3600"))
+
+
+@dataclass(frozen=True)
+class AutotuneSettings:
+    """The auto-tuner's quality floor and measurement counts, checked."""
+
+    min_psnr: float
+    min_ssim: float
+    fidelity_drop: float
+    warmup: int
+    repeats: int
+    confirm_rounds: int
+
+
+def validate_autotune(min_psnr: Any = 30.0, min_ssim: Any = 0.95, fidelity_drop: Any = 0.03, warmup: Any = 1,
+                      repeats: Any = 3, confirm_rounds: Any = 5) -> AutotuneSettings:
+    """Check the auto-tuner's settings from UI, API or CLI (numbers may arrive as text)."""
+    floor = {name: checks.number(f"The quality floor's {name}", value, low, high) for name, value, low, high in
+             (("min_psnr", min_psnr, 0, 200), ("min_ssim", min_ssim, 0, 1), ("fidelity_drop", fidelity_drop, 0, 1))}
+    counts = {"warmup": checks.whole("warm-up calls", warmup, 0, MAX_WARMUP),
+              "repeats": checks.whole("rounds", repeats, 1, MAX_ROUNDS),
+              "confirm_rounds": checks.whole("confirmation rounds", confirm_rounds, 1, MAX_ROUNDS)}
+    return AutotuneSettings(**floor, **counts)
+
+
+@dataclass(frozen=True)
+class SweepCounts:
+    """How much a sweep measures: untimed warm-up calls and timed rounds per configuration."""
+
+    warmup: int
+    rounds: int
+
+
+def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
+    """Warm-up calls (0 or more) and rounds (1 or more) of a sweep, from a form, a client or argv."""
+    return SweepCounts(checks.whole("warm-up calls", warmup, 0, MAX_WARMUP), checks.whole("rounds", rounds, 1, MAX_ROUNDS))
+
+
+def estimated_seconds(request: GenerationRequest, calls: int) -> float:
+    """A rough time for `calls` pipeline calls of `request` (the cost table's step time, scaled by image size;
+    CPU_SLOWDOWN times more on a CPU)."""
+    from studio.scale.zerogpu import cost_of
+
+    cost = cost_of(request.model)
+    step = cost.step * (request.width * request.height) / cost.pixels * request.num_images
+    if request.device == "cpu" and request.model != "tiny-shapes":
+        step *= CPU_SLOWDOWN
+    return calls * request.steps * step
+
+
+def check_sweep(request: GenerationRequest, configurations: int, counts: SweepCounts) -> None:
+    """Refuse, before anything runs, a sweep with no configuration, too many, or too long an estimate."""
+    if configurations < 2:
+        raise ValidationError("Choose at least one configuration to compare with the baseline.")
+    if configurations > MAX_CONFIGS:
+        raise ValidationError(f"{configurations} configurations in one sweep; the limit is {MAX_CONFIGS} "
+                              "(the baseline included). Split it into several.")
+    seconds = estimated_seconds(request, configurations * (counts.warmup + counts.rounds))
+    if seconds > max_request_seconds():
+        raise ValidationError(
+            f"This sweep would take about {seconds / 60:.0f} min ({configurations} configurations x "
+            f"{counts.warmup + counts.rounds} calls x {request.steps} steps at {request.width}x{request.height}); the "
+            f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps or "
+            "configurations, or a smaller size.")

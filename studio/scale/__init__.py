@@ -1,0 +1,1 @@
+"""Scaling up: sharded checkpoints, ZeroGPU Spaces, and memory advice after an out-of-memory."""
