@@ -69,11 +69,13 @@ def estimated_seconds(request: GenerationRequest, calls: int) -> float:
     return calls * request.steps * step
 
 
-def check_sweep(request: GenerationRequest, configurations: int, counts: SweepCounts) -> None:
-    """Refuse, before anything runs, a sweep with no configuration, too many, or too long an estimate."""
+def check_sweep(request: GenerationRequest, configurations: int, counts: SweepCounts,
+                max_configs: int | None = MAX_CONFIGS) -> None:
+    """Refuse, before anything runs, a sweep with no configuration, too many (`max_configs`: None for a sweep whose
+    configurations come from the registry, not from the user), or too long an estimate."""
     if configurations < 2:
         raise ValidationError("Choose at least one configuration to compare with the baseline.")
-    if configurations > MAX_CONFIGS:
+    if max_configs is not None and configurations > max_configs:
         raise ValidationError(f"{configurations} configurations in one sweep; the limit is {MAX_CONFIGS} "
                               "(the baseline included). Split it into several.")
     seconds = estimated_seconds(request, configurations * (counts.warmup + counts.rounds))

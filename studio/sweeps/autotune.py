@@ -16,6 +16,7 @@ Everything measured is one `autotune` group in the run log.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
 from studio.measure.bench import StopFn
 from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
-from studio.optimizations.runtime import max_threads
+from studio.optimizations.runtime import physical_cores
 from studio.request import AutotuneSettings, GenerationRequest
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
@@ -39,7 +40,7 @@ GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for technique
     "deepcache": [{"interval": 2}, {"interval": 3}, {"interval": 5}],
     "cfg_cutoff": [{"after": 0.3}, {"after": 0.5}, {"after": 0.75}],
     "token_merging": [{"ratio": 0.3}, {"ratio": 0.5}],
-    "threads": [{"num_threads": n} for n in sorted({1, max(1, max_threads() // 2), max_threads()})],
+    "threads": [{"num_threads": n} for n in sorted({1, physical_cores(), os.cpu_count() or 1})],
 }
 
 
@@ -144,7 +145,8 @@ class _Search:
         entries = [Entry("baseline", self.request)]
         entries += [Entry(c.request(self.request).config_label, c.request(self.request)) for c in configs]
         sweep = run_sweep(self.studio, "autotune", entries, warmup=self.warmup, rounds=rounds,
-                          group_id=self.group_id, progress=self.progress, should_stop=self.should_stop)
+                          group_id=self.group_id, progress=self.progress, should_stop=self.should_stop,
+                          max_configs=None)
         records = records_of(sweep)
         if self.base_fidelity is None:
             self.base_fidelity = records[0]["fidelity"]

@@ -30,7 +30,7 @@ from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
 from studio.measure.bench import Measurement, StopFn
 from studio.measure.host import HostLoad, HostMonitor
-from studio.request import GenerationRequest, check_sweep, validate_counts
+from studio.request import MAX_CONFIGS, GenerationRequest, check_sweep, validate_counts
 
 Progress = Callable[[int, int, str], None]
 MEMORY_SHARE = 0.8  # private pipelines may use at most this share of the memory available when the sweep starts
@@ -116,12 +116,12 @@ def _call(studio: Studio, entry: Entry, slot: tuple[str, str] | None, should_sto
 
 def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, rounds: int,
               settings: dict[str, Any] | None = None, group_id: int | None = None, progress: Progress | None = None,
-              should_stop: StopFn | None = None) -> SweepResult:
+              should_stop: StopFn | None = None, max_configs: int | None = MAX_CONFIGS) -> SweepResult:
     """Measure `entries` (the first one is the baseline) interleaved, as one `kind` group of the run log.
 
     With `group_id` the runs join that group, which the caller opens and closes (an auto-tune's stages).
     """
-    check_sweep(entries[0].request, len(entries), validate_counts(warmup, rounds))
+    check_sweep(entries[0].request, len(entries), validate_counts(warmup, rounds), max_configs)
     own = own_pipelines(studio, entries)
     request = entries[0].request
     own_group = group_id is None

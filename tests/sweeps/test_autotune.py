@@ -274,3 +274,18 @@ def test_the_summary_of_a_failed_confirmation_says_it_failed():
     confirmation = {**report.failed_record("stub_fast", "stub_fast ran out of memory"), "stage": "confirmation"}
     text = summary(AutotuneResult(1, [confirmation], None, confirmation))
     assert "None" not in text and "ran out of memory" in text
+
+
+def test_a_search_over_every_candidate_here_runs(studio):
+    """No restriction: every technique that can run here, with its settings grid, in one singles sweep (more
+    configurations than a Compare may hold: the pool comes from the registry, not from the user)."""
+    from studio.request import MAX_CONFIGS, validate_request
+    from studio.sweeps.autotune import GRID, candidates, run_autotune
+
+    request = validate_request(model="tiny-shapes", prompt="a big red circle on the left", steps=2, width=32,
+                               height=32)
+    pool = candidates(request)
+    singles = sum(len(GRID.get(name, [{}])) for name in pool)
+    assert singles + 1 > MAX_CONFIGS
+    result = run_autotune(studio, request, warmup=0, repeats=1, confirm_rounds=1)
+    assert len([r for r in result.rows if r.get("stage") == "single"]) == singles

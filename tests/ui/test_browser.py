@@ -88,9 +88,10 @@ def test_what_you_tick_is_what_runs_on_a_loaded_host(page):
 
 
 def test_unavailable_techniques_are_listed_with_the_reason(page):
-    missing = page.locator("#group-speed").get_by_text("Not available here")
-    missing.click()
-    assert "needs CUDA" in page.locator("#group-speed").inner_text()
+    from playwright.sync_api import expect
+
+    page.locator("#group-speed").get_by_text("Not available here").click()
+    expect(page.locator("#group-speed")).to_contain_text("needs CUDA", timeout=10_000)
 
 
 def test_compare_shows_captioned_images_and_a_readable_table(page):
