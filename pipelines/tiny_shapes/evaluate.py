@@ -3,7 +3,7 @@
     python -m pipelines.tiny_shapes.evaluate            # judge assets/tiny-shapes against FLOORS
 
 Exits with status 1 while an attribute is below its floor (the shipped model's shape is: 63.5%
-against 85%, see README.md), 0 once every floor is met. The test suite runs a 16-image check only.
+against 85%, see docs/tiny-shapes.md), 0 once every floor is met. The test suite runs a 16-image check only.
 """
 
 from __future__ import annotations

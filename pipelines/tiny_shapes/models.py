@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 LATENT_SIZE = 8
-LATENT_CHANNELS = 8  # 4 (SD's) lost the hue and corners of small shapes: see README
+LATENT_CHANNELS = 8  # 4 (SD's) lost the hue and corners of small shapes: see docs/tiny-shapes.md
 TEXT_HIDDEN = 64
 
 SCHEDULER_KWARGS = {

@@ -8,7 +8,8 @@ round alike and cancels in the ratio.
 
 The verdict reads the range of the per-round ratios: *faster* when every round (after dropping the most
 extreme round on each side once there are 5 or more) has the configuration ahead, *slower* when every
-round has it behind, *within noise* otherwise. One disturbed round cannot flip a verdict with 5 rounds.
+round has it behind, *within noise* otherwise, and always when the median is within 2% of x1.00. One disturbed
+round cannot flip a verdict with 5 rounds.
 Compare, Ladder, Auto-tune, the distributed sweeps and the scripts in `benchmarks/` all use this module.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 FASTER, SLOWER, NOISE, BASELINE = "faster", "slower", "within noise", "baseline"
+MIN_EFFECT = 0.02  # a median within 2% of x1.00 is within noise whatever the rounds say: the hosts drift more
 UNSETTLED_FACTOR = 1.5  # a first round this much slower than the median of the others: the warm-up was too short
 
 class Dropped(Exception):
@@ -78,10 +80,10 @@ def verdict(ratios: list[float]) -> str:
     """'faster', 'slower' or 'within noise' from per-round speedups (baseline time / configuration time)."""
     if not ratios:
         return NOISE
-    kept = trimmed(ratios)
-    if kept[0] > 1.0:
+    kept, middle = trimmed(ratios), statistics.median(ratios)
+    if kept[0] > 1.0 and middle > 1.0 + MIN_EFFECT:
         return FASTER
-    if kept[-1] < 1.0:
+    if kept[-1] < 1.0 and middle < 1.0 / (1.0 + MIN_EFFECT):
         return SLOWER
     return NOISE
 

@@ -111,3 +111,12 @@ def test_speedup_is_the_median_of_per_round_ratios_not_a_ratio_of_medians():
     assert result.ratios == (1.0, 3.0, 1.0) and (result.median, result.low, result.high) == (1.0, 1.0, 3.0)
     with pytest.raises(ValueError):
         speedup([1.0], [])
+
+
+def test_a_gain_too_small_to_matter_is_within_noise_even_when_every_round_agrees():
+    from studio.measure.protocol import verdict
+
+    assert verdict([1.005, 1.01, 1.003, 1.008, 1.01]) == "within noise"
+    assert verdict([0.995, 0.99, 0.997, 0.992, 0.99]) == "within noise"
+    assert verdict([1.05, 1.04, 1.06, 1.05, 1.03]) == "faster"
+    assert verdict([0.95, 0.96, 0.94, 0.95, 0.97]) == "slower"
