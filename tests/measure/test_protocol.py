@@ -63,7 +63,8 @@ def test_one_disturbed_round_can_flip_a_verdict_with_three_rounds_nothing_is_tri
     assert trimmed([0.5, 1.5, 0.5]) == [0.5, 0.5, 1.5]
     assert verdict([0.5, 1.5, 0.5]) == NOISE, "the same disturbance as above, without a round to spare"
     assert verdict([1.01, 1.02, 0.99]) == NOISE
-    assert verdict([1.01, 1.02, 1.03]) == FASTER
+    assert verdict([1.01, 1.02, 1.03]) == NOISE, "every round agrees, but by 2% or less"
+    assert verdict([1.04, 1.05, 1.03]) == FASTER
 
 
 def test_trimming_drops_one_extreme_round_per_side_per_four_beyond_the_first():

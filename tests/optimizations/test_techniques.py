@@ -49,17 +49,6 @@ def baseline(manager):
     return run(manager, request())[0]
 
 
-# technique -> (largest max-abs pixel difference, smallest PSNR in dB) against fp32 at the model's 20 steps, seed 3.
-# Measured here on the bundled model (the retrained one): fused_qkv 0 (bit-identical), deepcache (interval 3)
-# 0.353 / 33.6 dB, token_merging (ratio 0.5) 0.258 / 38.2 dB, int8_dynamic 0.115 / 43.0 dB, cfg_cutoff (after 0.5)
-# 0.829 / 20.2 dB (edges move; the picture does not). The lossy ones keep what the analyser sees in the baseline.
-TOLERANCES = {
-    "fused_qkv": (1e-3, 60.0),
-    "deepcache": (0.45, 30.0),
-    "token_merging": (0.4, 25.0),
-    "int8_dynamic": (0.16, 38.0),
-    "cfg_cutoff": (0.95, 17.0),
-}
 MODULES = {"token_merging": "tomesd", "int8_dynamic": "torchao"}
 # int8_static path (studio.optimizations.static_quantization.int8_path) -> (largest max-abs difference,
 # smallest PSNR) against fp32 at 20 steps, seed 3, UNet + decoder, 4 calibration steps. amx and vnni compute
@@ -82,23 +71,6 @@ CPU_FLAGS = {
 @pytest.fixture(scope="module")
 def baseline20(manager):
     return run(manager, request(steps=20))[0]
-
-
-@pytest.mark.parametrize("name", sorted(TOLERANCES))
-def test_technique_within_tolerance_then_reverts_exactly(manager, baseline20, name):
-    if name in MODULES and importlib.util.find_spec(MODULES[name]) is None:
-        pytest.skip(f"{MODULES[name]} is not installed")
-    images, prepared = run(manager, request([name], steps=20))
-    assert name in prepared.applied
-    again, _ = run(manager, request([name], steps=20))
-    assert np.array_equal(images, again), f"{name} is not reproducible from run to run"
-    diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
-    most, least = TOLERANCES[name]
-    assert diff <= most and db >= least, f"{name} changed the image by {diff:.4f} ({db:.1f} dB)"
-    if name != "fused_qkv":
-        assert diff > 0, f"{name} did not change the image: did it engage?"
-        assert prompt_fidelity(images[0], PROMPT)["detected"] == prompt_fidelity(baseline20[0], PROMPT)["detected"]
-    assert np.array_equal(run(manager, request(steps=20))[0], baseline20), f"reverting {name} did not restore the baseline"
 
 
 def test_fused_qkv_switches_processors_and_removes_the_fused_layers(manager):
