@@ -84,3 +84,12 @@ def studio(tmp_path):
     from studio.engine import Studio
 
     return Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Two intra-op threads on a shared two-core machine run 10-30x slower; for tests that time nothing."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from studio.cli import main
 
@@ -25,13 +24,7 @@ SHARED = ("latency_s", "latency_spread_s", "speedup", "speedup_min", "speedup_ma
 OLD = ("latency_median", "peak_memory", "latency")
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two intra-op threads on a shared two-core machine run 10-30x slower; the wiring is what is tested."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

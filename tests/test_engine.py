@@ -20,13 +20,7 @@ def request(**kw):
     return validate_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 5, "steps": 3, **kw})
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two intra-op threads on a shared two-core machine run 10-30x slower; these tests time nothing."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def own_warnings(result) -> list[str]:

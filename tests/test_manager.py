@@ -12,9 +12,7 @@ from pipelines import loader
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
-from studio.request import validate_request
-
-PROMPT = "a big red circle on the left, on a white background"
+from tests.tiny import request, run
 
 
 class CountingLoader:
@@ -34,16 +32,6 @@ def counting():
 @pytest.fixture(scope="module")
 def manager(counting):
     return PipelineManager(load=counting)
-
-
-def request(opts=(), **kw):
-    args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": 4, **kw}
-    return validate_request(opts=list(opts), **args)
-
-
-def run(manager, req):
-    with manager.acquire(req) as prepared:
-        return bench.run_once(prepared, req).images, prepared
 
 
 @pytest.fixture(scope="module")

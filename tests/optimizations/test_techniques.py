@@ -20,9 +20,9 @@ from studio.measure.quality import max_abs_diff, prompt_fidelity, psnr
 from studio.optimizations import REGISTRY, Context, base, unavailable_reason
 from studio.optimizations.runtime import max_threads, num_threads, physical_cores
 from studio.optimizations.static_quantization import int8_path
-from studio.request import validate_request
+from tests import tiny
+from tests.tiny import PROMPT, run
 
-PROMPT = "a big red circle on the left, on a white background"
 STEPS = 6
 
 needs_tomesd = pytest.mark.skipif(importlib.util.find_spec("tomesd") is None, reason="tomesd is not installed")
@@ -35,13 +35,7 @@ def manager():
 
 
 def request(opts=(), params=None, steps=STEPS, **kw):
-    args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": steps, **kw}
-    return validate_request(opts=list(opts), params=params, **args)
-
-
-def run(manager, req):
-    with manager.acquire(req) as prepared:
-        return bench.run_once(prepared, req).images, prepared
+    return tiny.request(opts, params, steps=steps, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,7 @@ def request(**kw):
                                "height": 32, **kw})
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two intra-op threads on a shared two-core machine run 10-30x slower; the search is what is tested."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_nothing_below_the_quality_floor_can_win(studio):

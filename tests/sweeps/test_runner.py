@@ -12,7 +12,6 @@ import time
 from collections import Counter
 
 import pytest
-import torch
 
 from studio import report
 from studio.errors import Cancelled, RunFailed
@@ -34,14 +33,7 @@ def request(**kw):
                                "height": 32, **kw})
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two intra-op threads on two cores that other processes also use run 10-30x slower (threads wait for
-    each other); one thread keeps these tests fast on a shared machine. The protocol is what is tested."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def record_calls(studio, monkeypatch, events: list):

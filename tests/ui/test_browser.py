@@ -165,10 +165,10 @@ def test_cancel_is_neutral_and_resets_the_card(page):
     _tab(page, "Generate")
     _small(page, "gen", steps=150, side=128)
     page.locator("#generate-btn").click()
-    page.wait_for_timeout(3000)
+    page.get_by_text("denoising").first.wait_for(timeout=60_000)  # the run has started: Cancel stops it
     page.locator("#cancel-btn").click()
     card = page.locator("#metrics-card")
-    card.get_by_text("Cancelled after").wait_for(timeout=LONG)
+    card.get_by_text("Cancelled after").wait_for(timeout=60_000)
     assert "Stopping" not in card.inner_text()
     assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
     _shot(page, "cancelled")

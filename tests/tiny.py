@@ -1,0 +1,22 @@
+"""The one request helper for tests on the bundled model: a checked tiny-shapes request and one measured call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from studio.measure import bench
+from studio.request import GenerationRequest, validate_request
+
+PROMPT = "a big red circle on the left, on a white background"
+
+
+def request(opts: Any = (), params: dict | None = None, steps: int = 4, **kw: Any) -> GenerationRequest:
+    """tiny-shapes, seed 3, `steps` steps at the model's 64x64, with `opts` and their `params`."""
+    args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": steps, **kw}
+    return validate_request(opts=list(opts), params=params, **args)
+
+
+def run(manager: Any, req: GenerationRequest):
+    """One synchronised call of `req` through `manager`: its images and what the manager prepared."""
+    with manager.acquire(req) as prepared:
+        return bench.run_once(prepared, req).images, prepared
