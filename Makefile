@@ -10,7 +10,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 TORCH_SPEC ?= torch==2.13.0
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-fast lint deps dev-deps browser clean
+.PHONY: run test test-fast lint deps dev-deps browser clean docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ test: $(VENV)/.dev-deps browser
 
 test-fast: $(VENV)/.dev-deps
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not browser"
+
+# The README's techniques table, from the registry (tests/test_docs.py fails when it is stale).
+docs: $(VENV)/.deps
+	$(PY) -m studio.optimizations.table README.md
 
 lint: $(VENV)/.dev-deps
 	$(PY) -m ruff check .
