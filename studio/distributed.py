@@ -158,7 +158,7 @@ def write_runs(studio: Studio, group_id: int, jobs: list[GenerationRequest], out
             continue
         latencies = outcome.computed.measured.latencies
         ratio = protocol.speedup(reference or latencies, latencies, is_reference=reference is None)
-        extra = {"speedup": ratio.median, "speedup_min": ratio.low, "speedup_max": ratio.high, "verdict": ratio.verdict}
+        extra = ratio.fields()
         run = studio.log_computed(request, outcome.computed, warmup=warmup, repeats=repeats, group_id=group_id,
                                   baseline=baseline, hardware=outcome.hardware, extra=extra)
         if baseline is None and (outcome.index == 0 or not baseline_first_only):

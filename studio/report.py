@@ -73,47 +73,44 @@ def _memory_change(m: dict[str, Any], base: dict[str, Any] | None) -> tuple[floa
     return round(change, 1), None
 
 
-def run_record(result: Any, baseline: Any = None) -> dict[str, Any]:
-    """A `RunResult` (and its baseline in a sweep) in the shared vocabulary."""
-    m = result.metrics
-    lat = m.get("latency_all") or [m["latency_median"]]
-    change, note = _memory_change(m, baseline.metrics if baseline is not None else None)
-    stats = m.get("stats") or {}
-    psnr = result.quality.get("psnr")
-    host_busy = [m.get("host_busy_pct"), m.get("host_steal_pct")]
+def _figures(m: dict[str, Any]) -> dict[str, Any]:
+    """The measured figures in the shared vocabulary, from a run's metrics and quality, or from its run-log row
+    (both name them as the run log's columns)."""
+    lat = m.get("latency_all") or ([m["latency_median"]] if m.get("latency_median") is not None else [])
+    stats, psnr = m.get("stats") or {}, m.get("psnr")
     return {
-        "run_id": result.run_id,
-        "config": result.label,
-        "status": "ok",
-        "applied": list(result.applied),
-        "latency_s": _num(m["latency_median"], 4),
-        "latency_spread_s": _num(max(lat) - min(lat), 4),
-        "rounds": len(lat),
+        "latency_s": _num(m.get("latency_median"), 4),
+        "latency_spread_s": _num(max(lat) - min(lat), 4) if lat else None,
+        "rounds": len(lat) or None,
         "speedup": _num(m.get("speedup"), 3),
         "speedup_min": _num(m.get("speedup_min"), 3),
         "speedup_max": _num(m.get("speedup_max"), 3),
         "verdict": m.get("verdict"),
         "steps_per_s": _num(m.get("steps_per_second"), 2),
         "first_call_s": _num(m.get("first_call_seconds"), 3),
-        "pays_off_after": pays_off_after(m, baseline.metrics if baseline is not None else None),
         "recompiles": (stats.get("trace_count") or 0) + (stats.get("compile_count") or 0) or None,
-        "peak_memory_mb": _num(m["peak_memory"] / 2**20, 1),
+        "peak_memory_mb": None if m.get("peak_memory") is None else _num(m["peak_memory"] / 2**20, 1),
         "memory_kind": m.get("memory_kind"),
-        "memory_change_mb": change,
-        "memory_note": note,
         "psnr_db": None if psnr is None or math.isinf(psnr) else _num(psnr, 2),
-        "ssim": _num(result.quality.get("ssim"), 4),
-        "fidelity": (result.quality.get("fidelity") or {}).get("score"),
+        "ssim": _num(m.get("ssim"), 4),
+        "fidelity": (m.get("fidelity") or {}).get("score"),
         "host_busy_pct": m.get("host_busy_pct"),
         "host_steal_pct": m.get("host_steal_pct"),
-        "host_busy": any(v is not None and v > BUSY_PCT for v in host_busy),
+        "host_busy": any(v is not None and v > BUSY_PCT for v in (m.get("host_busy_pct"), m.get("host_steal_pct"))),
         "warmup_unsettled": bool(m.get("warmup_unsettled")),
-        "device": result.request.device,
-        "seed": result.request.seed,
-        "image_path": result.image_path,
-        "warnings": list(result.warnings),
-        "error": None,
     }
+
+
+def run_record(result: Any, baseline: Any = None) -> dict[str, Any]:
+    """A `RunResult` (and its baseline in a sweep) in the shared vocabulary."""
+    m, base = result.metrics, baseline.metrics if baseline is not None else None
+    change, note = _memory_change(m, base)
+    record = {"run_id": result.run_id, "config": result.label, "status": "ok", "applied": list(result.applied),
+              **_figures({**m, **result.quality}), "pays_off_after": pays_off_after(m, base),
+              "memory_change_mb": change, "memory_note": note, "device": result.request.device,
+              "seed": result.request.seed, "image_path": result.image_path, "warnings": list(result.warnings),
+              "error": None}
+    return {key: record[key] for key in KEYS}
 
 
 def single_record(result: Any) -> dict[str, Any]:
@@ -142,30 +139,12 @@ def pays_off_after(m: dict[str, Any], base: dict[str, Any] | None) -> int | None
 
 
 def log_record(row: dict[str, Any]) -> dict[str, Any]:
-    """A row of the run log (`runs` table) in the shared vocabulary."""
-    lat = row.get("latency_all") or ([row["latency_median"]] if row.get("latency_median") is not None else [])
-    busy = [row.get("host_busy_pct"), row.get("host_steal_pct")]
-    psnr = row.get("psnr")
-    stats = row.get("stats") or {}
-    return {
-        "run_id": row["id"], "config": row.get("config_label"), "status": row.get("status"),
-        "applied": row.get("applied") or [], "created_at": row.get("created_at"), "model": row.get("model"),
-        "latency_s": _num(row.get("latency_median"), 4),
-        "latency_spread_s": _num(max(lat) - min(lat), 4) if lat else None, "rounds": len(lat) or None,
-        "speedup": _num(row.get("speedup"), 3), "speedup_min": _num(row.get("speedup_min"), 3),
-        "speedup_max": _num(row.get("speedup_max"), 3), "verdict": row.get("verdict"),
-        "steps_per_s": _num(row.get("steps_per_second"), 2), "first_call_s": _num(row.get("first_call_seconds"), 3),
-        "pays_off_after": None,
-        "recompiles": (stats.get("trace_count") or 0) + (stats.get("compile_count") or 0) or None,
-        "peak_memory_mb": None if row.get("peak_memory") is None else _num(row["peak_memory"] / 2**20, 1),
-        "memory_kind": row.get("memory_kind"), "memory_change_mb": None, "memory_note": None,
-        "psnr_db": None if psnr is None or math.isinf(psnr) else _num(psnr, 2), "ssim": _num(row.get("ssim"), 4),
-        "fidelity": (row.get("fidelity") or {}).get("score"),
-        "host_busy_pct": row.get("host_busy_pct"), "host_steal_pct": row.get("host_steal_pct"),
-        "host_busy": any(v is not None and v > BUSY_PCT for v in busy),
-        "warmup_unsettled": bool(row.get("warmup_unsettled")), "device": row.get("device"), "seed": row.get("seed"),
-        "image_path": row.get("image_path"), "warnings": [], "error": row.get("error"),
-    }
+    """A row of the run log (`runs` table) in the shared vocabulary, with when and which model."""
+    record = {"run_id": row["id"], "config": row.get("config_label"), "status": row.get("status"),
+              "applied": row.get("applied") or [], **_figures(row), "pays_off_after": None, "memory_change_mb": None,
+              "memory_note": None, "device": row.get("device"), "seed": row.get("seed"),
+              "image_path": row.get("image_path"), "warnings": [], "error": row.get("error")}
+    return {**{key: record[key] for key in KEYS}, "created_at": row.get("created_at"), "model": row.get("model")}
 
 
 # ---- text: the same figures as a person reads them -------------------------------------------------------

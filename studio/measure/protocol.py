@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 FASTER, SLOWER, NOISE, BASELINE = "faster", "slower", "within noise", "baseline"
 MIN_EFFECT = 0.02  # a median within 2% of x1.00 is within noise whatever the rounds say: the hosts drift more
@@ -97,6 +98,10 @@ class Speedup:
     high: float
     verdict: str
     ratios: tuple[float, ...]
+
+    def fields(self) -> dict[str, Any]:
+        """As the run log and the shared vocabulary name them."""
+        return {"speedup": self.median, "speedup_min": self.low, "speedup_max": self.high, "verdict": self.verdict}
 
 
 def speedup(reference: list[float], other: list[float], *, is_reference: bool = False) -> Speedup:

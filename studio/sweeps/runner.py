@@ -47,7 +47,6 @@ class Entry:
     calls: list[Computed] = field(default_factory=list)
     result: RunResult | None = None
     error: str | None = None
-    speedup: protocol.Speedup | None = None
 
 
 @dataclass
@@ -164,10 +163,8 @@ def _measure(studio: Studio, group_id: int, entries: list[Entry], own: set[str],
             continue
         timed = samples.timed[entry.label]
         entry.calls = entry.calls[len(entry.calls) - len(timed):]
-        entry.speedup = protocol.speedup(samples.timed[base.label], timed, is_reference=entry is base)
-        extra = {"speedup": entry.speedup.median, "speedup_min": entry.speedup.low,
-                 "speedup_max": entry.speedup.high, "verdict": entry.speedup.verdict,
-                 "warmup_unsettled": protocol.unsettled(timed)}
+        ratio = protocol.speedup(samples.timed[base.label], timed, is_reference=entry is base)
+        extra = {**ratio.fields(), "warmup_unsettled": protocol.unsettled(timed)}
         merged = merge(entry.calls, samples.warmups[entry.label], host.result)
         entry.result = studio.finish(entry.pending, merged, base.result, extra)
     return SweepResult(group_id, entries, host.result, rounds)
