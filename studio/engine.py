@@ -6,7 +6,6 @@ layers directly, so they validate, run, measure and log the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -311,7 +310,3 @@ class Studio:
         if fidelity is not None:
             qual["fidelity"] = quality.prompt_fidelity(arrays[0], request.prompt, fidelity)
         return qual
-
-    def derive(self, request: GenerationRequest, opts: tuple[str, ...], params: dict | None = None) -> GenerationRequest:
-        """The same request with another configuration (already validated by the caller)."""
-        return dataclasses.replace(request, opts=opts, params=params if params is not None else {})

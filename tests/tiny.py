@@ -20,3 +20,11 @@ def run(manager: Any, req: GenerationRequest):
     """One synchronised call of `req` through `manager`: its images and what the manager prepared."""
     with manager.acquire(req) as prepared:
         return bench.run_once(prepared, req).images, prepared
+
+
+def fidelity(images: Any, prompt: str = PROMPT) -> dict:
+    """What the bundled model's own judge (its spec's prompt_fidelity hook) sees of `prompt` in the first image."""
+    from studio.measure.quality import prompt_fidelity
+
+    spec = validate_request(model="tiny-shapes", prompt=prompt).spec
+    return prompt_fidelity(images[0], prompt, spec.hook("prompt_fidelity"))

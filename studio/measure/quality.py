@@ -1,4 +1,4 @@
-"""How much an image changed against the baseline, and prompt fidelity for tiny-shapes.
+"""How much an image changed against the baseline, and how much of the prompt it shows (by the model's judge).
 
 Images are float arrays in [0, 1], shape (H, W, C). SSIM follows Wang et al. (2004)
 with a 7x7 uniform window on the luma channel, like scikit-image's default.
@@ -7,6 +7,7 @@ with a 7x7 uniform window on the luma channel, like scikit-image's default.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,14 +62,9 @@ def compare(image: np.ndarray, baseline: np.ndarray) -> dict[str, float]:
     return {"max_abs_diff": max_abs_diff(image, baseline), "psnr": psnr(image, baseline), "ssim": ssim(image, baseline)}
 
 
-def prompt_fidelity(image: np.ndarray, prompt: str, judge=None) -> dict[str, Any] | None:
+def prompt_fidelity(image: np.ndarray, prompt: str, judge: Callable[..., Any]) -> dict[str, Any] | None:
     """How much of `prompt` the image shows, by the model's own judge (its spec's `prompt_fidelity` hook)."""
     from PIL import Image
-
-    if judge is None:  # TODO(integration): callers pass the spec's hook
-        from pipelines.registry import SPECS
-
-        judge = SPECS["tiny-shapes"].hook("prompt_fidelity")
 
     pil = Image.fromarray((np.clip(image, 0, 1) * 255).round().astype(np.uint8))
     return judge(pil, prompt)

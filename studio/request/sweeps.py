@@ -13,7 +13,6 @@ from studio.request.generation import GenerationRequest
 MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
 MAX_WARMUP = 10
 MAX_ROUNDS = 50
-CPU_SLOWDOWN = 20.0  # a CPU step against the GPU step costs the estimate assumes (sd15-arch measured ~4 s vs ~0.1 s)
 
 
 def max_request_seconds() -> float:
@@ -58,14 +57,14 @@ def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
 
 
 def estimated_seconds(request: GenerationRequest, calls: int) -> float:
-    """A rough time for `calls` pipeline calls of `request` (the cost table's step time, scaled by image size;
-    CPU_SLOWDOWN times more on a CPU)."""
+    """A rough time for `calls` pipeline calls of `request`: the cost table's step time, scaled by image size and,
+    on a CPU, by the model's CPU factor."""
     from studio.scale.zerogpu import cost_of
 
     cost = cost_of(request.model)
     step = cost.step * (request.width * request.height) / cost.pixels * request.num_images
-    if request.device == "cpu" and request.model != "tiny-shapes":
-        step *= CPU_SLOWDOWN
+    if request.device == "cpu":
+        step *= cost.cpu_factor
     return calls * request.steps * step
 
 

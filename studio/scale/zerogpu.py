@@ -47,15 +47,18 @@ class ModelCost:
 
     setup: seconds to move the weights to the GPU and make the first call (kernels, allocator).
     step: seconds per denoising step at `pixels` output pixels, batch 1, classifier-free guidance on.
+    cpu_factor: how much longer a step takes on a 2-core CPU (sd15-arch: ~4 s against ~0.1 s here; the bundled
+    model's step is about the same on either).
     """
 
     setup: float
     step: float
     pixels: int
+    cpu_factor: float = 20.0
 
 
 COSTS: dict[str, ModelCost] = {
-    "tiny-shapes": ModelCost(setup=3.0, step=0.01, pixels=64 * 64),
+    "tiny-shapes": ModelCost(setup=3.0, step=0.01, pixels=64 * 64, cpu_factor=1.5),
     "sd15": ModelCost(setup=10.0, step=0.08, pixels=512 * 512),
     "sd-turbo": ModelCost(setup=10.0, step=0.08, pixels=512 * 512),
     "sdxl": ModelCost(setup=20.0, step=0.25, pixels=1024 * 1024),

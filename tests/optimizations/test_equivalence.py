@@ -14,9 +14,10 @@ import pytest
 from studio import devices
 from studio.manager import PipelineManager
 from studio.measure import bench
-from studio.measure.quality import max_abs_diff, prompt_fidelity, psnr
+from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, unavailable_reason
 from studio.request import validate_request
+from tests.tiny import fidelity
 
 PROMPT = "a big red circle on the left, on a white background"
 STEPS = 20  # the bundled model's own step count: where the lossy techniques' bounds were measured
@@ -80,11 +81,6 @@ def run(manager: PipelineManager, opts: tuple[str, ...] = ()) -> np.ndarray:
         return bench.run_once(prepared, request).images
 
 
-def prompt_fidelity_of(images: np.ndarray) -> dict:
-    spec = validate_request(model="tiny-shapes", prompt=PROMPT).spec
-    return prompt_fidelity(images[0], PROMPT, spec.hook("prompt_fidelity"))
-
-
 @pytest.fixture(scope="module")
 def baseline(manager):
     return run(manager)
@@ -112,6 +108,6 @@ def test_within_its_bound_then_reverts_exactly(manager, baseline, name):
     assert diff <= bound.max_abs and db >= bound.min_psnr, f"{name} changed the image by {diff:.2e} ({db:.1f} dB)"
     if bound.lossy:
         assert diff > 0, f"{name} did not change the image: did it engage?"
-        judge = prompt_fidelity_of(images), prompt_fidelity_of(baseline)
+        judge = fidelity(images), fidelity(baseline)
         assert judge[0]["detected"] == judge[1]["detected"], f"{name} changed what the image shows"
     assert np.array_equal(run(manager), baseline), f"reverting {name} did not give back the baseline exactly"

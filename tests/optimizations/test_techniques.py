@@ -16,12 +16,12 @@ from studio import devices
 from studio.errors import ConflictError, UnavailableError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
-from studio.measure.quality import max_abs_diff, prompt_fidelity, psnr
+from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, Context, base, unavailable_reason
 from studio.optimizations.runtime import max_threads, num_threads, physical_cores
 from studio.optimizations.static_quantization import int8_path
 from tests import tiny
-from tests.tiny import PROMPT, run
+from tests.tiny import run
 
 STEPS = 6
 
@@ -196,7 +196,7 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
     diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
     most, least = INT8_STATIC_BOUNDS[path]
     assert 0 < diff <= most and db >= least, f"{path}: {diff:.4f} ({db:.1f} dB)"
-    assert prompt_fidelity(images[0], PROMPT)["detected"] == prompt_fidelity(baseline20[0], PROMPT)["detected"]
+    assert tiny.fidelity(images)["detected"] == tiny.fidelity(baseline20)["detected"]
     assert np.array_equal(run(manager, request(steps=20))[0], baseline20), "reverting int8_static restores fp32"
     with manager.acquire(request()) as prepared:
         assert prepared.pipe.unet is unet and prepared.pipe.vae.decoder is decoder, "the very same float modules"
@@ -257,8 +257,8 @@ def test_int8_static_reduced_range_forced_here_stays_within_its_bound(monkeypatc
     diff, db = max_abs_diff(images, baseline20), psnr(images, baseline20)
     most, least = INT8_STATIC_BOUNDS["reduced_range"]
     assert 0 < diff <= most and db >= least, f"reduced_range: {diff:.4f} ({db:.1f} dB)"
-    detected = prompt_fidelity(images[0], PROMPT)["detected"]
-    assert detected == prompt_fidelity(baseline20[0], PROMPT)["detected"]
+    detected = tiny.fidelity(images)["detected"]
+    assert detected == tiny.fidelity(baseline20)["detected"]
 
 
 @needs_torchao
