@@ -1,6 +1,7 @@
 """Diffusion Studio entry point (Hugging Face Spaces runs this file)."""
 
-import studio.scale.zerogpu  # noqa: F401  (first: on ZeroGPU it imports `spaces` before anything touches CUDA)
+# First: on ZeroGPU it imports `spaces` before anything touches CUDA.
+import studio.scale.zerogpu  # noqa: F401
 from studio.ui import build_demo, launch_kwargs
 
 demo = build_demo()
@@ -8,5 +9,8 @@ demo = build_demo()
 if __name__ == "__main__":
     import os
 
-    demo.launch(server_name=os.environ.get("STUDIO_HOST", "127.0.0.1"),
-                server_port=int(os.environ.get("STUDIO_PORT", "7860")), **launch_kwargs())
+    demo.launch(
+        server_name=os.environ.get("STUDIO_HOST", "127.0.0.1"),
+        server_port=int(os.environ.get("STUDIO_PORT", "7860")),
+        **launch_kwargs(),
+    )

@@ -6,21 +6,23 @@ fp32 on a CPU that is ~450k minor faults per SD 1.5 UNet call (oneDNN reorders t
 fresh buffers on every call) and ~500k per VAE decode at 256x256 (activations of 32-64 MB). This script
 measures what that costs by running the same work in child processes started with and without
 
-    GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615
+    GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:\
+    glibc.malloc.trim_threshold=18446744073709551615
 
 (one arena for all threads, never mmap, never give memory back: freed memory is reused by the next call), in
-alternating rounds (default, tuned, default, tuned, ...). Each child times 3 calls after a warm-up, in the main
-thread and in a worker thread (the studio's server runs pipelines in worker threads; without arena_max=1 their
-arenas are 64 MB heaps and the largest tensors are still mmapped). Speedups are medians of the per-round
+alternating rounds (default, tuned, default, tuned, ...). Each child times 3 calls after a warm-up, in the
+main thread and in a worker thread (the studio's server runs pipelines in worker threads; without arena_max=1
+their arenas are 64 MB heaps and the largest tensors are still mmapped). Speedups are medians of the per-round
 ratios, with their range.
 
 The setting is process-wide and read when the process starts, so it is not a registry technique (techniques
 are applied per request and reverted). To start the studio with it:
 
-    GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615 make run
+    GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:\
+    glibc.malloc.trim_threshold=18446744073709551615 make run
 
-The cost: the process keeps its peak memory for its whole life. int8_static has little to gain: its weights are
-packed once, its UNet call page-faults ~17 times and its int8 decoder ~82k times at 256x256 (measured; the
+The cost: the process keeps its peak memory for its whole life. int8_static has little to gain: its weights
+are packed once, its UNet call page-faults ~17 times and its int8 decoder ~82k times at 256x256 (measured; the
 decoder's time did not move beyond noise with the setting).
 
 Run: .venv/bin/python -m benchmarks.allocator [--rounds 3]     (about 4 min per round on 2 cores)
@@ -40,7 +42,9 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-KEEP_MEMORY = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615"
+KEEP_MEMORY = (
+    "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615"
+)
 CALLS = 3
 
 
@@ -93,8 +97,13 @@ def _run_child(tuned: bool) -> dict[str, dict[str, float]]:
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     if tuned:
         env["GLIBC_TUNABLES"] = KEEP_MEMORY
-    done = subprocess.run([sys.executable, "-m", "benchmarks.allocator", "--child"], env=env, check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.allocator", "--child"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -104,19 +113,28 @@ def main(rounds: int) -> None:
         for tuned in (False, True):
             results[tuned].append(_run_child(tuned))
             row = results[tuned][-1]
-            print(f"round {r + 1} {'keep-memory' if tuned else 'default    '} "
-                  + "  ".join(f"{k} {v['seconds']:.2f}s/{v['faults']:.0f} faults" for k, v in row.items()), flush=True)
-    print(f"\nsd15-arch fp32, 256x256, {rounds} rounds alternating, {CALLS} calls each, medians "
-          "(seconds per call, minor page faults per call):")
+            print(
+                f"round {r + 1} {'keep-memory' if tuned else 'default    '} "
+                + "  ".join(f"{k} {v['seconds']:.2f}s/{v['faults']:.0f} faults" for k, v in row.items()),
+                flush=True,
+            )
+    print(
+        f"\nsd15-arch fp32, 256x256, {rounds} rounds alternating, {CALLS} calls each, medians "
+        "(seconds per call, minor page faults per call):"
+    )
     for key in results[False][0]:
         base = [row[key]["seconds"] for row in results[False]]
         tuned = [row[key]["seconds"] for row in results[True]]
         ratios = [b / t for b, t in zip(base, tuned, strict=True)]
-        faults = (statistics.median(row[key]["faults"] for row in results[False]),
-                  statistics.median(row[key]["faults"] for row in results[True]))
-        print(f"  {key:22s} default {statistics.median(base):6.2f} s ({faults[0]:.0f} faults)   "
-              f"keep-memory {statistics.median(tuned):6.2f} s ({faults[1]:.0f} faults)   "
-              f"x{statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f})")
+        faults = (
+            statistics.median(row[key]["faults"] for row in results[False]),
+            statistics.median(row[key]["faults"] for row in results[True]),
+        )
+        print(
+            f"  {key:22s} default {statistics.median(base):6.2f} s ({faults[0]:.0f} faults)   "
+            f"keep-memory {statistics.median(tuned):6.2f} s ({faults[1]:.0f} faults)   "
+            f"x{statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ PROMPT = "a big red circle on the left, on a white background"
 
 
 def gradio_floor(rounds: int) -> list[float]:
-    """Round trips of a no-op echo endpoint: what Gradio + gradio_client cost by themselves on this machine."""
+    """Round trips of a no-op echo endpoint: what Gradio + gradio_client cost by themselves on this
+    machine."""
     import time
 
     import gradio as gr
@@ -65,11 +66,14 @@ def main(rounds: int, steps: int) -> None:
     request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps)
     args = ("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", 1, steps, 6.0, 64, 64, "default", "")
     try:
-        timed = times({
-            "engine (Studio.generate)": lambda: studio.generate(request),
-            "gradio_client /generate": lambda: client.predict(*args, api_name="/generate"),
-            "  same, shared SSL context": lambda: reusing.predict(*args, api_name="/generate"),
-        }, rounds)
+        timed = times(
+            {
+                "engine (Studio.generate)": lambda: studio.generate(request),
+                "gradio_client /generate": lambda: client.predict(*args, api_name="/generate"),
+                "  same, shared SSL context": lambda: reusing.predict(*args, api_name="/generate"),
+            },
+            rounds,
+        )
     finally:
         demo.close()
     print(f"tiny-shapes, {steps} steps, CPU, one process, interleaved:")
@@ -78,8 +82,14 @@ def main(rounds: int, steps: int) -> None:
     ratio = overhead(timed["gradio_client /generate"], timed["engine (Studio.generate)"])
     tuned = overhead(timed["  same, shared SSL context"], timed["engine (Studio.generate)"])
     print(f"  gradio_client overhead, default Client(url): {ratio:+.2%}")
-    print(f"  gradio_client overhead, Client(url, ssl_verify=ssl.create_default_context()): {tuned:+.2%} (target: <= 5%)")
-    print(f"  for reference, a no-op Gradio echo endpoint round trip (shared SSL context): {describe(gradio_floor(rounds))}")
+    print(
+        f"  gradio_client overhead, Client(url, ssl_verify=ssl.create_default_context()): {tuned:+.2%} "
+        "(target: <= 5%)"
+    )
+    print(
+        "  for reference, a no-op Gradio echo endpoint round trip (shared SSL context): "
+        f"{describe(gradio_floor(rounds))}"
+    )
 
 
 if __name__ == "__main__":

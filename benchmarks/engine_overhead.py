@@ -48,8 +48,15 @@ def switching(rounds: int) -> None:
 
         return fn
 
-    timed = times({"cold load": lambda: loader.load(spec), "switch A->B": switch(b), "switch B->A": switch(a),
-                         "rebuild after trace": lambda: (switch(trace)(), switch(a)())}, rounds)
+    timed = times(
+        {
+            "cold load": lambda: loader.load(spec),
+            "switch A->B": switch(b),
+            "switch B->A": switch(a),
+            "rebuild after trace": lambda: (switch(trace)(), switch(a)()),
+        },
+        rounds,
+    )
     cold = statistics.median(timed["cold load"])
     print("Switching between configurations (tiny-shapes, CPU):")
     for name, samples in timed.items():
@@ -65,20 +72,35 @@ def cli_overhead(rounds: int, steps: int) -> None:
     def direct():  # the diffusers docs' script: load, call, save the image
         pipe = StableDiffusionPipeline.from_pretrained(spec.source, dtype=torch.float32, use_safetensors=True)
         pipe.set_progress_bar_config(disable=True)
-        image = pipe(PROMPT, num_inference_steps=steps, guidance_scale=spec.guidance, width=64, height=64,
-                     generator=torch.Generator("cpu").manual_seed(1)).images[0]
+        image = pipe(
+            PROMPT,
+            num_inference_steps=steps,
+            guidance_scale=spec.guidance,
+            width=64,
+            height=64,
+            generator=torch.Generator("cpu").manual_seed(1),
+        ).images[0]
         image.save(f"{home}/direct.png")
 
     def via_cli():
         with contextlib.redirect_stdout(io.StringIO()):
-            assert cli.main(["generate", "--prompt", PROMPT, "--seed", "1", "--steps", str(steps), "--json"]) == 0
+            assert (
+                cli.main(["generate", "--prompt", PROMPT, "--seed", "1", "--steps", str(steps), "--json"])
+                == 0
+            )
 
     timed = times({"diffusers script": direct, "python -m studio generate": via_cli}, rounds)
-    print(f"CLI vs a direct diffusers script (load + {steps} steps + PNG; the CLI also validates, logs to SQLite and "
-          "judges prompt fidelity), in one process:")
+    print(
+        f"CLI vs a direct diffusers script (load + {steps} steps + PNG; the CLI also validates, logs to "
+        "SQLite and "
+        "judges prompt fidelity), in one process:"
+    )
     for name, samples in timed.items():
         print(f"  {name:26} {describe(samples)}")
-    print(f"  CLI overhead: {overhead(timed['python -m studio generate'], timed['diffusers script']):+.2%} (target: <= 2%)")
+    print(
+        f"  CLI overhead: {overhead(timed['python -m studio generate'], timed['diffusers script']):+.2%} "
+        "(target: <= 2%)"
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ Queue wait is client-side: from submit to the first PROCESSING status update gra
 the run's created_at in the run log minus the submit time, is printed next to it as a cross-check.
 After each phase the run log is read (read-only): every acknowledged run must be `ok` with its image;
 `gen` (the runs' own latency) and `gap` (server idle between runs) tell a slower model from queue overhead.
-Clients share one prebuilt SSL context (as the README recommends) and both sides' temporary files stay in STUDIO_HOME.
+Clients share one prebuilt SSL context (as the README recommends) and both sides' temporary files stay in
+STUDIO_HOME.
 
 Targets: 0 errors and 0 lost runs (every phase), throughput(8) >= 90% of throughput(1), memory growth
 <= 5%; also 0 rejections outside the overflow phase. Exit status 1 if one fails. Clients and server share
@@ -129,27 +130,64 @@ def processing_at(job) -> float | None:
 def call_once(client: Client, seed: int, steps: int) -> Call:
     """One /generate call on tiny-shapes; every failure is counted and its message kept for the report."""
     submitted, start = time.time(), time.perf_counter()
-    job = client.submit("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", seed, steps, 6.0, 64, 64, "default", "",
-                        api_name="/generate")
+    job = client.submit(
+        "tiny-shapes",
+        "",
+        "auto",
+        "fp32",
+        [],
+        PROMPT,
+        "",
+        seed,
+        steps,
+        6.0,
+        64,
+        64,
+        "default",
+        "",
+        api_name="/generate",
+    )
     try:
         image, _card, metrics = job.result()
     except QueueError as exc:
         return Call(seed, start, time.perf_counter() - start, "rejected", submitted, message=str(exc))
     except Exception as exc:  # noqa: BLE001 (a load test reports every failure; none is hidden)
-        return Call(seed, start, time.perf_counter() - start, "error", submitted, message=f"{type(exc).__name__}: {exc}")
+        return Call(
+            seed,
+            start,
+            time.perf_counter() - start,
+            "error",
+            submitted,
+            message=f"{type(exc).__name__}: {exc}",
+        )
     latency = time.perf_counter() - start
     wait = processing_at(job)
     if not Path(image).is_file():
         return Call(seed, start, latency, "error", submitted, message=f"no image file at {image}")
-    return Call(seed, start, latency, "ok", submitted, None if wait is None else wait - submitted,
-                run_id=metrics["run_id"])
+    return Call(
+        seed,
+        start,
+        latency,
+        "ok",
+        submitted,
+        None if wait is None else wait - submitted,
+        run_id=metrics["run_id"],
+    )
 
 
-def drive(url: str, clients: int, budget: Budget, steps: int, seed_base: int, downloads: Path,
-          per_client: int | None = None) -> tuple[list[Call], float]:
+def drive(
+    url: str,
+    clients: int,
+    budget: Budget,
+    steps: int,
+    seed_base: int,
+    downloads: Path,
+    per_client: int | None = None,
+) -> tuple[list[Call], float]:
     """`clients` threads, each with its own Client, released together; returns the calls and the wall time."""
     # One prebuilt SSL context (certificates still verified on https) spares gradio_client loading the CA
-    # bundle for each of its per-request httpx clients (~40-75 ms of CPU each here, on the cores the server needs).
+    # bundle for each of its per-request httpx clients (~40-75 ms of CPU each here, on the cores the
+    # server needs).
     context = ssl.create_default_context()
 
     def connect(_: int) -> Client:
@@ -202,8 +240,11 @@ def runs_after(db: Path, run_id: int) -> dict[int, tuple]:
     """Runs logged after `run_id`: id -> (status, image_path, created_at, finished_at, latency_median), by id;
     the database opened read-only."""
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        rows = conn.execute("SELECT id, status, image_path, created_at, finished_at, latency_median FROM runs "
-                            "WHERE id > ? ORDER BY id", (run_id,))
+        rows = conn.execute(
+            "SELECT id, status, image_path, created_at, finished_at, latency_median FROM runs "
+            "WHERE id > ? ORDER BY id",
+            (run_id,),
+        )
         return {r[0]: r[1:] for r in rows}
 
 
@@ -228,13 +269,23 @@ def audit(phase: Phase, db: Path, before: int) -> None:
     phase.other = Counter(r[0] for r in runs.values() if r[0] != "ok")
 
 
-def run_phase(server: Server, name: str, clients: int, budget: Budget, steps: int, seed_base: int,
-              per_client: int | None = None, round_: int = 1) -> Phase:
+def run_phase(
+    server: Server,
+    name: str,
+    clients: int,
+    budget: Budget,
+    steps: int,
+    seed_base: int,
+    per_client: int | None = None,
+    round_: int = 1,
+) -> Phase:
     db = server.home / "runs.db"
     before = max(runs_after(db, 0), default=0)
     log.info("phase %s: %d client(s)...", name, clients)
     with Rss(server.proc.pid) as rss:
-        calls, wall = drive(server.url, clients, budget, steps, seed_base, server.home / "downloads", per_client)
+        calls, wall = drive(
+            server.url, clients, budget, steps, seed_base, server.home / "downloads", per_client
+        )
     phase = Phase(name, clients, calls, wall, rss.samples, round_)
     audit(phase, db, before)
     return phase
@@ -251,18 +302,23 @@ def med(samples: list[float | None]) -> float:
     return statistics.median(got) if got else float("nan")
 
 
-HEADER = (f"{'phase':22} {'cl':>3} {'calls':>5} {'ok':>4} {'rej':>3} {'err':>3} {'img/s':>6} {'p50':>6} {'p95':>6} "
-          f"{'p99':>6} {'wait':>6} {'srv':>6} {'gen':>6} {'gap':>6} {'lost':>4} {'RSS MB start/end/peak':>22}")
+HEADER = (
+    f"{'phase':22} {'cl':>3} {'calls':>5} {'ok':>4} {'rej':>3} {'err':>3} {'img/s':>6} {'p50':>6} {'p95':>6} "
+    f"{'p99':>6} {'wait':>6} {'srv':>6} {'gen':>6} {'gap':>6} {'lost':>4} {'RSS MB start/end/peak':>22}"
+)
 
 
 def row(p: Phase) -> str:
     ok = p.of("ok")
     lat = [c.latency for c in ok]
     rss = "/".join(f"{b / MB:.0f}" for b in (p.rss[0], p.rss[-1], max(p.rss)))
-    return (f"{p.name:22} {p.clients:3} {len(p.calls):5} {len(ok):4} {len(p.of('rejected')):3} "
-            f"{len(p.of('error')):3} {len(ok) / p.wall if p.wall else 0:6.2f} {pct(lat, 50):6.2f} {pct(lat, 95):6.2f} "
-            f"{pct(lat, 99):6.2f} {med([c.queue_wait for c in ok]):6.2f} {med([c.server_wait for c in ok]):6.2f} "
-            f"{p.gen:6.2f} {p.gap:6.3f} {p.lost:4} {rss:>22}")
+    return (
+        f"{p.name:22} {p.clients:3} {len(p.calls):5} {len(ok):4} {len(p.of('rejected')):3} "
+        f"{len(p.of('error')):3} {len(ok) / p.wall if p.wall else 0:6.2f} {pct(lat, 50):6.2f} "
+        f"{pct(lat, 95):6.2f} "
+        f"{pct(lat, 99):6.2f} {med([c.queue_wait for c in ok]):6.2f} {med([c.server_wait for c in ok]):6.2f} "
+        f"{p.gen:6.2f} {p.gap:6.3f} {p.lost:4} {rss:>22}"
+    )
 
 
 def throughput(phases: list[Phase], clients: int) -> tuple[float, int, float]:
@@ -272,8 +328,9 @@ def throughput(phases: list[Phase], clients: int) -> tuple[float, int, float]:
     return (images / wall if wall else 0.0), images, wall
 
 
-def verdicts(every: list[Phase], tput: list[Phase], memory: Phase | None,
-             overflow: Phase | None) -> list[tuple[bool | None, str]]:
+def verdicts(
+    every: list[Phase], tput: list[Phase], memory: Phase | None, overflow: Phase | None
+) -> list[tuple[bool | None, str]]:
     """(passed, line) per floor, errors and lost runs over every phase (warm-up and overflow too); None when
     nothing measured it."""
     calls = sum(len(p.calls) for p in every)
@@ -281,50 +338,83 @@ def verdicts(every: list[Phase], tput: list[Phase], memory: Phase | None,
     rejected = sum(len(p.of("rejected")) for p in every if p is not overflow)
     acked, lost = sum(len(p.of("ok")) for p in every), sum(p.lost for p in every)
     other = sum((p.other for p in every), Counter())
-    out = [(not errors, f"errors: {len(errors)} in {calls} calls {dict(Counter(errors)) if errors else ''}".strip()),
-           (not rejected, f"rejected outside the overflow phase: {rejected}"),
-           (not lost, f"lost runs: {lost} ({acked} acknowledged; runs not ok in the log: {dict(other)}, "
-                      f"ok runs no client saw: {sum(p.unacked for p in every)})")]
+    out = [
+        (
+            not errors,
+            f"errors: {len(errors)} in {calls} calls {dict(Counter(errors)) if errors else ''}".strip(),
+        ),
+        (not rejected, f"rejected outside the overflow phase: {rejected}"),
+        (
+            not lost,
+            f"lost runs: {lost} ({acked} acknowledged; runs not ok in the log: {dict(other)}, "
+            f"ok runs no client saw: {sum(p.unacked for p in every)})",
+        ),
+    ]
     counts = sorted({p.clients for p in tput})
     if 1 in counts and counts[-1] > 1:
         (one, _, _), (many, _, _) = throughput(tput, 1), throughput(tput, counts[-1])
         ratio = many / one if one else 0.0
         rounds = [[p for p in tput if p.round == r] for r in sorted({p.round for p in tput})]
-        each = ", ".join(f"{throughput(r, counts[-1])[0] / (throughput(r, 1)[0] or float('nan')):.0%}" for r in rounds)
-        out.append((ratio >= THROUGHPUT_FLOOR, f"throughput: {counts[-1]} clients {many:.3f} img/s vs 1 client "
-                    f"{one:.3f} img/s = {ratio:.0%} (target >= {THROUGHPUT_FLOOR:.0%}; round by round: {each})"))
+        each = ", ".join(
+            f"{throughput(r, counts[-1])[0] / (throughput(r, 1)[0] or float('nan')):.0%}" for r in rounds
+        )
+        out.append(
+            (
+                ratio >= THROUGHPUT_FLOOR,
+                f"throughput: {counts[-1]} clients {many:.3f} img/s vs 1 client "
+                f"{one:.3f} img/s = {ratio:.0%} (target >= {THROUGHPUT_FLOOR:.0%}; round by round: {each})",
+            )
+        )
     else:
         out.append((None, "throughput ratio: needs 1 and a larger count in --clients"))
     if memory:
         rss = memory.rss
         growth = rss[-1] / rss[0] - 1
         trend = "/".join(f"{rss[(len(rss) - 1) * k // 4] / MB:.0f}" for k in range(5))
-        out.append((growth <= MEMORY_FLOOR, f"memory: server RSS {rss[0] / MB:.0f} -> {rss[-1] / MB:.0f} MB over "
-                    f"{len(memory.calls)} runs = {growth:+.1%} (target <= {MEMORY_FLOOR:.0%}; after the warm-up and "
-                    f"throughput phases; at 0/25/50/75/100% of the phase: {trend} MB)"))
+        out.append(
+            (
+                growth <= MEMORY_FLOOR,
+                f"memory: server RSS {rss[0] / MB:.0f} -> {rss[-1] / MB:.0f} MB over "
+                f"{len(memory.calls)} runs = {growth:+.1%} (target <= {MEMORY_FLOOR:.0%}; after the warm-up "
+                "and "
+                f"throughput phases; at 0/25/50/75/100% of the phase: {trend} MB)",
+            )
+        )
     return out
 
 
 def overflow_note(p: Phase, queue_max: int) -> str:
     rejected = [c.latency for c in p.of("rejected")]
     fastest = min((c.latency for c in p.of("ok")), default=float("nan"))
-    return (f"overflow: {len(p.calls)} calls at once against max_size {queue_max}: {len(rejected)} rejected "
-            f"(expected about {len(p.calls) - queue_max - 1}), {len(p.of('error'))} errors; a rejection took "
-            f"{med(rejected):.3f} s (median), {max(rejected, default=float('nan')):.3f} s (max); "
-            f"fastest accepted call {fastest:.2f} s")
+    return (
+        f"overflow: {len(p.calls)} calls at once against max_size {queue_max}: {len(rejected)} rejected "
+        f"(expected about {len(p.calls) - queue_max - 1}), {len(p.of('error'))} errors; a rejection took "
+        f"{med(rejected):.3f} s (median), {max(rejected, default=float('nan')):.3f} s (max); "
+        f"fastest accepted call {fastest:.2f} s"
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--clients", default="1,8", help="client counts, comma-separated")
-    parser.add_argument("--duration", type=float, default=60, help="seconds per client count (split over rounds)")
+    parser.add_argument(
+        "--duration", type=float, default=60, help="seconds per client count (split over rounds)"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="interleave the client counts this many times")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3, help="sequential calls before anything is measured")
     parser.add_argument("--runs-for-memory", type=int, default=200, help="0 skips the memory phase")
     parser.add_argument("--memory-clients", type=int, help="default: the largest client count")
-    parser.add_argument("--overflow", type=int, nargs="?", const=8, default=0,
-                        help="send max_size + 1 + EXTRA calls at once (default EXTRA 8)")
+    parser.add_argument(
+        "--overflow",
+        type=int,
+        nargs="?",
+        const=8,
+        default=0,
+        help="send max_size + 1 + EXTRA calls at once (default EXTRA 8)",
+    )
     parser.add_argument("--quick", action="store_true", help="15 s phases, one round, 30 memory runs")
     args = parser.parse_args(argv)
     args.clients = [int(n) for n in args.clients.split(",")]
@@ -334,15 +424,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_all(server: Server, args: argparse.Namespace, queue_max: int) -> tuple[Phase, list[Phase], Phase | None, Phase | None]:
+def run_all(
+    server: Server, args: argparse.Namespace, queue_max: int
+) -> tuple[Phase, list[Phase], Phase | None, Phase | None]:
     seeds = iter(range(0, 10**9, 10**6))
     warmup = run_phase(server, "warm-up", 1, Budget(calls=args.warmup), args.steps, next(seeds))
-    tput = [run_phase(server, f"{n} client(s), round {r}", n, Budget(seconds=args.duration / args.rounds),
-                      args.steps, next(seeds), round_=r) for r in range(1, args.rounds + 1) for n in args.clients]
+    tput = [
+        run_phase(
+            server,
+            f"{n} client(s), round {r}",
+            n,
+            Budget(seconds=args.duration / args.rounds),
+            args.steps,
+            next(seeds),
+            round_=r,
+        )
+        for r in range(1, args.rounds + 1)
+        for n in args.clients
+    ]
     memory = overflow = None
     if args.runs_for_memory:
-        memory = run_phase(server, "memory", args.memory_clients, Budget(calls=args.runs_for_memory), args.steps,
-                           next(seeds))
+        memory = run_phase(
+            server, "memory", args.memory_clients, Budget(calls=args.runs_for_memory), args.steps, next(seeds)
+        )
     if args.overflow:
         n = queue_max + 1 + args.overflow
         overflow = run_phase(server, "overflow", n, Budget(calls=n), args.steps, next(seeds), per_client=1)
@@ -360,15 +464,20 @@ def main(argv: list[str] | None = None) -> int:
         # Everything both sides write (Gradio's file cache, gradio_client's downloads and the empty
         # directories it leaves per download) stays under `home` and goes with it.
         tempfile.tempdir, saved = str(tmp), tempfile.tempdir
-        server = Server(Path(home), STUDIO_QUEUE_MAX=str(queue_max), GRADIO_TEMP_DIR=str(tmp), TMPDIR=str(tmp))
+        server = Server(
+            Path(home), STUDIO_QUEUE_MAX=str(queue_max), GRADIO_TEMP_DIR=str(tmp), TMPDIR=str(tmp)
+        )
         try:
             warmup, tput, memory, overflow = run_all(server.start(), args, queue_max)
         finally:
             server.stop()
             tempfile.tempdir = saved
-    print(f"tiny-shapes fp32, {args.steps} steps, 64x64, CPU ({psutil.cpu_count()} cores), real app over HTTP, "
-          f"max_size {queue_max}; seconds; p50/p95/p99: client latency; medians of wait: client-side queue wait, "
-          f"srv: run created_at - submit, gen: the run log's latency, gap: server idle between runs")
+    print(
+        f"tiny-shapes fp32, {args.steps} steps, 64x64, CPU ({psutil.cpu_count()} cores), real app over HTTP, "
+        f"max_size {queue_max}; seconds; p50/p95/p99: client latency; medians of wait: client-side queue "
+        "wait, "
+        f"srv: run created_at - submit, gen: the run log's latency, gap: server idle between runs"
+    )
     phases = [warmup, *tput, *filter(None, (memory, overflow))]
     print(HEADER)
     for p in phases:

@@ -13,11 +13,11 @@ but one layer per block instead of two (--full-unet for the real depth; slower).
 with random weights: nothing is downloaded. Techniques are applied with the studio's own registry functions.
 
 Peak memory is the process's peak RSS above what was resident when the call started (VmHWM reset through
-/proc/self/clear_refs, see studio.measure.memory_probe), after a garbage collection and malloc_trim so memory freed
-by one measurement does not hide the next one's. fp32, batch as stated, one call per configuration.
+/proc/self/clear_refs, see studio.measure.memory_probe), after a garbage collection and malloc_trim so memory
+freed by one measurement does not hide the next one's. fp32, batch as stated, one call per configuration.
 
-Run: .venv/bin/python -m benchmarks.memory            (about 7.5 CPU-minutes, mostly the two 1024x1024 decodes:
-                                                      13.6 min wall on a shared, busy 2-core machine)
+Run: .venv/bin/python -m benchmarks.memory            (about 7.5 CPU-minutes, mostly the two 1024x1024
+                                                      decodes: 13.6 min wall on a shared, busy 2-core machine)
      .venv/bin/python -m benchmarks.memory --quick    (small sizes, a smoke test of the script)
 """
 
@@ -71,17 +71,29 @@ class Row:
 def sd15_vae() -> AutoencoderKL:
     """AutoencoderKL with the Stable Diffusion 1.5 config and random weights."""
     return AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2, sample_size=512,
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(128, 256, 512, 512), scaling_factor=0.18215,
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        layers_per_block=2,
+        sample_size=512,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(128, 256, 512, 512),
+        scaling_factor=0.18215,
     ).eval()
 
 
 def sd15_unet(layers_per_block: int = 1) -> UNet2DConditionModel:
-    """A UNet with SD 1.5's channels, heads and cross-attention width; SD 1.5 itself has 2 layers per block."""
+    """A UNet with SD 1.5's channels, heads and cross-attention width; SD 1.5 itself has 2 layers per
+    block."""
     return UNet2DConditionModel(
-        sample_size=64, in_channels=4, out_channels=4, layers_per_block=layers_per_block,
-        block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, attention_head_dim=8,
+        sample_size=64,
+        in_channels=4,
+        out_channels=4,
+        layers_per_block=layers_per_block,
+        block_out_channels=(320, 640, 1280, 1280),
+        cross_attention_dim=768,
+        attention_head_dim=8,
         down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
         up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3,
     ).eval()
@@ -132,25 +144,36 @@ def vae_rows(side: int, slicing_side: int, tile: int | None = None) -> list[Row]
     if tile is not None:
         pipe.vae.tile_sample_min_size, pipe.vae.tile_latent_min_size = tile, tile // 8
     big = torch.randn(1, 4, side // 8, side // 8, generator=torch.Generator().manual_seed(0))
-    batch = torch.randn(4, 4, slicing_side // 8, slicing_side // 8, generator=torch.Generator().manual_seed(1))
-    measure(functools.partial(pipe.vae.decode, torch.randn(1, 4, 8, 8), return_dict=False))  # lazy init, not counted
+    batch = torch.randn(
+        4, 4, slicing_side // 8, slicing_side // 8, generator=torch.Generator().manual_seed(1)
+    )
+    measure(
+        functools.partial(pipe.vae.decode, torch.randn(1, 4, 8, 8), return_dict=False)
+    )  # lazy init, not counted
     rows = []
     for name, latents in (("vae_tiling", big), ("vae_slicing", batch)):
         n, _, h, w = latents.shape
         decode = functools.partial(pipe.vae.decode, latents, return_dict=False)
         tech_mb, tech_s = _with(pipe, name, decode)
         base_mb, base_s = measure(decode)
-        rows.append(Row(name, f"VAE decode {n}x{h * 8}x{w * 8}", "plain decode", base_mb, tech_mb, base_s, tech_s))
+        rows.append(
+            Row(name, f"VAE decode {n}x{h * 8}x{w * 8}", "plain decode", base_mb, tech_mb, base_s, tech_s)
+        )
         log.info("measured %s: %.0f -> %.0f MB", name, base_mb, tech_mb)
     return rows
 
 
-ATTENTION = (("classic", "classic_attention", None), ("sdpa", "sdpa", None),
-             ("auto", "attention_slicing", "auto"), ("max", "attention_slicing", "max"))
+ATTENTION = (
+    ("classic", "classic_attention", None),
+    ("sdpa", "sdpa", None),
+    ("auto", "attention_slicing", "auto"),
+    ("max", "attention_slicing", "max"),
+)
 
 
 def unet_rows(layers_per_block: int, latent: int) -> list[Row]:
-    """attention_slicing ("auto", "max") against classic attention and against SDPA, and SDPA against classic."""
+    """attention_slicing ("auto", "max") against classic attention and against SDPA, and SDPA against
+    classic."""
     pipe = SimpleNamespace(unet=sd15_unet(layers_per_block), vae=None)
     gen = torch.Generator().manual_seed(2)
     sample, context = torch.randn(1, 4, latent, latent, generator=gen), torch.randn(1, 77, 768, generator=gen)
@@ -163,29 +186,46 @@ def unet_rows(layers_per_block: int, latent: int) -> list[Row]:
         got[label] = measure(call)
         log.info("measured %s attention: %.0f MB", label, got[label][0])
     workload = f"UNet call 1x{latent * 8}x{latent * 8}, {layers_per_block} layer/block"
-    pairs = [("sdpa", "classic", "sdpa"), ("attention_slicing (auto)", "classic", "auto"),
-             ("attention_slicing (max)", "classic", "max"), ("attention_slicing (auto)", "sdpa", "auto"),
-             ("attention_slicing (max)", "sdpa", "max")]
-    return [Row(tech, workload, f"{base} attention", got[base][0], got[label][0], got[base][1], got[label][1])
-            for tech, base, label in pairs]
+    pairs = [
+        ("sdpa", "classic", "sdpa"),
+        ("attention_slicing (auto)", "classic", "auto"),
+        ("attention_slicing (max)", "classic", "max"),
+        ("attention_slicing (auto)", "sdpa", "auto"),
+        ("attention_slicing (max)", "sdpa", "max"),
+    ]
+    return [
+        Row(tech, workload, f"{base} attention", got[base][0], got[label][0], got[base][1], got[label][1])
+        for tech, base, label in pairs
+    ]
 
 
 def table(rows: list[Row]) -> str:
     """A Markdown table: peak MB with and without, saving, and the latency cost."""
-    lines = ["| technique | workload | vs | peak MB (vs) | peak MB | saving | time s (vs) | time s |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r.technique} | {r.workload} | {r.baseline} | {r.base_mb:.0f} | {r.mb:.0f} | {r.saving:+.0%} | "
-              f"{r.base_s:.1f} | {r.seconds:.1f} |" for r in rows]
+    lines = [
+        "| technique | workload | vs | peak MB (vs) | peak MB | saving | time s (vs) | time s |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r.technique} | {r.workload} | {r.baseline} | {r.base_mb:.0f} | {r.mb:.0f} | {r.saving:+.0%} | "
+        f"{r.base_s:.1f} | {r.seconds:.1f} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", type=int, default=1024, help="image side for the vae_tiling decode (default 1024)")
-    p.add_argument("--slicing-size", type=int, default=256, help="image side for the batch-4 vae_slicing decode")
+    p.add_argument(
+        "--size", type=int, default=1024, help="image side for the vae_tiling decode (default 1024)"
+    )
+    p.add_argument(
+        "--slicing-size", type=int, default=256, help="image side for the batch-4 vae_slicing decode"
+    )
     p.add_argument("--latent", type=int, default=64, help="UNet latent side (64 = 512x512 images)")
     p.add_argument("--full-unet", action="store_true", help="SD 1.5's 2 layers per block instead of 1")
-    p.add_argument("--quick", action="store_true", help="small sizes and 128px tiles: checks the script, not the target")
+    p.add_argument(
+        "--quick", action="store_true", help="small sizes and 128px tiles: checks the script, not the target"
+    )
     return p
 
 
@@ -198,13 +238,19 @@ def main(argv: list[str] | None = None) -> int:
         args.size, args.slicing_size, args.latent, tile = 192, 64, 16, 128
     start = time.perf_counter()
     rows = vae_rows(args.size, args.slicing_size, tile) + unet_rows(2 if args.full_unet else 1, args.latent)
-    print(f"Peak memory on CPU ({devices.detect().cpu_model}, torch {torch.__version__}, fp32, {torch.get_num_threads()} threads),"
-          f" SD 1.5 architecture with random weights, one call each (times are indicative);"
-          f" {time.perf_counter() - start:.0f}s in all.\n")
+    print(
+        f"Peak memory on CPU ({devices.detect().cpu_model}, torch {torch.__version__}, fp32, "
+        f"{torch.get_num_threads()} threads),"
+        f" SD 1.5 architecture with random weights, one call each (times are indicative);"
+        f" {time.perf_counter() - start:.0f}s in all.\n"
+    )
     print(table(rows))
     tiling = rows[0]
     verdict = "meets" if tiling.saving >= TILING_FLOOR else "MISSES"
-    print(f"\nvae_tiling at {args.size}x{args.size}: {tiling.saving:.0%} lower peak; {verdict} the >= {TILING_FLOOR:.0%} target.")
+    print(
+        f"\nvae_tiling at {args.size}x{args.size}: {tiling.saving:.0%} lower peak; {verdict} the >= "
+        f"{TILING_FLOOR:.0%} target."
+    )
     return 0 if tiling.saving >= TILING_FLOOR or args.quick else 1
 
 

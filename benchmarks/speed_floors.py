@@ -1,7 +1,9 @@
 """Speed targets through the engine (PipelineManager + timing protocol), on this CPU.
 
-    .venv/bin/python -m benchmarks.speed_floors tiny   [--rounds 5]   # tiny-shapes, 20 steps: best vs fp32 (target x3.0)
-    .venv/bin/python -m benchmarks.speed_floors sd15   [--rounds 5]   # sd15-arch 256x256, 10 steps (target x3.5)
+    # tiny-shapes, 20 steps: best vs fp32 (target x3.0)
+    .venv/bin/python -m benchmarks.speed_floors tiny [--rounds 5]
+    # sd15-arch 256x256, 10 steps (target x3.5)
+    .venv/bin/python -m benchmarks.speed_floors sd15 [--rounds 5]
     # (sd15 takes ~35 min: int8_static calibrates and compiles for ~5 min, torch_compile ~4 min, and an
     # fp32 round is ~50 s; `--config baseline --config int8_static` alone takes ~20 min at 5 rounds)
 
@@ -16,9 +18,9 @@ sd15: techniques that keep the math only (precision, layout, attention kernel, c
 quantization, threads); every configuration is loaded and warmed up (compile and trace costs are
 reported separately), then timed in interleaved rounds, each speedup as the median of the
 per-round ratios with their range. Also the
-UNet output's relative error vs fp32 on a guided step's inputs (noise, the prompt's embeddings), the UNet's FLOPs per call
-(torch.utils.flop_counter), the achieved GFLOP/s as a fraction of this machine's measured fp32, bf16
-and int8 matmul peaks, and each configuration's UNet call split by kind of kernel.
+UNet output's relative error vs fp32 on a guided step's inputs (noise, the prompt's embeddings), the UNet's
+FLOPs per call (torch.utils.flop_counter), the achieved GFLOP/s as a fraction of this machine's measured fp32,
+bf16 and int8 matmul peaks, and each configuration's UNet call split by kind of kernel.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def _request(config: str, model: str, prompt: str, **kw):
     """'deepcache,cfg_cutoff deepcache.interval=4 cfg_cutoff.after=0.3' -> a validated request."""
     names, *settings = config.split()
     opts = [o for o in names.split(",") if o and o != "baseline"]
-    return validate_request(model=model, prompt=prompt, opts=opts, params=parse_param_args(settings) or None, **kw)
+    return validate_request(
+        model=model, prompt=prompt, opts=opts, params=parse_param_args(settings) or None, **kw
+    )
 
 
 def _fidelity(studio: Studio, config: str) -> dict[str, float]:
@@ -78,6 +82,7 @@ def tiny(rounds: int, configs: list[str]) -> None:
     # configuration pays.
     studios = {c: _studio() for c in configs}
     requests = {c: _request(c, "tiny-shapes", TINY_PROMPT, seed=1, steps=20) for c in configs}
+
     # load, trace/compile and first call are the warm-up; then the engine's interleaved rounds, end to end
     def end_to_end(c: str):
         def run() -> None:  # timed by the protocol, logging included
@@ -87,16 +92,22 @@ def tiny(rounds: int, configs: list[str]) -> None:
 
     samples = protocol.interleaved({c: end_to_end(c) for c in configs}, rounds, warmup=1)
     times, first = samples.timed, {c: w[0] for c, w in samples.warmups.items()}
-    print(f"tiny-shapes, 64x64, 20 steps, guidance 6.0, CPU ({torch.get_num_threads()} threads); "
-          f"{rounds} interleaved rounds, end-to-end per image including logging; fidelity on 48 prompts x seed 0:")
+    print(
+        f"tiny-shapes, 64x64, 20 steps, guidance 6.0, CPU ({torch.get_num_threads()} threads); "
+        f"{rounds} interleaved rounds, end-to-end per image including logging; fidelity on 48 prompts x "
+        "seed 0:"
+    )
     for c in configs:
         acc = _fidelity(studios[c], c)
         med = statistics.median(times[c])
         ratio = protocol.speedup(times[configs[0]], times[c])
-        print(f"  {c:60} {med:.3f}s (min {min(times[c]):.3f}, max {max(times[c]):.3f})  x{ratio.median:.2f} "
-              f"({ratio.low:.2f}-{ratio.high:.2f}, {ratio.verdict})  "
-              f"first call {first[c]:.1f}s  fidelity colour {acc['colour']:.0%} shape {acc['shape']:.0%} "
-              f"position {acc['position']:.0%} mean {statistics.mean(acc.values()):.1%}", flush=True)
+        print(
+            f"  {c:60} {med:.3f}s (min {min(times[c]):.3f}, max {max(times[c]):.3f})  x{ratio.median:.2f} "
+            f"({ratio.low:.2f}-{ratio.high:.2f}, {ratio.verdict})  "
+            f"first call {first[c]:.1f}s  fidelity colour {acc['colour']:.0%} shape {acc['shape']:.0%} "
+            f"position {acc['position']:.0%} mean {statistics.mean(acc.values()):.1%}",
+            flush=True,
+        )
 
 
 def _unet_inputs(pipe, side: int):
@@ -117,10 +128,25 @@ def _unet_out(prepared, inputs) -> torch.Tensor:
         return unet(sample.to(dtype), t, encoder_hidden_states=context.to(dtype)).sample.float()
 
 
-KERNEL_KINDS = (("int8 conv", ("onednn::qconv",)), ("int8 linear", ("onednn::qlinear", "aten::_int_mm")),
-                ("attention", ("aten::_scaled_dot_product", "aten::_efficient_attention", "aten::_flash_attention")),
-                ("float conv/matmul", ("aten::mkldnn_convolution", "aten::convolution", "aten::_convolution", "aten::mm",
-                                       "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::", "onednn::")))
+KERNEL_KINDS = (
+    ("int8 conv", ("onednn::qconv",)),
+    ("int8 linear", ("onednn::qlinear", "aten::_int_mm")),
+    ("attention", ("aten::_scaled_dot_product", "aten::_efficient_attention", "aten::_flash_attention")),
+    (
+        "float conv/matmul",
+        (
+            "aten::mkldnn_convolution",
+            "aten::convolution",
+            "aten::_convolution",
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::baddbmm",
+            "mkldnn::",
+            "onednn::",
+        ),
+    ),
+)
 
 
 def unet_breakdown(prepared, inputs) -> dict[str, float]:
@@ -139,7 +165,8 @@ def unet_breakdown(prepared, inputs) -> dict[str, float]:
 
 
 def matmul_peak(dtype: torch.dtype = torch.bfloat16, n: int = 4096, reps: int = 10) -> float:
-    """Measured GFLOP/s (GOP/s for int8, through torch._int_mm) of an n x n matmul in `dtype` here (best of `reps`)."""
+    """Measured GFLOP/s (GOP/s for int8, through torch._int_mm) of an n x n matmul in `dtype` here (best of
+    `reps`)."""
     if dtype == torch.int8:
         a, b = (torch.randint(-128, 128, (n, n), dtype=torch.int8) for _ in range(2))
         mm = torch._int_mm
@@ -157,14 +184,22 @@ def matmul_peak(dtype: torch.dtype = torch.bfloat16, n: int = 4096, reps: int = 
 
 def sd15(rounds: int, configs: list[str], side: int) -> None:
     # Every configuration stays loaded in its own engine (fp32 SD 1.5 is ~4 GB), so rounds interleave
-    # (A B C A B C ...) and the host's speed swings (here +-25% over tens of seconds) fall on all of them alike.
-    peaks = {name: matmul_peak(dtype) for name, dtype in
-             (("fp32", torch.float32), ("bf16", torch.bfloat16), ("int8", torch.int8))}
-    print(f"matmul peak on this machine ({torch.get_num_threads()} threads): "
-          + ", ".join(f"{k} {v:.0f} {'GOP/s' if k == 'int8' else 'GFLOP/s'}" for k, v in peaks.items())
-          + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each", flush=True)
+    # (A B C A B C ...) and the host's speed swings (here +-25% over tens of seconds) fall on all of
+    # them alike.
+    peaks = {
+        name: matmul_peak(dtype)
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("int8", torch.int8))
+    }
+    print(
+        f"matmul peak on this machine ({torch.get_num_threads()} threads): "
+        + ", ".join(f"{k} {v:.0f} {'GOP/s' if k == 'int8' else 'GFLOP/s'}" for k, v in peaks.items())
+        + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each",
+        flush=True,
+    )
     studios = {c: _studio() for c in configs}
-    requests = {c: _request(c, "sd15-arch", "a photo", seed=1, steps=10, width=side, height=side) for c in configs}
+    requests = {
+        c: _request(c, "sd15-arch", "a photo", seed=1, steps=10, width=side, height=side) for c in configs
+    }
     step: dict[str, list[float]] = {c: [] for c in configs}
 
     def call(c: str):
@@ -175,13 +210,19 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
 
         return run
 
-    samples = protocol.interleaved({c: call(c) for c in configs}, rounds, warmup=1)  # warm-up: calibrate/compile
+    samples = protocol.interleaved(
+        {c: call(c) for c in configs}, rounds, warmup=1
+    )  # warm-up: calibrate/compile
     latency, first = samples.timed, {c: w[0] for c, w in samples.warmups.items()}
     step = {c: v[1:] for c, v in step.items()}
     reference, flops = None, None
     base = configs[0]
-    print(f"sd15-arch {side}x{side}, 10 steps, guidance, CPU; {rounds} interleaved rounds, pipeline call end to end "
-          f"(text encoder, denoising, VAE decode); speedup = median of the per-round ratios to {base} (min-max):")
+    print(
+        f"sd15-arch {side}x{side}, 10 steps, guidance, CPU; {rounds} interleaved rounds, pipeline call end "
+        "to end "
+        f"(text encoder, denoising, VAE decode); speedup = median of the per-round ratios to {base} "
+        "(min-max):"
+    )
     for c in configs:
         with studios[c].manager.acquire(requests[c]) as prepared:
             inputs = _unet_inputs(prepared.pipe, side)
@@ -195,18 +236,27 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
         rel = float((out - reference).norm() / reference.norm())
         ratio = protocol.speedup(latency[base], latency[c])
         med_step = statistics.median(step[c])
-        print(f"  {c:48} {statistics.median(latency[c]):.2f}s (min {min(latency[c]):.2f}, max {max(latency[c]):.2f}) "
-              f"x{ratio.median:.2f} ({ratio.low:.2f}-{ratio.high:.2f}, {ratio.verdict})  first call {first[c]:.1f}s  "
-              f"step {med_step:.3f}s  UNet rel. error {rel:.2e}  UNet {flops / med_step / 1e9:.0f} GFLOP/s = "
-              f"{flops / med_step / 1e9 / peaks['bf16']:.0%} of the bf16 peak, "
-              f"{flops / med_step / 1e9 / peaks['fp32']:.0%} of the fp32 peak, "
-              f"{flops / med_step / 1e9 / peaks['int8']:.0%} of the int8 one", flush=True)
-        print("      UNet call by kernel: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()), flush=True)
+        print(
+            f"  {c:48} {statistics.median(latency[c]):.2f}s (min {min(latency[c]):.2f}, max "
+            f"{max(latency[c]):.2f}) "
+            f"x{ratio.median:.2f} ({ratio.low:.2f}-{ratio.high:.2f}, {ratio.verdict})  first call "
+            f"{first[c]:.1f}s  "
+            f"step {med_step:.3f}s  UNet rel. error {rel:.2e}  UNet {flops / med_step / 1e9:.0f} GFLOP/s = "
+            f"{flops / med_step / 1e9 / peaks['bf16']:.0%} of the bf16 peak, "
+            f"{flops / med_step / 1e9 / peaks['fp32']:.0%} of the fp32 peak, "
+            f"{flops / med_step / 1e9 / peaks['int8']:.0%} of the int8 one",
+            flush=True,
+        )
+        print(
+            "      UNet call by kernel: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()), flush=True
+        )
     print(f"UNet FLOPs per call (batch 2 = guidance, {side}x{side}): {flops / 1e9:.1f} GFLOP")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("which", choices=("tiny", "sd15"))
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--side", type=int, default=256)
@@ -214,13 +264,27 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.which == "tiny":
         static = "torch_compile.dynamic=false"
-        tiny(args.rounds or 7, args.config or [
-            "baseline", "bf16", f"torch_compile {static}", f"torch_compile,deepcache {static}",
-            f"torch_compile,deepcache,cfg_cutoff cfg_cutoff.after=0.4 {static}",
-            f"torch_compile,deepcache,cfg_cutoff cfg_cutoff.after=0.4 {static} torch_compile.cpp_wrapper=true",
-        ])
+        tiny(
+            args.rounds or 7,
+            args.config
+            or [
+                "baseline",
+                "bf16",
+                f"torch_compile {static}",
+                f"torch_compile,deepcache {static}",
+                f"torch_compile,deepcache,cfg_cutoff cfg_cutoff.after=0.4 {static}",
+                f"torch_compile,deepcache,cfg_cutoff cfg_cutoff.after=0.4 {static} "
+                "torch_compile.cpp_wrapper=true",
+            ],
+        )
     else:
-        sd15(args.rounds or 5, args.config or [
-            "baseline", "channels_last,torch_compile torch_compile.dynamic=false torch_compile.freezing=true",
-            "int8_static",
-        ], args.side)
+        sd15(
+            args.rounds or 5,
+            args.config
+            or [
+                "baseline",
+                "channels_last,torch_compile torch_compile.dynamic=false torch_compile.freezing=true",
+                "int8_static",
+            ],
+            args.side,
+        )

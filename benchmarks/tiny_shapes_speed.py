@@ -65,7 +65,9 @@ def configs() -> list[Config]:
         Config("fp32 + channels_last", load(torch.float32, channels_last=True), contextlib.nullcontext),
         Config("bf16 autocast", fp32, autocast),
         Config("bf16 weights", load(torch.bfloat16, channels_last=False), contextlib.nullcontext),
-        Config("bf16 weights + channels_last", load(torch.bfloat16, channels_last=True), contextlib.nullcontext),
+        Config(
+            "bf16 weights + channels_last", load(torch.bfloat16, channels_last=True), contextlib.nullcontext
+        ),
     ]
 
 
@@ -74,7 +76,9 @@ def run_once(cfg: Config, seed: int = 0) -> float:
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     with cfg.context(), torch.inference_mode():
-        cfg.pipe(EXAMPLE_PROMPT, num_inference_steps=DEFAULT_STEPS, guidance_scale=DEFAULT_GUIDANCE, generator=gen)
+        cfg.pipe(
+            EXAMPLE_PROMPT, num_inference_steps=DEFAULT_STEPS, guidance_scale=DEFAULT_GUIDANCE, generator=gen
+        )
     return time.perf_counter() - start
 
 
@@ -98,15 +102,21 @@ def report(times: dict[str, list[float]], fidelity: dict[str, dict[str, float]])
         med = statistics.median(values)
         q = statistics.quantiles(values, n=4) if len(values) > 1 else [med, med, med]
         acc = fidelity[name]
-        print(f"{name:30s} {med:9.3f} {q[2] - q[0]:7.3f} {base / med:7.2f}x  "
-              f"{acc['colour']:6.1%} {acc['shape']:5.1%} {acc['position']:8.1%}")
-    print(f"\n{torch.get_num_threads()} threads, torch {torch.__version__}; "
-          "a difference inside the IQR is noise, not a speed-up.")
+        print(
+            f"{name:30s} {med:9.3f} {q[2] - q[0]:7.3f} {base / med:7.2f}x  "
+            f"{acc['colour']:6.1%} {acc['shape']:5.1%} {acc['position']:8.1%}"
+        )
+    print(
+        f"\n{torch.get_num_threads()} threads, torch {torch.__version__}; "
+        "a difference inside the IQR is noise, not a speed-up."
+    )
 
 
 def main() -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--fidelity-seeds", type=int, default=1, help="seeds per prompt for fidelity")
     parser.add_argument("--fidelity-prompts", type=int, default=48, help="fixed prompts for fidelity")

@@ -16,7 +16,6 @@ from pipelines.schedulers import SCHEDULERS
 log = logging.getLogger(__name__)
 
 
-
 def make_scheduler(name: str, base: Any) -> Any:
     """A fresh scheduler instance for one request, built from the pipeline's own config.
 
@@ -32,7 +31,9 @@ def make_scheduler(name: str, base: Any) -> Any:
 def pipeline_class(spec: PipelineSpec) -> type:
     cls = getattr(diffusers, spec.pipeline_class, None)
     if cls is None or not issubclass(cls, diffusers.DiffusionPipeline):
-        raise ModelLoadError(f"{spec.pipeline_class!r} is not a diffusers pipeline class this studio can load.")
+        raise ModelLoadError(
+            f"{spec.pipeline_class!r} is not a diffusers pipeline class this studio can load."
+        )
     return cls
 
 

@@ -47,7 +47,8 @@ class PipelineSpec:
     load_kwargs: dict = field(default_factory=dict)
     # Model-specific behaviour, as "module:function" names resolved when used (so this file imports no model):
     # prompt_warning(prompt) -> a sentence about words the model ignores, or None;
-    # prompt_fidelity(PIL image, prompt) -> {"score": ..., ...} how much of the prompt the image shows, or None.
+    # prompt_fidelity(PIL image, prompt) -> {"score": ..., ...} how much of the prompt the image shows,
+    # or None.
     prompt_warning: str | None = None
     prompt_fidelity: str | None = None
 
@@ -164,11 +165,16 @@ def _local_spec(path: Path) -> PipelineSpec:
         raise ValidationError(f"{str(path)!r} has an unreadable model_index.json: {exc}") from None
     if not isinstance(cls, str) or not cls.isidentifier():
         raise ValidationError(
-            f"{str(path)!r} asks for custom pipeline code ({cls!r}); the studio never runs code shipped with a model."
+            f"{str(path)!r} asks for custom pipeline code ({cls!r}); the studio never runs code shipped "
+            "with a model."
         )
     return PipelineSpec(
-        id=str(resolved), source=str(resolved), pipeline_class=cls, label=resolved.name,
-        family=FAMILIES.get(cls, "other"), local=True,
+        id=str(resolved),
+        source=str(resolved),
+        pipeline_class=cls,
+        label=resolved.name,
+        family=FAMILIES.get(cls, "other"),
+        local=True,
     )
 
 
@@ -176,10 +182,14 @@ def resolve(name: str) -> PipelineSpec:
     """Turn a model name from a request into a spec, or raise ValidationError saying why not."""
     name = (name or "").strip()
     if not name:
-        raise ValidationError("No model given; choose one of: " + ", ".join(SPECS) + ", a hub id or a local directory.")
+        raise ValidationError(
+            "No model given; choose one of: " + ", ".join(SPECS) + ", a hub id or a local directory."
+        )
     allow = _allowlist()
     if allow is not None and name not in allow:
-        raise ValidationError(f"Model {name!r} is not in STUDIO_MODEL_ALLOWLIST ({', '.join(sorted(allow))}).")
+        raise ValidationError(
+            f"Model {name!r} is not in STUDIO_MODEL_ALLOWLIST ({', '.join(sorted(allow))})."
+        )
     if name in SPECS:
         return SPECS[name]
     path = Path(name).expanduser()

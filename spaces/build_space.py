@@ -104,9 +104,11 @@ def check(folder: Path) -> list[str]:
         problems.append(f"app_file {meta.get('app_file')!r} is not in the Space")
     pin = gradio_pin(folder / "requirements.txt")
     if str(meta.get("sdk_version")) != pin:
-        problems.append(f"sdk_version {meta.get('sdk_version')!r} differs from the gradio pin {pin!r} in requirements.txt")
+        problems.append(
+            f"sdk_version {meta.get('sdk_version')!r} differs from the gradio pin {pin!r} in requirements.txt"
+        )
     if not isinstance(meta.get("python_version"), str):
-        problems.append("python_version must be a quoted string such as \"3.11\"")
+        problems.append('python_version must be a quoted string such as "3.11"')
     if len(str(meta.get("short_description", ""))) > 60:
         problems.append("short_description is longer than 60 characters")
     return problems
@@ -124,14 +126,20 @@ def upload(folder: Path, repo_id: str, token: str) -> str:
 
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="space", space_sdk="gradio", exist_ok=True)
-    info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="space",
-                             commit_message="Deploy Diffusion Studio from spaces/build_space.py")
+    info = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=folder,
+        repo_type="space",
+        commit_message="Deploy Diffusion Studio from spaces/build_space.py",
+    )
     return str(getattr(info, "commit_url", info))
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, help="assemble here (default: a temporary directory, removed afterwards)")
+    p.add_argument(
+        "--out", type=Path, help="assemble here (default: a temporary directory, removed afterwards)"
+    )
     p.add_argument("--upload", action="store_true", help="upload to the Space (needs --repo and HF_TOKEN)")
     p.add_argument("--repo", help="the Space, owner/name")
     return p
@@ -159,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     token = os.environ.get("HF_TOKEN") if args.upload else None
     if args.upload and not (args.repo and token):
-        print("error: --upload needs --repo owner/name and a write token in the HF_TOKEN environment variable.",
-              file=sys.stderr)
+        print(
+            "error: --upload needs --repo owner/name and a write token in the HF_TOKEN environment variable.",
+            file=sys.stderr,
+        )
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -1,4 +1,5 @@
-"""Command-line arguments of a generation request, shared by `python -m studio` and `python -m studio.distributed`;
+"""Command-line arguments of a generation request, shared by `python -m studio` and `python -m
+studio.distributed`;
 `studio.request.request_from_args` turns them into a request."""
 
 from __future__ import annotations
@@ -19,10 +20,16 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler")
     p.add_argument("--device", default="auto")
     p.add_argument("--param", action="append", default=[], help="technique.setting=value")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls per configuration first (default 1)")
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed calls per configuration first (default 1)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def rounds_arg(p: argparse.ArgumentParser, default: int) -> None:
-    p.add_argument("--rounds", type=int, default=None,
-                   help=f"timed calls per configuration, interleaved with the others (default {default})")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"timed calls per configuration, interleaved with the others (default {default})",
+    )

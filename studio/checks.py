@@ -1,5 +1,5 @@
-"""Checkers for loosely typed values (a form's strings, a client's JSON, argv): each returns the checked value or
-raises a `ValidationError` whose sentence names the field, the allowed values and what was sent.
+"""Checkers for loosely typed values (a form's strings, a client's JSON, argv): each returns the checked value
+or raises a `ValidationError` whose sentence names the field, the allowed values and what was sent.
 
 Used by the request boundary (`studio/request.py`) and by every technique's settings object."""
 
@@ -10,7 +10,16 @@ from typing import Any
 
 from studio.errors import ValidationError
 
-BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+BOOL_WORDS = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "off": False,
+}
 
 
 def whole(name: str, value: Any, lo: int, hi: int) -> int:
@@ -20,7 +29,9 @@ def whole(name: str, value: Any, lo: int, hi: int) -> int:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.") from None
+        raise ValidationError(
+            f"{name} must be a whole number between {lo} and {hi}, not {value!r}."
+        ) from None
     if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
         raise ValidationError(f"{name} must be a whole number between {lo} and {hi}, not {value!r}.")
     return int(number)

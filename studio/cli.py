@@ -15,12 +15,6 @@ from studio.shard_cli import add_shard_parser, cmd_shard
 log = logging.getLogger("studio")
 
 
-
-
-
-
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m studio", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -30,19 +24,29 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="one image, timed and logged")
     request_args(gen)
     gen.add_argument("--repeats", type=int, default=None, help="timed calls (default 1)")
-    gen.add_argument("--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`")
+    gen.add_argument(
+        "--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`"
+    )
     cmp_ = sub.add_parser("compare", help="baseline vs configurations, side by side")
     request_args(cmp_)
     rounds_arg(cmp_, 5)
-    cmp_.add_argument("--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)")
+    cmp_.add_argument(
+        "--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)"
+    )
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
     request_args(tune)
     rounds_arg(tune, 3)
     tune.add_argument("--technique", action="append", default=[], help="limit the search to these (repeat)")
-    tune.add_argument("--include-compile", action="store_true", help="also try torch_compile (slow to prepare)")
-    tune.add_argument("--min-psnr", type=float, default=30.0, help="dB against the baseline image (default 30)")
+    tune.add_argument(
+        "--include-compile", action="store_true", help="also try torch_compile (slow to prepare)"
+    )
+    tune.add_argument(
+        "--min-psnr", type=float, default=30.0, help="dB against the baseline image (default 30)"
+    )
     tune.add_argument("--min-ssim", type=float, default=0.95)
-    tune.add_argument("--fidelity-drop", type=float, default=0.03, help="tiny-shapes: max prompt-fidelity loss")
+    tune.add_argument(
+        "--fidelity-drop", type=float, default=0.03, help="tiny-shapes: max prompt-fidelity loss"
+    )
     tune.add_argument("--confirm-rounds", type=int, default=5, help="interleaved baseline/winner rounds")
     hist = sub.add_parser("history", help="runs from the log")
     for flag in ("--model", "--device", "--status", "--technique", "--since", "--until"):
@@ -53,14 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
-
 def cmd_system(args: argparse.Namespace) -> int:
-    info = {"hardware": devices.detect().summary(), "versions": settings.versions(), "database": str(settings.db_path())}
+    info = {
+        "hardware": devices.detect().summary(),
+        "versions": settings.versions(),
+        "database": str(settings.db_path()),
+    }
     emit(info, args.json, "\n".join(f"{k}: {v}" for k, v in info.items()))
     return 0
-
-
 
 
 def cmd_optimizations(args: argparse.Namespace) -> int:
@@ -68,8 +72,6 @@ def cmd_optimizations(args: argparse.Namespace) -> int:
     text = "\n".join(f"{r['name']:24} {r['group']:9} {r['unavailable'] or 'available'}" for r in rows)
     emit(rows, args.json, text)
     return 0
-
-
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -80,8 +82,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args, args.opt)
     result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
     data = report.single_record(result)
-    text = (f"run {data['run_id']}: {data['config']} {report.seconds(data['latency_s'])}, "
-            f"peak {report.memory(data)} -> {data['image_path']}")
+    text = (
+        f"run {data['run_id']}: {data['config']} {report.seconds(data['latency_s'])}, "
+        f"peak {report.memory(data)} -> {data['image_path']}"
+    )
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     emit(data, args.json, text)
@@ -95,8 +99,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
 
     request = request_from_args(args)
-    result = run_compare(Studio(), request, args.config, warmup=1 if args.warmup is None else args.warmup,
-                         rounds=DEFAULT_ROUNDS if args.rounds is None else args.rounds)
+    result = run_compare(
+        Studio(),
+        request,
+        args.config,
+        warmup=1 if args.warmup is None else args.warmup,
+        rounds=DEFAULT_ROUNDS if args.rounds is None else args.rounds,
+    )
     emit({"group_id": result.group_id, "rows": result.records}, args.json, report.markdown(result.records))
     return 0
 
@@ -107,12 +116,24 @@ def cmd_autotune(args: argparse.Namespace) -> int:
     from studio.sweeps import autotune
 
     request = request_from_args(args)
-    checked = validate_autotune(args.min_psnr, args.min_ssim, args.fidelity_drop,
-                                1 if args.warmup is None else args.warmup, 3 if args.rounds is None else args.rounds,
-                                args.confirm_rounds)
-    result = autotune.run_autotune(Studio(), request, floor=autotune.floor_of(checked),
-                                   techniques=args.technique or None, include_compile=args.include_compile,
-                                   warmup=checked.warmup, repeats=checked.repeats, confirm_rounds=checked.confirm_rounds)
+    checked = validate_autotune(
+        args.min_psnr,
+        args.min_ssim,
+        args.fidelity_drop,
+        1 if args.warmup is None else args.warmup,
+        3 if args.rounds is None else args.rounds,
+        args.confirm_rounds,
+    )
+    result = autotune.run_autotune(
+        Studio(),
+        request,
+        floor=autotune.floor_of(checked),
+        techniques=args.technique or None,
+        include_compile=args.include_compile,
+        warmup=checked.warmup,
+        repeats=checked.repeats,
+        confirm_rounds=checked.confirm_rounds,
+    )
     emit(autotune.as_json(result), args.json, autotune.markdown(result))
     return 0
 
@@ -122,23 +143,44 @@ def cmd_history(args: argparse.Namespace) -> int:
     from studio.request import validate_history
     from studio.runlog import RunLog
 
-    f = validate_history(args.model, args.device, args.status, args.technique, args.since, args.until, args.limit)
-    rows = RunLog(settings.db_path()).runs(model=f.model, device=f.device, status=f.status, technique=f.technique,
-                                           since=f.since, until=f.until, limit=f.limit)
+    f = validate_history(
+        args.model, args.device, args.status, args.technique, args.since, args.until, args.limit
+    )
+    rows = RunLog(settings.db_path()).runs(
+        model=f.model,
+        device=f.device,
+        status=f.status,
+        technique=f.technique,
+        since=f.since,
+        until=f.until,
+        limit=f.limit,
+    )
     records = [report.log_record(r) for r in rows]
-    first = (("Run", lambda r: str(r["run_id"])), ("When", lambda r: (r["created_at"] or "")[:19].replace("T", " ")),
-             ("Model", lambda r: r["model"]))
+    first = (
+        ("Run", lambda r: str(r["run_id"])),
+        ("When", lambda r: (r["created_at"] or "")[:19].replace("T", " ")),
+        ("Model", lambda r: r["model"]),
+    )
     emit(records, args.json, report.markdown(records, first) if records else "no runs")
     return 0
 
 
-COMMANDS = {"system": cmd_system, "optimizations": cmd_optimizations, "generate": cmd_generate,
-            "compare": cmd_compare, "autotune": cmd_autotune, "history": cmd_history, "shard": cmd_shard}
+COMMANDS = {
+    "system": cmd_system,
+    "optimizations": cmd_optimizations,
+    "generate": cmd_generate,
+    "compare": cmd_compare,
+    "autotune": cmd_autotune,
+    "history": cmd_history,
+    "shard": cmd_shard,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return COMMANDS[args.command](args)
     except StudioError as exc:

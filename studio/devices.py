@@ -165,5 +165,9 @@ def resolve(name: str, hw: Hardware | None = None) -> str:
     if name in hw.device_names:
         return name
     if name.startswith("cuda"):
-        raise UnavailableError(f"Device {name!r} is not available: {hw.cuda_reason}. Use device 'auto' or 'cpu'.")
-    raise UnavailableError(f"Device {name!r} is not available here; choose one of {hw.device_names} or 'auto'.")
+        raise UnavailableError(
+            f"Device {name!r} is not available: {hw.cuda_reason}. Use device 'auto' or 'cpu'."
+        )
+    raise UnavailableError(
+        f"Device {name!r} is not available here; choose one of {hw.device_names} or 'auto'."
+    )

@@ -40,8 +40,11 @@ from studio.sweeps import compare, ladder
 from studio.sweeps.runner import merge
 
 log = logging.getLogger("studio.distributed")
-COMPARABLE = ("Timings measured by different processes compare only when their devices are alike "
-              "(same GPU model, or the same CPU cores and thread counts); processes sharing one machine slow each other.")
+COMPARABLE = (
+    "Timings measured by different processes compare only when their devices are alike "
+    "(same GPU model, or the same CPU cores and thread counts); processes sharing one machine slow each "
+    "other."
+)
 
 
 @dataclass
@@ -57,13 +60,20 @@ class Outcome:
 
 
 def start(args: argparse.Namespace) -> PartialState:
-    """Join the process group: gloo on CPU hosts (or with --device cpu), the accelerator's backend otherwise."""
-    use_cpu = (args.device == "cpu" or not torch.cuda.is_available()
-               or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true"))
+    """Join the process group: gloo on CPU hosts (or with --device cpu), the accelerator's backend
+    otherwise."""
+    use_cpu = (
+        args.device == "cpu"
+        or not torch.cuda.is_available()
+        or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true")
+    )
     state = PartialState(cpu=use_cpu)
     if state.num_processes == 1 and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
-        log.warning("one process only: `accelerate launch --cpu` starts a single process unless given an MPI hostfile; "
-                    "use `accelerate launch --multi_gpu --num_processes N` or `torchrun --nproc_per_node N`")
+        log.warning(
+            "one process only: `accelerate launch --cpu` starts a single process unless given an MPI "
+            "hostfile; "
+            "use `accelerate launch --multi_gpu --num_processes N` or `torchrun --nproc_per_node N`"
+        )
     return state
 
 
@@ -74,8 +84,15 @@ def placement(state: PartialState, threads: int | None) -> dict[str, Any]:
     threads = threads or max(1, cores // local)
     torch.set_num_threads(threads)
     device = f"cuda:{state.device.index or 0}" if state.device.type == "cuda" else "cpu"
-    return {"rank": state.process_index, "local_rank": state.local_process_index, "world_size": state.num_processes,
-            "host": socket.gethostname(), "device": device, "torch_threads": threads, "backend": state.backend}
+    return {
+        "rank": state.process_index,
+        "local_rank": state.local_process_index,
+        "world_size": state.num_processes,
+        "host": socket.gethostname(),
+        "device": device,
+        "torch_threads": threads,
+        "backend": state.backend,
+    }
 
 
 def _refused(state: PartialState, error: str | None) -> bool:
@@ -84,7 +101,8 @@ def _refused(state: PartialState, error: str | None) -> bool:
     if errors:
         sys.stderr.write(f"error: {' '.join(errors)}\n")  # one write: the processes' lines do not interleave
         sys.stderr.flush()
-        state.wait_for_everyone()  # nobody exits (and gets its peers killed by the launcher) before all have printed
+        # nobody exits (and gets its peers killed by the launcher) before all have printed
+        state.wait_for_everyone()
     return bool(errors)
 
 
@@ -97,13 +115,16 @@ def _shared_seed(seed: int) -> int:
 
 def _request(args: argparse.Namespace, device: str) -> GenerationRequest:
     if args.device not in ("auto", "cpu"):
-        raise ValidationError("In a distributed run each process uses its own device; use --device auto "
-                              "(one GPU per process, CPU without GPUs) or --device cpu.")
+        raise ValidationError(
+            "In a distributed run each process uses its own device; use --device auto "
+            "(one GPU per process, CPU without GPUs) or --device cpu."
+        )
     return request_from_args(args, device=device)
 
 
-def compute_share(state: PartialState, jobs: list[GenerationRequest], where: dict[str, Any],
-                  warmup: int, rounds: int) -> list[Outcome]:
+def compute_share(
+    state: PartialState, jobs: list[GenerationRequest], where: dict[str, Any], warmup: int, rounds: int
+) -> list[Outcome]:
     """Compute this process's share of `jobs` in interleaved rounds (the engine's protocol); a failure becomes
     an outcome with its message."""
     manager, hardware = PipelineManager(), devices.detect().summary()
@@ -129,7 +150,9 @@ def compute_share(state: PartialState, jobs: list[GenerationRequest], where: dic
 
         return run
 
-    with manager.own_pipelines("distributed"):  # as in a single-process sweep: no re-application between rounds
+    with manager.own_pipelines(
+        "distributed"
+    ):  # as in a single-process sweep: no re-application between rounds
         samples = protocol.interleaved({str(i): call(i) for i in outcomes}, max(1, rounds), warmup)
     for index, outcome in outcomes.items():
         if outcome.error is None:
@@ -139,8 +162,16 @@ def compute_share(state: PartialState, jobs: list[GenerationRequest], where: dic
     return list(outcomes.values())
 
 
-def write_runs(studio: Studio, group_id: int, jobs: list[GenerationRequest], outcomes: list[Outcome],
-               warmup: int, repeats: int, *, baseline_first_only: bool) -> list[RunResult | None]:
+def write_runs(
+    studio: Studio,
+    group_id: int,
+    jobs: list[GenerationRequest],
+    outcomes: list[Outcome],
+    warmup: int,
+    repeats: int,
+    *,
+    baseline_first_only: bool,
+) -> list[RunResult | None]:
     """Log every outcome (in job order) as a run of `group_id`: main process only.
 
     Args:
@@ -152,15 +183,25 @@ def write_runs(studio: Studio, group_id: int, jobs: list[GenerationRequest], out
     for outcome in outcomes:
         request = dataclasses.replace(jobs[outcome.index], device=outcome.where["device"])
         if outcome.computed is None:
-            run_id = studio.runlog.start_run({**run_record(request, warmup, repeats, group_id), "hardware": outcome.hardware})
+            run_id = studio.runlog.start_run(
+                {**run_record(request, warmup, repeats, group_id), "hardware": outcome.hardware}
+            )
             studio.runlog.finish_run(run_id, "failed", error=outcome.error)
             results.append(None)
             continue
         latencies = outcome.computed.measured.latencies
         ratio = protocol.speedup(reference or latencies, latencies, is_reference=reference is None)
         extra = ratio.fields()
-        run = studio.log_computed(request, outcome.computed, warmup=warmup, repeats=repeats, group_id=group_id,
-                                  baseline=baseline, hardware=outcome.hardware, extra=extra)
+        run = studio.log_computed(
+            request,
+            outcome.computed,
+            warmup=warmup,
+            repeats=repeats,
+            group_id=group_id,
+            baseline=baseline,
+            hardware=outcome.hardware,
+            extra=extra,
+        )
         if baseline is None and (outcome.index == 0 or not baseline_first_only):
             baseline, reference = run, latencies
         for warning in run.warnings:
@@ -178,9 +219,17 @@ def _processes(outcomes: list[Outcome], jobs: list[GenerationRequest]) -> list[d
 
 
 def _note(processes: list[dict[str, Any]]) -> str:
-    parts = [f"rank {p['rank']} ({p['host']}, {p['device']}, {p['torch_threads']} torch threads): {', '.join(p['configs'])}"
-             for p in processes]
-    return f"Spread over {len(processes)} process(es): " + "; ".join(parts) + "." + (f" {COMPARABLE}" if len(processes) > 1 else "")
+    parts = [
+        f"rank {p['rank']} ({p['host']}, {p['device']}, {p['torch_threads']} torch threads): "
+        f"{', '.join(p['configs'])}"
+        for p in processes
+    ]
+    return (
+        f"Spread over {len(processes)} process(es): "
+        + "; ".join(parts)
+        + "."
+        + (f" {COMPARABLE}" if len(processes) > 1 else "")
+    )
 
 
 @dataclass
@@ -203,8 +252,14 @@ class Sweep:
         return 1 if unexpected else 2 if baseline_error else 0
 
 
-def _planned(args: argparse.Namespace, state: PartialState, where: dict[str, Any], plan: Callable[[GenerationRequest], Any]):
-    """(request, plan) checked on every process, or None when any process refused the input (collective call)."""
+def _planned(
+    args: argparse.Namespace,
+    state: PartialState,
+    where: dict[str, Any],
+    plan: Callable[[GenerationRequest], Any],
+):
+    """(request, plan) checked on every process, or None when any process refused the input
+    (collective call)."""
     try:
         request = _request(args, where["device"])
         planned, error = (request, plan(request)), None
@@ -213,19 +268,38 @@ def _planned(args: argparse.Namespace, state: PartialState, where: dict[str, Any
     return None if _refused(state, error) else planned
 
 
-def spread(kind: str, args: argparse.Namespace, state: PartialState, where: dict[str, Any], request: GenerationRequest,
-           jobs: list[GenerationRequest], settings: dict[str, Any], *, baseline_first_only: bool) -> Sweep | None:
-    """Compute `jobs` spread over the processes, gather, and (main process only) write one group; None elsewhere."""
+def spread(
+    kind: str,
+    args: argparse.Namespace,
+    state: PartialState,
+    where: dict[str, Any],
+    request: GenerationRequest,
+    jobs: list[GenerationRequest],
+    settings: dict[str, Any],
+    *,
+    baseline_first_only: bool,
+) -> Sweep | None:
+    """Compute `jobs` spread over the processes, gather, and (main process only) write one group; None
+    elsewhere."""
     warmup, repeats = 1 if args.warmup is None else args.warmup, args.rounds or compare.DEFAULT_ROUNDS
-    outcomes = sorted(gather_object(compute_share(state, jobs, where, warmup, repeats)), key=lambda o: o.index)
+    outcomes = sorted(
+        gather_object(compute_share(state, jobs, where, warmup, repeats)), key=lambda o: o.index
+    )
     if not state.is_main_process:
         return None
     studio = Studio(db_path=args.db)
     processes = _processes(outcomes, jobs)
-    group_id = studio.runlog.start_group(kind, model=request.model, prompt=request.prompt, seed=request.seed,
-                                         settings={**settings, "warmup": warmup, "repeats": repeats, "processes": processes})
+    group_id = studio.runlog.start_group(
+        kind,
+        model=request.model,
+        prompt=request.prompt,
+        seed=request.seed,
+        settings={**settings, "warmup": warmup, "repeats": repeats, "processes": processes},
+    )
     try:
-        results = write_runs(studio, group_id, jobs, outcomes, warmup, repeats, baseline_first_only=baseline_first_only)
+        results = write_runs(
+            studio, group_id, jobs, outcomes, warmup, repeats, baseline_first_only=baseline_first_only
+        )
     except Exception as exc:
         studio.runlog.finish_group(group_id, "failed", str(exc))
         raise
@@ -234,25 +308,45 @@ def spread(kind: str, args: argparse.Namespace, state: PartialState, where: dict
 
 def cmd_compare(args: argparse.Namespace, state: PartialState, where: dict[str, Any]) -> int:
     """Baseline and configurations spread over the processes; one group written by the main process."""
-    planned = _planned(args, state, where, lambda r: [dataclasses.replace(r, opts=o) for o in compare.parse_configs(args.config, r)])
+    planned = _planned(
+        args,
+        state,
+        where,
+        lambda r: [dataclasses.replace(r, opts=o) for o in compare.parse_configs(args.config, r)],
+    )
     if planned is None:
         return 2
     request, jobs = planned
-    sweep = spread("compare", args, state, where, request, jobs, {"configs": [j.config_label for j in jobs]},
-                   baseline_first_only=True)
+    sweep = spread(
+        "compare",
+        args,
+        state,
+        where,
+        request,
+        jobs,
+        {"configs": [j.config_label for j in jobs]},
+        baseline_first_only=True,
+    )
     if sweep is None:
         return 0
     baseline, rows = sweep.results[0], []
     for job, run, o in zip(jobs, sweep.results, sweep.outcomes, strict=True):
         place = {k: o.where[k] for k in ("rank", "host", "device", "torch_threads")}
         if run is None or baseline is None:
-            rows.append({**report.failed_record(job.config_label, o.error or "not compared: the baseline failed"),
-                         **place})
+            rows.append(
+                {
+                    **report.failed_record(job.config_label, o.error or "not compared: the baseline failed"),
+                    **place,
+                }
+            )
         else:
             rows.append({**report.run_record(run, baseline), **place})
     note = _note(sweep.processes)
-    emit({"group_id": sweep.group_id, "rows": rows, "processes": sweep.processes, "note": note}, args.json,
-          f"{report.markdown(rows)}\n\n{note}")
+    emit(
+        {"group_id": sweep.group_id, "rows": rows, "processes": sweep.processes, "note": note},
+        args.json,
+        f"{report.markdown(rows)}\n\n{note}",
+    )
     return sweep.finish(sweep.outcomes[0].error if baseline is None else None)
 
 
@@ -267,18 +361,26 @@ def cmd_ladder(args: argparse.Namespace, state: PartialState, where: dict[str, A
     if sweep is None:
         return 0
     base = next((run for run in sweep.results if run is not None), None)
-    records = [report.run_record(run, base) if run else report.failed_record(job.config_label, o.error or "")
-               for job, run, o in zip(jobs, sweep.results, sweep.outcomes, strict=True)]
+    records = [
+        report.run_record(run, base) if run else report.failed_record(job.config_label, o.error or "")
+        for job, run, o in zip(jobs, sweep.results, sweep.outcomes, strict=True)
+    ]
     rows = ladder.ladder_records(steps, records)
     note = _note(sweep.processes)
-    emit({"group_id": sweep.group_id, "rows": rows, "processes": sweep.processes, "note": note}, args.json,
-          f"{ladder.markdown(rows)}\n\n{note}")
+    emit(
+        {"group_id": sweep.group_id, "rows": rows, "processes": sweep.processes, "note": note},
+        args.json,
+        f"{ladder.markdown(rows)}\n\n{note}",
+    )
     return sweep.finish()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m studio.distributed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m studio.distributed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (("compare", "baseline vs configurations"), ("ladder", "the cumulative ladder")):
@@ -286,9 +388,15 @@ def build_parser() -> argparse.ArgumentParser:
         request_args(p)
         rounds_arg(p, compare.DEFAULT_ROUNDS)
         p.add_argument("--db", help="the run log (default: $STUDIO_DB or $STUDIO_HOME/runs.db)")
-        p.add_argument("--threads", type=_positive, help="torch threads per process (default: cores / processes on this machine)")
+        p.add_argument(
+            "--threads",
+            type=_positive,
+            help="torch threads per process (default: cores / processes on this machine)",
+        )
         if name == "compare":
-            p.add_argument("--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)")
+            p.add_argument(
+                "--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)"
+            )
     return parser
 
 
@@ -300,8 +408,10 @@ def _positive(value: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format=f"%(levelname)s rank {os.environ.get('RANK', '0')} %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format=f"%(levelname)s rank {os.environ.get('RANK', '0')} %(name)s: %(message)s",
+    )
     state = start(args)
     where = placement(state, args.threads)
     try:

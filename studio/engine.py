@@ -117,9 +117,12 @@ def storm_warnings(stats: dict[str, Any]) -> list[str]:
     total = graph_builds(stats)
     if not stats.get("graph_builds_this_run") or total <= RECOMPILE_STORM:
         return []
-    return [f"Recompile storm: the UNet of this pipeline has been traced/compiled {total} times, once per new input "
-            "shape (size, batch, guidance on/off), and each build costs far more than a step. Keep one size per "
-            "traced or compiled configuration, or leave jit_trace_unet/torch_compile off while exploring sizes."]
+    return [
+        f"Recompile storm: the UNet of this pipeline has been traced/compiled {total} times, once per new "
+        "input "
+        "shape (size, batch, guidance on/off), and each build costs far more than a step. Keep one size per "
+        "traced or compiled configuration, or leave jit_trace_unet/torch_compile off while exploring sizes."
+    ]
 
 
 def prompt_warnings(request: GenerationRequest) -> list[str]:
@@ -129,9 +132,15 @@ def prompt_warnings(request: GenerationRequest) -> list[str]:
     return [sentence] if sentence else []
 
 
-def compute_run(manager: PipelineManager, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
-                on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None,
-                slot: tuple[str, str] | None = None) -> Computed:
+def compute_run(
+    manager: PipelineManager,
+    request: GenerationRequest,
+    warmup: int = 0,
+    repeats: int = 1,
+    on_step: Callable[[int, int], None] | None = None,
+    should_stop: bench.StopFn | None = None,
+    slot: tuple[str, str] | None = None,
+) -> Computed:
     """Configure, run and measure: compute only, no run-log or file writes."""
     with manager.acquire(request, slot) as prepared:
         before = graph_builds(prepared.entry.stats)
@@ -141,8 +150,14 @@ def compute_run(manager: PipelineManager, request: GenerationRequest, warmup: in
         device_map = getattr(prepared.pipe, "hf_device_map", None)
         if device_map:  # where accelerate placed each model (device_map="balanced"), logged with the run
             stats["hf_device_map"] = {name: str(device) for name, device in device_map.items()}
-        return Computed(measured, prepared.applied, prepared.load_seconds, prepared.switch_seconds,
-                        prepared.first_call, stats)
+        return Computed(
+            measured,
+            prepared.applied,
+            prepared.load_seconds,
+            prepared.switch_seconds,
+            prepared.first_call,
+            stats,
+        )
 
 
 class Studio:
@@ -154,8 +169,12 @@ class Studio:
         manager: the pipeline manager (a new one by default).
     """
 
-    def __init__(self, db_path: str | Path | None = None, outputs: str | Path | None = None,
-                 manager: PipelineManager | None = None):
+    def __init__(
+        self,
+        db_path: str | Path | None = None,
+        outputs: str | Path | None = None,
+        manager: PipelineManager | None = None,
+    ):
         self.runlog = RunLog(db_path or settings.db_path())
         self.outputs = Path(outputs or settings.outputs_dir())
         self.outputs.mkdir(parents=True, exist_ok=True)
@@ -177,7 +196,9 @@ class Studio:
                 paths.append(str(path))
         except OSError as exc:
             log.error("could not save the images of run %s: %s", run_id, exc)
-            warnings.append(f"The image could not be saved under {self.outputs} ({exc}); it is shown but not stored.")
+            warnings.append(
+                f"The image could not be saved under {self.outputs} ({exc}); it is shown but not stored."
+            )
         return paths
 
     def _log(self, warnings: list[str], write: Callable[[], Any]) -> Any:
@@ -191,18 +212,35 @@ class Studio:
                 warnings.append(str(exc))
             return None
 
-    def begin(self, request: GenerationRequest, *, warmup: int, repeats: int, group_id: int | None) -> Pending:
+    def begin(
+        self, request: GenerationRequest, *, warmup: int, repeats: int, group_id: int | None
+    ) -> Pending:
         """Log a run as `running` before any compute (a crash leaves a trace); what to warn about it."""
         warnings = prompt_warnings(request)
-        run_id = self._log(warnings, lambda: self.runlog.start_run(run_record(request, warmup, repeats, group_id)))
+        run_id = self._log(
+            warnings, lambda: self.runlog.start_run(run_record(request, warmup, repeats, group_id))
+        )
         return Pending(run_id, request, warnings)
 
-    def compute(self, request: GenerationRequest, *, warmup: int = 0, repeats: int = 1,
-                on_step: Callable[[int, int], None] | None = None, should_stop: bench.StopFn | None = None,
-                slot: tuple[str, str] | None = None) -> Computed:
+    def compute(
+        self,
+        request: GenerationRequest,
+        *,
+        warmup: int = 0,
+        repeats: int = 1,
+        on_step: Callable[[int, int], None] | None = None,
+        should_stop: bench.StopFn | None = None,
+        slot: tuple[str, str] | None = None,
+    ) -> Computed:
         """Configure, run and measure one configuration (on ZeroGPU, inside the GPU allocation)."""
-        return self._compute(request, warmup, repeats, zerogpu.portable(on_step, "progress"),
-                             zerogpu.portable(should_stop, "cancel"), slot)
+        return self._compute(
+            request,
+            warmup,
+            repeats,
+            zerogpu.portable(on_step, "progress"),
+            zerogpu.portable(should_stop, "cancel"),
+            slot,
+        )
 
     def fail(self, pending: Pending, exc: BaseException) -> None:
         """Log a run that did not finish (cancelled or failed), and attach its warnings to the error."""
@@ -234,23 +272,39 @@ class Studio:
         pending = self.begin(request, warmup=warmup, repeats=repeats, group_id=group_id)
         try:
             with HostMonitor() as host:
-                computed = self.compute(request, warmup=warmup, repeats=repeats, on_step=on_step,
-                                        should_stop=should_stop)
+                computed = self.compute(
+                    request, warmup=warmup, repeats=repeats, on_step=on_step, should_stop=should_stop
+                )
             computed.host = host.result
             return self.finish(pending, computed, baseline)
         except Exception as exc:
             self.fail(pending, exc)
             raise
 
-    def _compute_run(self, request: GenerationRequest, warmup: int = 0, repeats: int = 1,
-                     on_step: Callable[[int, int], None] | None = None,
-                     should_stop: bench.StopFn | None = None, slot: tuple[str, str] | None = None) -> Computed:
+    def _compute_run(
+        self,
+        request: GenerationRequest,
+        warmup: int = 0,
+        repeats: int = 1,
+        on_step: Callable[[int, int], None] | None = None,
+        should_stop: bench.StopFn | None = None,
+        slot: tuple[str, str] | None = None,
+    ) -> Computed:
         """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker)."""
         return compute_run(self.manager, request, warmup, repeats, on_step, should_stop, slot)
 
-    def log_computed(self, request: GenerationRequest, computed: Computed, *, warmup: int, repeats: int,
-                     group_id: int | None, baseline: RunResult | None, hardware: dict | None = None,
-                     extra: dict[str, Any] | None = None) -> RunResult:
+    def log_computed(
+        self,
+        request: GenerationRequest,
+        computed: Computed,
+        *,
+        warmup: int,
+        repeats: int,
+        group_id: int | None,
+        baseline: RunResult | None,
+        hardware: dict | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> RunResult:
         """Log a run computed elsewhere (another process of a distributed sweep) and save its images."""
         record = run_record(request, warmup, repeats, group_id)
         run_id = self.runlog.start_run({**record, "hardware": hardware or record["hardware"]})
@@ -260,8 +314,13 @@ class Studio:
             self.runlog.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
             raise
 
-    def finish(self, pending: Pending, computed: Computed, baseline: RunResult | None,
-               extra: dict[str, Any] | None = None) -> RunResult:
+    def finish(
+        self,
+        pending: Pending,
+        computed: Computed,
+        baseline: RunResult | None,
+        extra: dict[str, Any] | None = None,
+    ) -> RunResult:
         """Save the images, compare with the baseline, and log the run as `ok` with its figures.
 
         `extra`: figures known only to a sweep (speedup and its range, verdict), logged with the run.
@@ -289,12 +348,22 @@ class Studio:
         )
         qual = self._quality(request, measured.images, baseline)
         if pending.run_id is not None:
-            self._log(warnings, lambda: self.runlog.finish_run(
-                pending.run_id, "ok", applied=list(computed.applied), image_path=paths[0] if paths else None,
-                image_paths=paths, baseline_run_id=baseline.run_id if baseline else None, **metrics, **qual,
-            ))
-        return RunResult(pending.run_id, request, metrics, images, paths, measured.images, qual, computed.applied,
-                         warnings)
+            self._log(
+                warnings,
+                lambda: self.runlog.finish_run(
+                    pending.run_id,
+                    "ok",
+                    applied=list(computed.applied),
+                    image_path=paths[0] if paths else None,
+                    image_paths=paths,
+                    baseline_run_id=baseline.run_id if baseline else None,
+                    **metrics,
+                    **qual,
+                ),
+            )
+        return RunResult(
+            pending.run_id, request, metrics, images, paths, measured.images, qual, computed.applied, warnings
+        )
 
     def _advise(self, exc: OutOfMemory, request: GenerationRequest) -> None:
         """Add to an out-of-memory error the memory techniques to retry with, ranked by the run log."""

@@ -6,8 +6,18 @@ from __future__ import annotations
 
 from pipelines.errors import ModelLoadError, StudioError, ValidationError, describe
 
-__all__ = ["Cancelled", "ConflictError", "ModelLoadError", "OutOfMemory", "RunFailed", "RunLogError", "StudioError",
-           "UnavailableError", "ValidationError", "describe"]
+__all__ = [
+    "Cancelled",
+    "ConflictError",
+    "ModelLoadError",
+    "OutOfMemory",
+    "RunFailed",
+    "RunLogError",
+    "StudioError",
+    "UnavailableError",
+    "ValidationError",
+    "describe",
+]
 
 
 class UnavailableError(StudioError):

@@ -109,18 +109,24 @@ class PipelineManager:
     def changes_pipeline(request: GenerationRequest, irreversibly: bool = False) -> bool:
         """Whether `request`'s configuration changes its pipeline (modules, layouts, hooks), or, with
         `irreversibly`, changes it beyond an exact revert (trace, compile, int8 build)."""
-        return any(get(o).stage == "pipeline" and not (irreversibly and get(o).reversible) for o in request.opts)
+        return any(
+            get(o).stage == "pipeline" and not (irreversibly and get(o).reversible) for o in request.opts
+        )
 
     def model_bytes(self, request: GenerationRequest) -> int:
         """The bytes of weights and buffers a copy of `request`'s pipeline holds (loads it if needed)."""
         entry, _ = self._entry(request)
-        return sum(t.numel() * t.element_size() for m in _modules(entry.base)
-                   for t in [*m.parameters(), *m.buffers()])
+        return sum(
+            t.numel() * t.element_size()
+            for m in _modules(entry.base)
+            for t in [*m.parameters(), *m.buffers()]
+        )
 
     @contextlib.contextmanager
     def own_pipelines(self, name: str) -> Iterator[None]:
-        """For the block, `acquire(request, slot=...)` with a slot under `name` gets a live pipeline of its own:
-        a copy of the cached weights (no disk read), kept outside the cache, dropped when the block ends."""
+        """For the block, `acquire(request, slot=...)` with a slot under `name` gets a live pipeline of its
+        own: a copy of the cached weights (no disk read), kept outside the cache, dropped when the block ends.
+        """
         with self._lock:
             self._sweeps.add(name)
         try:
@@ -142,7 +148,9 @@ class PipelineManager:
         with shared.lock:
             start = time.perf_counter()
             base = _clone(shared.base)
-            entry = LivePipeline(key=key, base=base, pipe=copy.copy(base), load_seconds=time.perf_counter() - start)
+            entry = LivePipeline(
+                key=key, base=base, pipe=copy.copy(base), load_seconds=time.perf_counter() - start
+            )
         with self._lock:
             self._slots[key] = entry
         return entry, True
@@ -189,7 +197,9 @@ class PipelineManager:
             entry.pipe.scheduler = self._scheduler(entry, request.scheduler)
             switch = time.perf_counter() - start
             # call-stage techniques, and pipeline-stage ones that also set something around each call
-            call_opts = [get(o) for o in request.opts if get(o).stage == "call" or get(o).call_context is not None]
+            call_opts = [
+                get(o) for o in request.opts if get(o).stage == "call" or get(o).call_context is not None
+            ]
             entry.calls += 1
             yield Prepared(
                 pipe=entry.pipe,
@@ -206,7 +216,9 @@ class PipelineManager:
     def _scheduler(entry: LivePipeline, name: str) -> Any:
         """A fresh scheduler for one request: a deep copy of a template built once per pipeline and name."""
         templates = entry.state.setdefault("scheduler_templates", {})
-        if name not in templates:  # the base pipeline's own scheduler never steps: it is the "default" template
+        if (
+            name not in templates
+        ):  # the base pipeline's own scheduler never steps: it is the "default" template
             base = entry.base.scheduler
             templates[name] = base if name == "default" else loader.make_scheduler(name, base)
         return copy.deepcopy(templates[name])
@@ -217,8 +229,13 @@ class PipelineManager:
         changed = {n for n in set(entry.applied) & target if entry.params.get(n) != params.get(n)}
         removed = (set(entry.applied) - target) | changed
         ctx = Context(
-            device=request.device, hw=devices.detect(), family=request.spec.family,
-            target=frozenset(target), params=dict(request.params), state=entry.state, stats=entry.stats,
+            device=request.device,
+            hw=devices.detect(),
+            family=request.spec.family,
+            target=frozenset(target),
+            params=dict(request.params),
+            state=entry.state,
+            stats=entry.stats,
         )
         if any(not get(n).reversible for n in removed):
             self._rebuild(entry, ctx)
@@ -237,7 +254,9 @@ class PipelineManager:
 
     def _rebuild(self, entry: LivePipeline, ctx: Context) -> None:
         """Undo everything and start again from the cached components (no disk read)."""
-        revert_ctx = Context(device=ctx.device, hw=ctx.hw, family=ctx.family, state=entry.state, stats=entry.stats)
+        revert_ctx = Context(
+            device=ctx.device, hw=ctx.hw, family=ctx.family, state=entry.state, stats=entry.stats
+        )
         for opt in reversed(ordered(entry.applied)):
             opt.revert(entry.pipe, revert_ctx)
         entry.pipe = copy.copy(entry.base)

@@ -33,17 +33,26 @@ KEYS: dict[str, tuple[str, str]] = {
     "first_call_s": ("s", "the first call's time (it pays for traces and compiles)"),
     "pays_off_after": ("images", "after how many images the first call's extra cost is repaid"),
     "recompiles": ("", "graphs traced or compiled for this pipeline so far"),
-    "peak_memory_mb": ("MB", "peak memory of the process during a call: CUDA allocator peak, or peak RSS on CPU"),
+    "peak_memory_mb": (
+        "MB",
+        "peak memory of the process during a call: CUDA allocator peak, or peak RSS on CPU",
+    ),
     "memory_kind": ("", "cuda_allocated (exact) or cpu_rss (process resident set, coarse)"),
-    "memory_change_mb": ("MB", "memory a call adds above what was in use, minus the baseline's; "
-                               "null when below what the probe resolves"),
+    "memory_change_mb": (
+        "MB",
+        "memory a call adds above what was in use, minus the baseline's; "
+        "null when below what the probe resolves",
+    ),
     "memory_note": ("", "'no measurable difference' when memory_change_mb is null against a baseline"),
     "psnr_db": ("dB", "image difference from the baseline's image (null: identical or no baseline)"),
     "ssim": ("", "structural similarity to the baseline's image, 1 = identical"),
     "fidelity": ("", "tiny-shapes: share of the prompt's colour, shape and position the image shows"),
     "host_busy_pct": ("%", "share of all cores other processes used while this was measured"),
     "host_steal_pct": ("%", "share of CPU time the hypervisor gave to other guests meanwhile"),
-    "host_busy": ("", f"true when either of the two above exceeded {BUSY_PCT:g}%: the figures are unreliable"),
+    "host_busy": (
+        "",
+        f"true when either of the two above exceeded {BUSY_PCT:g}%: the figures are unreliable",
+    ),
     "warmup_unsettled": ("", "true when the first timed call was much slower than the rest"),
     "device": ("", "the device the run used"),
     "seed": ("", "the seed of the run"),
@@ -51,7 +60,10 @@ KEYS: dict[str, tuple[str, str]] = {
     "warnings": ("", "sentences the user should read"),
     "error": ("", "why the run failed or was cancelled"),
 }
-MEMORY_RESOLUTION_MB = {"cpu_rss": 16.0, "cuda_allocated": 1.0}  # smallest change the probe can tell from noise
+MEMORY_RESOLUTION_MB = {
+    "cpu_rss": 16.0,
+    "cuda_allocated": 1.0,
+}  # smallest change the probe can tell from noise
 
 
 def _num(value: Any, digits: int) -> float | None:
@@ -64,7 +76,10 @@ def _memory_change(m: dict[str, Any], base: dict[str, Any] | None) -> tuple[floa
     """Change of the memory a call adds, against the baseline, when the probe can resolve it."""
     if base is None or m is base:
         return None, None
-    mine, theirs = m.get("memory_added_all") or [m["memory_added"]], base.get("memory_added_all") or [base["memory_added"]]
+    mine, theirs = (
+        m.get("memory_added_all") or [m["memory_added"]],
+        base.get("memory_added_all") or [base["memory_added"]],
+    )
     noise = max(max(mine) - min(mine), max(theirs) - min(theirs)) / 2**20
     change = (statistics.median(mine) - statistics.median(theirs)) / 2**20
     floor = max(MEMORY_RESOLUTION_MB.get(m.get("memory_kind", "cpu_rss"), 16.0), noise)
@@ -74,8 +89,8 @@ def _memory_change(m: dict[str, Any], base: dict[str, Any] | None) -> tuple[floa
 
 
 def _figures(m: dict[str, Any]) -> dict[str, Any]:
-    """The measured figures in the shared vocabulary, from a run's metrics and quality, or from its run-log row
-    (both name them as the run log's columns)."""
+    """The measured figures in the shared vocabulary, from a run's metrics and quality, or from its run-log
+    row (both name them as the run log's columns)."""
     lat = m.get("latency_all") or ([m["latency_median"]] if m.get("latency_median") is not None else [])
     stats, psnr = m.get("stats") or {}, m.get("psnr")
     return {
@@ -96,7 +111,9 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
         "fidelity": (m.get("fidelity") or {}).get("score"),
         "host_busy_pct": m.get("host_busy_pct"),
         "host_steal_pct": m.get("host_steal_pct"),
-        "host_busy": any(v is not None and v > BUSY_PCT for v in (m.get("host_busy_pct"), m.get("host_steal_pct"))),
+        "host_busy": any(
+            v is not None and v > BUSY_PCT for v in (m.get("host_busy_pct"), m.get("host_steal_pct"))
+        ),
         "warmup_unsettled": bool(m.get("warmup_unsettled")),
     }
 
@@ -105,11 +122,21 @@ def run_record(result: Any, baseline: Any = None) -> dict[str, Any]:
     """A `RunResult` (and its baseline in a sweep) in the shared vocabulary."""
     m, base = result.metrics, baseline.metrics if baseline is not None else None
     change, note = _memory_change(m, base)
-    record = {"run_id": result.run_id, "config": result.label, "status": "ok", "applied": list(result.applied),
-              **_figures({**m, **result.quality}), "pays_off_after": pays_off_after(m, base),
-              "memory_change_mb": change, "memory_note": note, "device": result.request.device,
-              "seed": result.request.seed, "image_path": result.image_path, "warnings": list(result.warnings),
-              "error": None}
+    record = {
+        "run_id": result.run_id,
+        "config": result.label,
+        "status": "ok",
+        "applied": list(result.applied),
+        **_figures({**m, **result.quality}),
+        "pays_off_after": pays_off_after(m, base),
+        "memory_change_mb": change,
+        "memory_note": note,
+        "device": result.request.device,
+        "seed": result.request.seed,
+        "image_path": result.image_path,
+        "warnings": list(result.warnings),
+        "error": None,
+    }
     return {key: record[key] for key in KEYS}
 
 
@@ -126,8 +153,16 @@ def single_record(result: Any) -> dict[str, Any]:
 
 def failed_record(config: str, error: str, status: str = "failed") -> dict[str, Any]:
     """A configuration that did not produce a measurement, in the shared vocabulary."""
-    return {**dict.fromkeys(KEYS), "config": config, "status": status, "error": error, "applied": [],
-            "warnings": [], "host_busy": False, "warmup_unsettled": False}
+    return {
+        **dict.fromkeys(KEYS),
+        "config": config,
+        "status": status,
+        "error": error,
+        "applied": [],
+        "warnings": [],
+        "host_busy": False,
+        "warmup_unsettled": False,
+    }
 
 
 def pays_off_after(m: dict[str, Any], base: dict[str, Any] | None) -> int | None:
@@ -140,14 +175,30 @@ def pays_off_after(m: dict[str, Any], base: dict[str, Any] | None) -> int | None
 
 def log_record(row: dict[str, Any]) -> dict[str, Any]:
     """A row of the run log (`runs` table) in the shared vocabulary, with when and which model."""
-    record = {"run_id": row["id"], "config": row.get("config_label"), "status": row.get("status"),
-              "applied": row.get("applied") or [], **_figures(row), "pays_off_after": None, "memory_change_mb": None,
-              "memory_note": None, "device": row.get("device"), "seed": row.get("seed"),
-              "image_path": row.get("image_path"), "warnings": [], "error": row.get("error")}
-    return {**{key: record[key] for key in KEYS}, "created_at": row.get("created_at"), "model": row.get("model")}
+    record = {
+        "run_id": row["id"],
+        "config": row.get("config_label"),
+        "status": row.get("status"),
+        "applied": row.get("applied") or [],
+        **_figures(row),
+        "pays_off_after": None,
+        "memory_change_mb": None,
+        "memory_note": None,
+        "device": row.get("device"),
+        "seed": row.get("seed"),
+        "image_path": row.get("image_path"),
+        "warnings": [],
+        "error": row.get("error"),
+    }
+    return {
+        **{key: record[key] for key in KEYS},
+        "created_at": row.get("created_at"),
+        "model": row.get("model"),
+    }
 
 
 # ---- text: the same figures as a person reads them -------------------------------------------------------
+
 
 def seconds(value: float | None) -> str:
     if value is None:
@@ -197,19 +248,33 @@ def caption(record: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-TABLE = (("Configuration", lambda r: r["config"]), ("Latency", lambda r: seconds(r.get("latency_s"))),
-         ("Speedup (range)", ratio), ("Verdict", lambda r: r.get("verdict") or r["status"]),
-         ("Peak memory", memory), ("Image vs baseline", quality))
+TABLE = (
+    ("Configuration", lambda r: r["config"]),
+    ("Latency", lambda r: seconds(r.get("latency_s"))),
+    ("Speedup (range)", ratio),
+    ("Verdict", lambda r: r.get("verdict") or r["status"]),
+    ("Peak memory", memory),
+    ("Image vs baseline", quality),
+)
 
 
-def readable_rows(records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] = ()) -> list[dict[str, str]]:
+def readable_rows(
+    records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] = ()
+) -> list[dict[str, str]]:
     """Records as rows of words and rounded numbers with units, for the UI and Markdown."""
     rows = []
     for r in records:
         row = {title: fn(r) for title, fn in (*first, *TABLE)}
         if r["status"] not in ("ok",):
-            row.update({"Latency": f"{r['status']}: {r.get('error') or ''}", "Speedup (range)": "",
-                        "Verdict": r["status"], "Peak memory": "", "Image vs baseline": ""})
+            row.update(
+                {
+                    "Latency": f"{r['status']}: {r.get('error') or ''}",
+                    "Speedup (range)": "",
+                    "Verdict": r["status"],
+                    "Peak memory": "",
+                    "Image vs baseline": "",
+                }
+            )
         rows.append(row)
     return rows
 
@@ -220,8 +285,10 @@ def host_note(records: list[dict[str, Any]]) -> str | None:
     if not busy:
         return None
     worst = max((r.get("host_busy_pct") or 0, r.get("host_steal_pct") or 0) for r in busy)
-    return (f"⚠ The host was busy while this was measured (other processes {worst[0]:.0f}% of the CPU, steal "
-            f"{worst[1]:.0f}%): these figures are unreliable. Measure again when the machine is quiet.")
+    return (
+        f"⚠ The host was busy while this was measured (other processes {worst[0]:.0f}% of the CPU, steal "
+        f"{worst[1]:.0f}%): these figures are unreliable. Measure again when the machine is quiet."
+    )
 
 
 def markdown(records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] = ()) -> str:
@@ -266,16 +333,31 @@ def availability(device: str = "auto") -> list[dict[str, Any]]:
 
     hw = devices.detect()
     resolved = devices.resolve(device, hw)
-    return [{"name": o.name, "label": o.label, "group": o.group, "stage": o.stage, "reversible": o.reversible,
-             "requires": list(o.requires), "conflicts": list(o.conflicts), "description": o.description,
-             "settings": o.params, "unavailable": unavailable_reason(o, hw, resolved)}
-            for o in REGISTRY.values()]
+    return [
+        {
+            "name": o.name,
+            "label": o.label,
+            "group": o.group,
+            "stage": o.stage,
+            "reversible": o.reversible,
+            "requires": list(o.requires),
+            "conflicts": list(o.conflicts),
+            "description": o.description,
+            "settings": o.params,
+            "unavailable": unavailable_reason(o, hw, resolved),
+        }
+        for o in REGISTRY.values()
+    ]
 
 
 def system_facts(studio: Any) -> dict[str, Any]:
     """Devices, capabilities, versions, techniques, loaded pipelines and the run log: what System shows."""
     from studio import devices, settings
 
-    return {"hardware": devices.detect().summary(), "versions": settings.versions(), "techniques": availability(),
-            "loaded_pipelines": [list(map(str, k)) for k in studio.manager.loaded()],
-            "database": str(studio.runlog.path)}
+    return {
+        "hardware": devices.detect().summary(),
+        "versions": settings.versions(),
+        "techniques": availability(),
+        "loaded_pipelines": [list(map(str, k)) for k in studio.manager.loaded()],
+        "database": str(studio.runlog.path),
+    }

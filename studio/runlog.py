@@ -25,30 +25,92 @@ from studio.errors import RunLogError, ValidationError
 from studio.optimizations import REGISTRY
 
 migrations = Migrations("diffusion-studio")
-JSON_COLUMNS = ("requested", "applied", "params", "hardware", "latency_all", "warmup_seconds",
-                "step_seconds", "fidelity", "versions", "stats", "settings", "image_paths", "memory_added_all")
+JSON_COLUMNS = (
+    "requested",
+    "applied",
+    "params",
+    "hardware",
+    "latency_all",
+    "warmup_seconds",
+    "step_seconds",
+    "fidelity",
+    "versions",
+    "stats",
+    "settings",
+    "image_paths",
+    "memory_added_all",
+)
 STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
 
 
 @migrations()
 def m001_create_runs(db: Database) -> None:
     db["groups"].create(
-        {"id": int, "created_at": str, "finished_at": str, "kind": str, "model": str, "prompt": str,
-         "seed": int, "settings": str, "status": str, "error": str},
+        {
+            "id": int,
+            "created_at": str,
+            "finished_at": str,
+            "kind": str,
+            "model": str,
+            "prompt": str,
+            "seed": int,
+            "settings": str,
+            "status": str,
+            "error": str,
+        },
         pk="id",
     )
     db["runs"].create(
-        {"id": int, "created_at": str, "finished_at": str, "status": str, "error": str,
-         "group_id": int, "config_label": str, "model": str, "device": str, "hardware": str,
-         "dtype": str, "requested": str, "applied": str, "params": str,
-         "prompt": str, "negative_prompt": str, "seed": int, "steps": int, "width": int,
-         "height": int, "guidance": float, "scheduler": str, "num_images": int,
-         "warmup": int, "repeats": int, "latency_median": float, "latency_min": float,
-         "latency_max": float, "latency_all": str, "warmup_seconds": str, "first_call_seconds": float,
-         "load_seconds": float, "switch_seconds": float, "step_median": float, "step_seconds": str,
-         "steps_per_second": float, "peak_memory": int, "memory_added": int, "memory_kind": str,
-         "image_path": str, "image_paths": str, "baseline_run_id": int, "max_abs_diff": float,
-         "psnr": float, "ssim": float, "fidelity": str, "versions": str, "stats": str},
+        {
+            "id": int,
+            "created_at": str,
+            "finished_at": str,
+            "status": str,
+            "error": str,
+            "group_id": int,
+            "config_label": str,
+            "model": str,
+            "device": str,
+            "hardware": str,
+            "dtype": str,
+            "requested": str,
+            "applied": str,
+            "params": str,
+            "prompt": str,
+            "negative_prompt": str,
+            "seed": int,
+            "steps": int,
+            "width": int,
+            "height": int,
+            "guidance": float,
+            "scheduler": str,
+            "num_images": int,
+            "warmup": int,
+            "repeats": int,
+            "latency_median": float,
+            "latency_min": float,
+            "latency_max": float,
+            "latency_all": str,
+            "warmup_seconds": str,
+            "first_call_seconds": float,
+            "load_seconds": float,
+            "switch_seconds": float,
+            "step_median": float,
+            "step_seconds": str,
+            "steps_per_second": float,
+            "peak_memory": int,
+            "memory_added": int,
+            "memory_kind": str,
+            "image_path": str,
+            "image_paths": str,
+            "baseline_run_id": int,
+            "max_abs_diff": float,
+            "psnr": float,
+            "ssim": float,
+            "fidelity": str,
+            "versions": str,
+            "stats": str,
+        },
         pk="id",
         foreign_keys=[("group_id", "groups", "id")],
     )
@@ -59,9 +121,16 @@ def m001_create_runs(db: Database) -> None:
 @migrations()
 def m002_sweep_figures(db: Database) -> None:
     """Per-round speedups and their verdict (interleaved sweeps), host noise, per-call memory."""
-    for column, kind in (("speedup", float), ("speedup_min", float), ("speedup_max", float), ("verdict", str),
-                         ("host_busy_pct", float), ("host_steal_pct", float), ("warmup_unsettled", int),
-                         ("memory_added_all", str)):
+    for column, kind in (
+        ("speedup", float),
+        ("speedup_min", float),
+        ("speedup_max", float),
+        ("verdict", str),
+        ("host_busy_pct", float),
+        ("host_steal_pct", float),
+        ("warmup_unsettled", int),
+        ("memory_added_all", str),
+    ):
         db["runs"].add_column(column, kind)
 
 
@@ -203,7 +272,12 @@ class RunLog:
     ) -> list[dict[str, Any]]:
         """Runs, newest first, filtered by any of the arguments."""
         where, args = [], []
-        for column, value in (("model", model), ("device", device), ("status", status), ("group_id", group_id)):
+        for column, value in (
+            ("model", model),
+            ("device", device),
+            ("status", status),
+            ("group_id", group_id),
+        ):
             if value not in (None, ""):
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -217,9 +291,7 @@ class RunLog:
         if until:
             where.append("created_at <= ?")
             args.append(until)
-        rows = self.db["runs"].rows_where(
-            " and ".join(where) or None, args, order_by="id desc", limit=limit
-        )
+        rows = self.db["runs"].rows_where(" and ".join(where) or None, args, order_by="id desc", limit=limit)
         return [_decode(r) for r in rows]
 
     @_writes
@@ -228,13 +300,17 @@ class RunLog:
 
         Runs that another live process (a second studio on the same database) is computing are left alone.
         """
-        rows = self.db.execute("select id, owner_host, owner_pid, owner_started from runs where status = 'running'")
+        rows = self.db.execute(
+            "select id, owner_host, owner_pid, owner_started from runs where status = 'running'"
+        )
         dead = [run_id for run_id, host, pid, started in rows.fetchall() if not _alive(host, pid, started)]
         with self.db.conn:
             for run_id in dead:
-                self.db.execute("update runs set status = 'interrupted', finished_at = ?, error = 'the studio process "
-                                "computing this run stopped before it finished' where id = ? and status = 'running'",
-                                [now(), run_id])
+                self.db.execute(
+                    "update runs set status = 'interrupted', finished_at = ?, error = 'the studio process "
+                    "computing this run stopped before it finished' where id = ? and status = 'running'",
+                    [now(), run_id],
+                )
         return len(dead)
 
     def integrity_ok(self) -> bool:

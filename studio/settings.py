@@ -7,7 +7,17 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("torch", "diffusers", "transformers", "accelerate", "gradio", "sqlite-utils", "safetensors", "torchao", "tomesd")
+PACKAGES = (
+    "torch",
+    "diffusers",
+    "transformers",
+    "accelerate",
+    "gradio",
+    "sqlite-utils",
+    "safetensors",
+    "torchao",
+    "tomesd",
+)
 
 
 def home() -> Path:

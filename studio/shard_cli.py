@@ -23,7 +23,9 @@ def add_shard_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("shard", help="save a model as sharded safetensors and list the shards")
     p.add_argument("--model", default="tiny-shapes", help="registry id, hub id or local directory")
     p.add_argument("--out", required=True, help="a new or empty output directory")
-    p.add_argument("--max-shard-size", default="5GB", help="largest shard: 500KB, 1MB, 5GB, 2GiB or bytes (default 5GB)")
+    p.add_argument(
+        "--max-shard-size", default="5GB", help="largest shard: 500KB, 1MB, 5GB, 2GiB or bytes (default 5GB)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
@@ -40,7 +42,10 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{comp['name']}: {_mb(comp['total_size'])} in {kind}")
         lines += [f"  {s['file']}  {_mb(s['bytes'])}  {s['tensors']} tensors" for s in comp["shards"]]
     if not report["loadable"]:
-        lines.append("note: this directory is outside STUDIO_MODEL_ROOTS; add its parent there to load it in the studio.")
+        lines.append(
+            "note: this directory is outside STUDIO_MODEL_ROOTS; add its parent there to load it in the "
+            "studio."
+        )
     return "\n".join(lines)
 
 

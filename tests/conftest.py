@@ -10,7 +10,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # tests start: the machine-wide /tmp/torchinductor_<user> may hold entries another process left damaged (a
 # compile killed while writing a shared object leaves it truncated). Under .pytest_cache (git-ignored), so a
 # second run in the same checkout reuses the compiled kernels.
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "inductor")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(
+    Path(__file__).resolve().parents[1] / ".pytest_cache" / "inductor"
+)
 os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton")
 
 import pytest
@@ -45,9 +47,11 @@ def pytest_report_header(config):
 
     hw = devices.detect()
     flags = " ".join(f for f in KERNEL_FLAGS if f in hw.cpu_flags) or "none"
-    return [f"cpu: {hw.cpu_model} ({hw.cpu_count} CPUs); int8/bf16 flags: {flags}; "
-            f"int8_static path: {int8_path(hw.cpu_flags)}; torch {torch.__version__}",
-            f"inductor cache: {INDUCTOR_CACHE}"]
+    return [
+        f"cpu: {hw.cpu_model} ({hw.cpu_count} CPUs); int8/bf16 flags: {flags}; "
+        f"int8_static path: {int8_path(hw.cpu_flags)}; torch {torch.__version__}",
+        f"inductor cache: {INDUCTOR_CACHE}",
+    ]
 
 
 def pytest_sessionstart(session):

@@ -39,8 +39,14 @@ def serve(home: Path, seed: int) -> None:
     say(ready=os.getpid(), running=[r["id"] for r in studio.runlog.runs(status="running")])
     rng = random.Random(seed)
     while True:
-        request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=rng.randrange(1000),
-                                   steps=rng.choice([2, 4, 8]), width=64, height=64)
+        request = validate_request(
+            model="tiny-shapes",
+            prompt=PROMPT,
+            seed=rng.randrange(1000),
+            steps=rng.choice([2, 4, 8]),
+            width=64,
+            height=64,
+        )
         result = studio.generate(request)
         say(ack=result.run_id, image=result.image_paths[0])
 

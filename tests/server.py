@@ -27,14 +27,22 @@ class Server:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.env = {**os.environ, "STUDIO_HOME": str(home), "STUDIO_PORT": str(self.port),
-                    "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **env}
+        self.env = {
+            **os.environ,
+            "STUDIO_HOME": str(home),
+            "STUDIO_PORT": str(self.port),
+            "HF_HUB_OFFLINE": "1",
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            **env,
+        }
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 180, path: str = "gradio_api/info") -> Server:
         """Start and wait until `path` answers (any status below 500 when auth may refuse it)."""
         log = open(self.home / "server.log", "ab")  # noqa: SIM115 (closed with the process)
-        self.proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
+        self.proc = subprocess.Popen(
+            [sys.executable, "app.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

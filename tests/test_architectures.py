@@ -10,7 +10,9 @@ from studio.request import validate_request
 def test_sd15_arch_runs_through_the_engine_in_bf16(studio):
     spec = SPECS["sd15-arch"]
     assert "speed measurement only" in spec.label and "noise" in spec.note
-    req = validate_request(model="sd15-arch", prompt="a red circle", steps=1, width=64, height=64, opts=["bf16"])
+    req = validate_request(
+        model="sd15-arch", prompt="a red circle", steps=1, width=64, height=64, opts=["bf16"]
+    )
     result = studio.generate(req)
     pipe = studio.manager._entries[next(iter(studio.manager._entries))].base
     assert pipe.unet.config.block_out_channels == (320, 640, 1280, 1280)

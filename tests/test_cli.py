@@ -1,4 +1,5 @@
-"""`python -m studio`: same validation and database as the UI; JSON output for scripts, in the shared vocabulary.
+"""`python -m studio`: same validation and database as the UI; JSON output for scripts, in the shared
+vocabulary.
 
 The commands run in-process (`studio.cli.main`) with STUDIO_HOME pointed at a temporary directory; one test
 starts the real `python -m studio` to prove the entry point and its exit status.
@@ -19,8 +20,16 @@ from studio.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "a big green triangle on the right, on a white background"
 SMALL = ("--seed", "1", "--steps", "2", "--width", "32", "--height", "32")
-SHARED = ("latency_s", "latency_spread_s", "speedup", "speedup_min", "speedup_max", "verdict", "peak_memory_mb",
-          "host_busy_pct")
+SHARED = (
+    "latency_s",
+    "latency_spread_s",
+    "speedup",
+    "speedup_min",
+    "speedup_max",
+    "verdict",
+    "peak_memory_mb",
+    "host_busy_pct",
+)
 OLD = ("latency_median", "peak_memory", "latency")
 
 
@@ -69,22 +78,43 @@ def test_bad_input_exits_non_zero_with_the_reason_and_logs_nothing(cli, tmp_path
 
 def test_python_dash_m_studio_is_the_same_cli(tmp_path):
     env = {**os.environ, "STUDIO_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "studio", "generate", "--prompt", PROMPT, "--width", "60"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "studio", "generate", "--prompt", PROMPT, "--width", "60"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "multiple of 8" in proc.stderr
     assert not (tmp_path / "runs.db").exists()
 
 
 def test_generate_compare_history_share_one_database_and_one_vocabulary(cli):
-    status, out, err = cli("generate", "--prompt", PROMPT, *SMALL, "--opt", "bf16", "--opt", "channels_last", "--json")
+    status, out, err = cli(
+        "generate", "--prompt", PROMPT, *SMALL, "--opt", "bf16", "--opt", "channels_last", "--json"
+    )
     assert status == 0, err
     data = json.loads(out)
     speaks_the_shared_vocabulary(data)
     assert data["applied"] == ["bf16", "channels_last"] and Path(data["image_path"]).is_file()
     assert data["config"] == "bf16+channels_last" and data["rounds"] == 1 and data["load_s"] is not None
 
-    status, out, err = cli("compare", "--prompt", PROMPT, *SMALL, "--config", "baseline", "--config",
-                           "bf16,channels_last", "--rounds", "3", "--warmup", "0", "--json")
+    status, out, err = cli(
+        "compare",
+        "--prompt",
+        PROMPT,
+        *SMALL,
+        "--config",
+        "baseline",
+        "--config",
+        "bf16,channels_last",
+        "--rounds",
+        "3",
+        "--warmup",
+        "0",
+        "--json",
+    )
     assert status == 0, err
     rows = json.loads(out)["rows"]
     assert [r["config"] for r in rows] == ["baseline", "bf16+channels_last"]
@@ -92,7 +122,10 @@ def test_generate_compare_history_share_one_database_and_one_vocabulary(cli):
         speaks_the_shared_vocabulary(row)
         assert row["rounds"] == 3 and row["run_id"] and row["image_path"]
     assert rows[0]["verdict"] == "baseline" and rows[1]["verdict"] in ("faster", "slower", "within noise")
-    assert rows[1]["speedup_min"] <= rows[1]["speedup"] <= rows[1]["speedup_max"] and rows[1]["psnr_db"] is not None
+    assert (
+        rows[1]["speedup_min"] <= rows[1]["speedup"] <= rows[1]["speedup_max"]
+        and rows[1]["psnr_db"] is not None
+    )
 
     status, out, _ = cli("history", "--json")
     history = {r["run_id"]: r for r in json.loads(out)}
@@ -124,8 +157,23 @@ def test_system_and_optimizations(cli):
 
 
 def test_autotune_prints_the_answer_and_logs_one_group(cli):
-    status, out, err = cli("autotune", "--prompt", PROMPT, *SMALL, "--technique", "channels_last",
-                           "--technique", "bf16", "--rounds", "2", "--warmup", "0", "--confirm-rounds", "2", "--json")
+    status, out, err = cli(
+        "autotune",
+        "--prompt",
+        PROMPT,
+        *SMALL,
+        "--technique",
+        "channels_last",
+        "--technique",
+        "bf16",
+        "--rounds",
+        "2",
+        "--warmup",
+        "0",
+        "--confirm-rounds",
+        "2",
+        "--json",
+    )
     assert status == 0, err
     data = json.loads(out)
     assert {r["config"] for r in data["rows"]} >= {"baseline", "channels_last", "bf16"}
@@ -136,7 +184,9 @@ def test_autotune_prints_the_answer_and_logs_one_group(cli):
         assert data["confirmation"]["verdict"] == "faster"
     assert data["summary"] and data["winner_label"]
     stages = [r["stage"] for r in data["rows"]]
-    sweeps = 1 + stages.count("combination") // 2 + stages.count("confirmation")  # each has its own baseline run
+    sweeps = (
+        1 + stages.count("combination") // 2 + stages.count("confirmation")
+    )  # each has its own baseline run
     _, out, _ = cli("history", "--limit", "100", "--json")
     runs = json.loads(out)
     assert len(runs) == len(data["rows"]) + sweeps - 1 and {r["status"] for r in runs} == {"ok"}

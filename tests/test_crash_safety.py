@@ -40,8 +40,13 @@ class Workers:
     """The forking parent of tests/crash_worker.py and the messages of its children, in order."""
 
     def __init__(self, home: Path):
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.crash_worker", str(home)], cwd=ROOT,
-                                     text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.crash_worker", str(home)],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         self.messages: queue.Queue[dict] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -109,16 +114,46 @@ def test_sigkill_of_the_real_server_mid_request_loses_no_acknowledged_run(tmp_pa
     from tests.server import Server
 
     def send(client: Client, seed: int) -> tuple[int, str]:
-        _, _, metrics = client.predict("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", seed, 8,
-                                       6.0, 64, 64, "default", "", api_name="/generate")
+        _, _, metrics = client.predict(
+            "tiny-shapes",
+            "",
+            "auto",
+            "fp32",
+            [],
+            PROMPT,
+            "",
+            seed,
+            8,
+            6.0,
+            64,
+            64,
+            "default",
+            "",
+            api_name="/generate",
+        )
         return metrics["run_id"], metrics["image_path"]
 
     db = tmp_path / "runs.db"
     srv = Server(tmp_path).start()
     client = Client(srv.url, verbose=False)
     acknowledged = dict([send(client, 1)])
-    job = client.submit("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", 2, 50, 6.0, 64, 64, "default", "",
-                        api_name="/generate")
+    job = client.submit(
+        "tiny-shapes",
+        "",
+        "auto",
+        "fp32",
+        [],
+        PROMPT,
+        "",
+        2,
+        50,
+        6.0,
+        64,
+        64,
+        "default",
+        "",
+        api_name="/generate",
+    )
     deadline = time.monotonic() + 60
     while not RunLog(db).runs(status="running"):  # the second run has begun computing
         assert time.monotonic() < deadline, "the second request never started"

@@ -66,8 +66,14 @@ def test_cpu_model_and_flags_are_read_from_the_machine():
     assert hw.cpu_count == os.cpu_count() and "cpu" in hw.device_names
 
 
-@pytest.mark.parametrize("flags, avx512, amx", [({"avx2"}, False, False), ({"avx2", "avx512f"}, True, False),
-                                                ({"avx2", "avx512f", "amx_bf16", "amx_int8"}, True, True)])
+@pytest.mark.parametrize(
+    "flags, avx512, amx",
+    [
+        ({"avx2"}, False, False),
+        ({"avx2", "avx512f"}, True, False),
+        ({"avx2", "avx512f", "amx_bf16", "amx_int8"}, True, True),
+    ],
+)
 def test_cpu_abilities_follow_the_flags(monkeypatch, flags, avx512, amx):
     monkeypatch.setattr(devices, "_cpu_info", lambda: ("Some CPU", frozenset(flags)))
     summary = devices.detect().summary()

@@ -16,8 +16,11 @@ from studio.optimizations import REGISTRY, table
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 API_DOC = (ROOT / "docs" / "api.md").read_text()
-DIARY = re.compile(r"\bsession \d|\bsessions? [0-9]+\b|\bissue \d|\bissue #|\bthe issue\b|seed documents?\b|"
-                   r"\bissue's\b", re.IGNORECASE)
+DIARY = re.compile(
+    r"\bsession \d|\bsessions? [0-9]+\b|\bissue \d|\bissue #|\bthe issue\b|seed documents?\b|"
+    r"\bissue's\b",
+    re.IGNORECASE,
+)
 
 
 def test_the_readme_techniques_table_is_the_registry():
@@ -63,11 +66,16 @@ def test_the_readme_is_for_users():
 
 
 def test_no_diary_lines_in_the_tree():
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     offenders = []
     for name in files:
         path = ROOT / name
-        if path.suffix not in {".py", ".md", ".txt", ".toml", ".css", ".yml", ".yaml", ""} or name == "tests/test_docs.py":
+        if (
+            path.suffix not in {".py", ".md", ".txt", ".toml", ".css", ".yml", ".yaml", ""}
+            or name == "tests/test_docs.py"
+        ):
             continue
         if not path.is_file():
             continue

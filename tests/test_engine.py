@@ -31,11 +31,16 @@ def own_warnings(result) -> list[str]:
 def test_a_busy_host_is_a_warning_of_its_own(studio, monkeypatch):
     from studio.measure import host
 
-    monkeypatch.setattr(host.HostMonitor, "__exit__", lambda self, *exc: setattr(
-        self, "result", host.HostLoad(busy_pct=60.0, steal_pct=0.0, seconds=1.0)))
+    monkeypatch.setattr(
+        host.HostMonitor,
+        "__exit__",
+        lambda self, *exc: setattr(self, "result", host.HostLoad(busy_pct=60.0, steal_pct=0.0, seconds=1.0)),
+    )
     result = studio.generate(request())
-    assert result.warnings == ["The host was busy while this was measured (other processes used 60% of the CPU): "
-                               "the timings are unreliable; measure again when the machine is quiet."]
+    assert result.warnings == [
+        "The host was busy while this was measured (other processes used 60% of the CPU): "
+        "the timings are unreliable; measure again when the machine is quiet."
+    ]
     row = studio.runlog.get_run(result.run_id)
     assert (row["host_busy_pct"], row["host_steal_pct"]) == (60.0, 0.0)
     assert report.single_record(result)["host_busy"] and report.log_record(row)["host_busy"]
@@ -49,7 +54,9 @@ def test_generate_logs_an_ok_run_with_image_and_metrics(studio):
     assert row["latency_median"] > 0 and row["peak_memory"] > 0 and row["steps"] == 3
     assert row["image_path"].endswith(".png") and result.images[0].size == (64, 64)
     assert row["fidelity"]["expected"]["shape"] == "square"
-    assert row["versions"]["torch"] == torch.__version__.split("+")[0] or row["versions"]["torch"].startswith(torch.__version__[:4])
+    assert row["versions"]["torch"] == torch.__version__.split("+")[0] or row["versions"]["torch"].startswith(
+        torch.__version__[:4]
+    )
     assert len(row["step_seconds"]) == 3
 
 
@@ -155,7 +162,9 @@ def test_failed_run_with_a_read_only_log_keeps_both_reasons(studio):
 
 
 def test_unknown_words_are_ignored_with_a_warning_not_a_crash(studio):
-    result = studio.generate(request(prompt="a small blue zorblax square at the top, on a black background, 4k"))
+    result = studio.generate(
+        request(prompt="a small blue zorblax square at the top, on a black background, 4k")
+    )
     assert result.images[0].size == (64, 64)
     warnings = own_warnings(result)
     assert len(warnings) == 1 and "'zorblax'" in warnings[0] and "'4'" in warnings[0]
@@ -163,8 +172,10 @@ def test_unknown_words_are_ignored_with_a_warning_not_a_crash(studio):
 
 
 def test_a_recompile_storm_is_detected_and_reported(studio):
-    results = [studio.generate(request(opts=["jit_trace_unet"], width=side, height=side, steps=2))
-               for side in (64, 72, 80, 88)]
+    results = [
+        studio.generate(request(opts=["jit_trace_unet"], width=side, height=side, steps=2))
+        for side in (64, 72, 80, 88)
+    ]
     assert [r.metrics["stats"]["trace_count"] for r in results] == [1, 2, 3, 4]
     assert [bool(own_warnings(r)) for r in results] == [False, False, False, True]
     assert "Recompile storm" in results[-1].warnings[0] and "4 times" in results[-1].warnings[0]
@@ -174,8 +185,9 @@ def test_a_recompile_storm_is_detected_and_reported(studio):
 
 def test_pays_off_after_counts_the_images_that_repay_a_first_call_cost():
     def pays(first_call, latency, base_latency):
-        return report.pays_off_after({"first_call_seconds": first_call, "latency_median": latency},
-                                     {"latency_median": base_latency})
+        return report.pays_off_after(
+            {"first_call_seconds": first_call, "latency_median": latency}, {"latency_median": base_latency}
+        )
 
     assert pays(first_call=5.0, latency=1.0, base_latency=2.0) == 4  # 4 s extra, 1 s saved per image
     assert pays(first_call=1.05, latency=1.0, base_latency=2.0) == 1
@@ -193,5 +205,7 @@ def test_a_generated_run_in_the_shared_vocabulary(studio):
     assert record["peak_memory_mb"] == pytest.approx(result.metrics["peak_memory"] / 2**20, abs=0.1)
     assert record["speedup"] is None and record["verdict"] is None, "a single run has no baseline"
     assert record["host_busy_pct"] is not None
-    assert record["first_call_s"] == pytest.approx(result.metrics["warmup_seconds"][0], abs=1e-3), "the warm-up"
+    assert record["first_call_s"] == pytest.approx(result.metrics["warmup_seconds"][0], abs=1e-3), (
+        "the warm-up"
+    )
     assert "latency_median" not in record and "peak_memory" not in record

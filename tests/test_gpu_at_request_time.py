@@ -38,7 +38,11 @@ class MoveRecorder:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.moves: list[tuple[str, tuple, dict]] = []
-        for owner, name in ((torch.nn.Module, "to"), (torch.Tensor, "to"), (diffusers.DiffusionPipeline, "to")):
+        for owner, name in (
+            (torch.nn.Module, "to"),
+            (torch.Tensor, "to"),
+            (diffusers.DiffusionPipeline, "to"),
+        ):
             monkeypatch.setattr(owner, name, self._to(f"{owner.__name__}.{name}", getattr(owner, name)))
         for owner in (torch.nn.Module, torch.Tensor):
             monkeypatch.setattr(owner, "cuda", self._always(f"{owner.__name__}.cuda"))
@@ -130,4 +134,9 @@ def test_the_recorder_sees_every_kind_of_move(monkeypatch):
     with pytest.raises((RuntimeError, AssertionError, TypeError)):
         torch.zeros(1, device="cuda")  # CUDA initialisation goes through the recorded _lazy_init first
     assert [label for label, _, _ in recorder.moves] == [
-        "Module.to", "Module.cuda", "Tensor.to", "Tensor.cuda", "torch.cuda._lazy_init"]
+        "Module.to",
+        "Module.cuda",
+        "Tensor.to",
+        "Tensor.cuda",
+        "torch.cuda._lazy_init",
+    ]

@@ -50,7 +50,9 @@ def remote_code(d: Path) -> None:
     (d / "my_module.py").write_text("raise SystemExit('remote code ran')\n")
 
 
-@pytest.mark.parametrize("damage", [truncate_unet, pickle_only, remote_code], ids=["corrupt", "pickle-only", "remote-code"])
+@pytest.mark.parametrize(
+    "damage", [truncate_unet, pickle_only, remote_code], ids=["corrupt", "pickle-only", "remote-code"]
+)
 def test_a_failed_load_leaves_the_loaded_pipelines_serving(roots, damage):
     manager = PipelineManager()
     good = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2)

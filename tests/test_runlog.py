@@ -11,8 +11,15 @@ from studio.runlog import RunLog, migrations
 
 
 def record(**kw):
-    base = {"model": "tiny-shapes", "device": "cpu", "prompt": "a red circle", "seed": 1, "steps": 20,
-            "requested": ["bf16"], "config_label": "bf16"}
+    base = {
+        "model": "tiny-shapes",
+        "device": "cpu",
+        "prompt": "a red circle",
+        "seed": 1,
+        "steps": 20,
+        "requested": ["bf16"],
+        "config_label": "bf16",
+    }
     return {**base, **kw}
 
 
@@ -57,7 +64,9 @@ def _start_a_run_and_die(path) -> None:
 
 def test_interrupted_runs_are_marked_at_startup(tmp_path):
     """A process that died mid-run left it `running`; the next studio to open the log marks it interrupted."""
-    crashed = multiprocessing.get_context("fork").Process(target=_start_a_run_and_die, args=(tmp_path / "runs.db",))
+    crashed = multiprocessing.get_context("fork").Process(
+        target=_start_a_run_and_die, args=(tmp_path / "runs.db",)
+    )
     crashed.start()
     crashed.join()
     assert crashed.exitcode == 0
@@ -97,20 +106,33 @@ def test_groups_and_csv(tmp_path):
     log = RunLog(tmp_path / "runs.db")
     gid = log.start_group("compare", model="tiny-shapes", settings={"configs": ["baseline", "bf16"]})
     rid = log.start_run(record(group_id=gid))
-    log.finish_run(rid, "ok", applied=["bf16"], latency_median=0.5, latency_all=[0.5, 0.6], peak_memory=3 * 2**20,
-                   speedup=1.25, speedup_min=1.1, speedup_max=1.4, verdict="faster", host_busy_pct=3.0)
+    log.finish_run(
+        rid,
+        "ok",
+        applied=["bf16"],
+        latency_median=0.5,
+        latency_all=[0.5, 0.6],
+        peak_memory=3 * 2**20,
+        speedup=1.25,
+        speedup_min=1.1,
+        speedup_max=1.4,
+        verdict="faster",
+        host_busy_pct=3.0,
+    )
     log.finish_group(gid)
     assert log.get_group(gid)["settings"] == {"configs": ["baseline", "bf16"]}
     assert log.get_group(gid)["status"] == "ok"
     rows = log.runs(group_id=gid)
     assert [r["id"] for r in rows] == [rid]
     records = [report.log_record(r) for r in rows]
-    assert records[0]["latency_s"] == 0.5 and records[0]["latency_spread_s"] == 0.1 and records[0]["rounds"] == 2
+    assert (
+        records[0]["latency_s"] == 0.5 and records[0]["latency_spread_s"] == 0.1 and records[0]["rounds"] == 2
+    )
     assert records[0]["peak_memory_mb"] == 3.0 and records[0]["verdict"] == "faster"
     assert not records[0]["host_busy"] and records[0]["speedup_min"] == 1.1
     text = report.to_csv(records)
     header = text.splitlines()[0].split(",")
-    assert header[:len(report.KEYS)] == list(report.KEYS) and {"created_at", "model"} <= set(header)
+    assert header[: len(report.KEYS)] == list(report.KEYS) and {"created_at", "model"} <= set(header)
     assert "latency_median" not in header and "peak_memory" not in header
     assert '"[""bf16""]"' in text, "lists are JSON in one cell"
 

@@ -63,11 +63,20 @@ def test_models_are_the_registry_hub_models():
 def test_bundle_has_the_app_and_not_the_training_runs(bundle):
     out, files = bundle
     names = {rel for rel, _ in files}
-    for needed in ("app.py", "requirements.txt", "README.md", "studio/scale/zerogpu.py", "studio/ui/__init__.py",
-                   "pipelines/registry.py", "assets/tiny-shapes/model_index.json",
-                   "assets/tiny-shapes/unet/diffusion_pytorch_model.safetensors"):
+    for needed in (
+        "app.py",
+        "requirements.txt",
+        "README.md",
+        "studio/scale/zerogpu.py",
+        "studio/ui/__init__.py",
+        "pipelines/registry.py",
+        "assets/tiny-shapes/model_index.json",
+        "assets/tiny-shapes/unet/diffusion_pytorch_model.safetensors",
+    ):
         assert needed in names and (out / needed).is_file(), needed
-    assert not [n for n in names if "/runs/" in n or "__pycache__" in n or n.endswith((".pt", ".ckpt", ".pyc"))]
+    assert not [
+        n for n in names if "/runs/" in n or "__pycache__" in n or n.endswith((".pt", ".ckpt", ".pyc"))
+    ]
     assert not (out / "spaces").exists()
     assert (out / "README.md").read_text() == (ROOT / "spaces" / "README.md").read_text()
 
@@ -82,8 +91,14 @@ def test_check_reports_a_version_mismatch(bundle, tmp_path):
 
 def test_dry_run_uploads_nothing_and_never_prints_the_token():
     env = dict(os.environ, HF_TOKEN=SECRET)
-    run = subprocess.run([sys.executable, str(ROOT / "spaces" / "build_space.py")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "spaces" / "build_space.py")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert "dry run: nothing uploaded" in run.stdout and "app.py" in run.stdout
     assert SECRET not in run.stdout + run.stderr
@@ -102,7 +117,9 @@ class FakeHfApi:
 
     def upload_folder(self, **kwargs):
         self.calls.append(("upload_folder", kwargs))
-        return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/spaces/{kwargs['repo_id']}/commit/1"})()
+        return type(
+            "CommitInfo", (), {"commit_url": f"https://huggingface.co/spaces/{kwargs['repo_id']}/commit/1"}
+        )()
 
 
 @pytest.fixture
@@ -114,10 +131,14 @@ def fake_hub(monkeypatch):
     return FakeHfApi
 
 
-def test_upload_uses_the_environment_token_and_never_shows_it(fake_hub, monkeypatch, tmp_path, capsys, caplog):
+def test_upload_uses_the_environment_token_and_never_shows_it(
+    fake_hub, monkeypatch, tmp_path, capsys, caplog
+):
     monkeypatch.setenv("HF_TOKEN", SECRET)
     with caplog.at_level(logging.DEBUG):
-        assert build_space.main(["--upload", "--repo", "me/diffusion-studio", "--out", str(tmp_path / "s")]) == 0
+        assert (
+            build_space.main(["--upload", "--repo", "me/diffusion-studio", "--out", str(tmp_path / "s")]) == 0
+        )
     [api] = fake_hub.instances
     assert api.token == SECRET
     (create, created), (upload, uploaded) = api.calls

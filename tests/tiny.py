@@ -1,4 +1,5 @@
-"""The one request helper for tests on the bundled model: a checked tiny-shapes request and one measured call."""
+"""The one request helper for tests on the bundled model: a checked tiny-shapes request and one
+measured call."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def run(manager: Any, req: GenerationRequest):
 
 
 def fidelity(images: Any, prompt: str = PROMPT) -> dict:
-    """What the bundled model's own judge (its spec's prompt_fidelity hook) sees of `prompt` in the first image."""
+    """What the bundled model's own judge (its spec's prompt_fidelity hook) sees of `prompt` in the first
+    image."""
     from studio.measure.quality import prompt_fidelity
 
     spec = validate_request(model="tiny-shapes", prompt=prompt).spec

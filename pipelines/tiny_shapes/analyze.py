@@ -51,8 +51,14 @@ def parse_prompt(prompt: str) -> dict[str, str | None]:
 
 def foreground_mask(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(boolean mask of the largest blob that differs from the background, background RGB)."""
-    border = np.concatenate([arr[:2].reshape(-1, 3), arr[-2:].reshape(-1, 3),
-                             arr[:, :2].reshape(-1, 3), arr[:, -2:].reshape(-1, 3)])
+    border = np.concatenate(
+        [
+            arr[:2].reshape(-1, 3),
+            arr[-2:].reshape(-1, 3),
+            arr[:, :2].reshape(-1, 3),
+            arr[:, -2:].reshape(-1, 3),
+        ]
+    )
     mid = len(border) // 2  # the border has an even number of pixels: its median is a mean of two
     ordered = np.sort(border, axis=0)
     bg = (ordered[mid - 1] + ordered[mid]) / 2
@@ -154,7 +160,7 @@ def shape_features(mask: np.ndarray) -> dict[str, float]:
     top, bottom = ys.min(), ys.max()
     h, w = bottom - top + 1, xs.max() - xs.min() + 1
     area = float(len(ys))
-    rows = mask[top: bottom + 1].sum(axis=1).astype(float)
+    rows = mask[top : bottom + 1].sum(axis=1).astype(float)
     third = max(1, len(rows) // 3)
     taper = (rows[-third:].mean() + 1) / (rows[:third].mean() + 1)
     return {
@@ -210,11 +216,15 @@ def analyze(image: Image.Image) -> dict[str, str | None]:
     arr = np.asarray(image.convert("RGB").resize((64, 64), Image.Resampling.BOX), dtype=np.float64)
     mask, bg = foreground_mask(arr)
     bg_rgb = bg.tolist()
-    background = min(BACKGROUNDS, key=lambda n: sum(abs(c - b) for c, b in zip(BACKGROUNDS[n], bg_rgb, strict=True)))
+    background = min(
+        BACKGROUNDS, key=lambda n: sum(abs(c - b) for c, b in zip(BACKGROUNDS[n], bg_rgb, strict=True))
+    )
     if np.count_nonzero(mask) < MIN_BLOB:
         return {"shape": None, "colour": None, "background": background, "position": None, "size": None}
     f = shape_features(mask)
-    position = min(POSITIONS, key=lambda p: (POSITIONS[p][0] - f["cx"]) ** 2 + (POSITIONS[p][1] - f["cy"]) ** 2)
+    position = min(
+        POSITIONS, key=lambda p: (POSITIONS[p][0] - f["cx"]) ** 2 + (POSITIONS[p][1] - f["cy"]) ** 2
+    )
     return {
         "shape": classify_shape(f),
         "colour": classify_colour(arr, mask),

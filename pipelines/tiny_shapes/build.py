@@ -22,7 +22,6 @@ from .tokenizer import build_tokenizer, check_tokenizer, piece_token_ids, write_
 logger = logging.getLogger(__name__)
 
 
-
 def make_tokenizer() -> CLIPTokenizer:
     """Build the language tokenizer in a temporary folder and check it."""
     with tempfile.TemporaryDirectory() as tmp:

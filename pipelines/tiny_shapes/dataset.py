@@ -129,10 +129,7 @@ def shape_polygon(shape: str, cx: float, cy: float, radius: float) -> list[tuple
         return [_polar(cx, cy, r, -90 + 120 * k) for k in range(3)]
     if shape == "star":
         r = radius * 1.1
-        return [
-            _polar(cx, cy, r if k % 2 == 0 else r * STAR_INNER_RATIO, -90 + 36 * k)
-            for k in range(10)
-        ]
+        return [_polar(cx, cy, r if k % 2 == 0 else r * STAR_INNER_RATIO, -90 + 36 * k) for k in range(10)]
     raise ValueError(f"Unknown polygonal shape {shape!r}; use one of square, triangle, star.")
 
 

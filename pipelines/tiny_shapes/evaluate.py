@@ -56,8 +56,12 @@ def generate(
     images: list[Image.Image] = []
     for start in range(0, len(prompts), batch):
         gen = torch.Generator().manual_seed(seed * 100_003 + start)
-        out = pipe(list(prompts[start: start + batch]), num_inference_steps=steps,
-                   guidance_scale=guidance, generator=gen)
+        out = pipe(
+            list(prompts[start : start + batch]),
+            num_inference_steps=steps,
+            guidance_scale=guidance,
+            generator=gen,
+        )
         images.extend(out.images)
     return images
 
@@ -103,8 +107,12 @@ def grid(images: Sequence[Image.Image], columns: int = 12) -> Image.Image:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point: print the accuracies of a saved pipeline; 1 while a floor is not met."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=Path(__file__).resolve().parents[2] / "assets" / "tiny-shapes")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", type=Path, default=Path(__file__).resolve().parents[2] / "assets" / "tiny-shapes"
+    )
     parser.add_argument("--grid", type=Path, default=None, help="save the images as a grid PNG")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

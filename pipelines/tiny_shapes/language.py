@@ -45,6 +45,8 @@ def vocabulary_warning(prompt: str) -> str | None:
     unknown = unknown_words(prompt)
     if not unknown:
         return None
-    return (f"tiny-shapes does not know {', '.join(repr(w) for w in unknown)}; those words were ignored. "
-            "It knows shapes, colours, sizes, positions and backgrounds, e.g. 'a big red circle on the left, "
-            "on a white background'.")
+    return (
+        f"tiny-shapes does not know {', '.join(repr(w) for w in unknown)}; those words were ignored. "
+        "It knows shapes, colours, sizes, positions and backgrounds, e.g. 'a big red circle on the left, "
+        "on a white background'."
+    )

@@ -103,9 +103,7 @@ def make_text_encoder(tokenizer: CLIPTokenizer) -> CLIPTextModel:
 
 def make_scheduler() -> DPMSolverMultistepScheduler:
     """The inference scheduler: DPM-Solver++ (2nd order), good at 20 steps."""
-    return DPMSolverMultistepScheduler(
-        algorithm_type="dpmsolver++", solver_order=2, **SCHEDULER_KWARGS
-    )
+    return DPMSolverMultistepScheduler(algorithm_type="dpmsolver++", solver_order=2, **SCHEDULER_KWARGS)
 
 
 def make_train_scheduler() -> DDPMScheduler:

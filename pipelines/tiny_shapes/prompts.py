@@ -30,8 +30,12 @@ class PromptSampler:
     def batch(self, indices: list[int]) -> torch.Tensor:
         """Token ids (N, model_max_length), padded with EOS like the pipeline does."""
         tok = self.tokenizer
-        rows = tok([self.text(i) for i in indices], padding="max_length",
-                   max_length=tok.model_max_length, truncation=True).input_ids
+        rows = tok(
+            [self.text(i) for i in indices],
+            padding="max_length",
+            max_length=tok.model_max_length,
+            truncation=True,
+        ).input_ids
         return torch.tensor([self._maybe_insert_unk(r) for r in rows])
 
     def _maybe_insert_unk(self, ids: list[int]) -> list[int]:

@@ -63,8 +63,8 @@ def build_vocab(words: list[str], merges: list[tuple[str, str]]) -> dict[str, in
     for w in words:
         base += list(w[:-1]) + [w[-1] + EOW]
     for sym in base:
-            if sym not in tokens:
-                tokens.append(sym)
+        if sym not in tokens:
+            tokens.append(sym)
     for a, b in merges:
         if a + b not in tokens:
             tokens.append(a + b)

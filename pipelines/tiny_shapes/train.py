@@ -1,7 +1,9 @@
 """Stage 2 of training: the UNet and the text encoder, jointly, on precomputed VAE latents.
 
-    python -m pipelines.tiny_shapes.train_vae --steps 3500 --batch 16                                # first
-    taskset -c 0 python -m pipelines.tiny_shapes.train_vae --decoder-only --minutes 55 --batch 16 &  # then, in parallel:
+    # first:
+    python -m pipelines.tiny_shapes.train_vae --steps 3500 --batch 16
+    # then, in parallel:
+    taskset -c 0 python -m pipelines.tiny_shapes.train_vae --decoder-only --minutes 55 --batch 16 &
     taskset -c 1 python -m pipelines.tiny_shapes.train --minutes 58 --batch 64 --lr 8e-4 --ema 0.999
 
 Seeded and resumable (``runs/unet/ckpt.pt`` is picked up automatically; pass a larger
@@ -40,7 +42,9 @@ def measure_scaling_factor(mean: torch.Tensor, std: torch.Tensor) -> float:
     return float(1.0 / sample.std())
 
 
-def diffusion_loss(unet, text_encoder, sched, x0: torch.Tensor, ids: torch.Tensor, min_snr: bool = False) -> torch.Tensor:
+def diffusion_loss(
+    unet, text_encoder, sched, x0: torch.Tensor, ids: torch.Tensor, min_snr: bool = False
+) -> torch.Tensor:
     """v-prediction MSE, optionally min-SNR-5 weighted.
 
     Plain v-MSE is the default: min-SNR weighting for v-prediction, min(SNR, 5) / (SNR + 1),
@@ -83,13 +87,21 @@ class Trainer:
         self.step = 0
         self.eval_seconds = 30.0
         self._resume()
-        logger.info("UNet %d params, text encoder %d params, scaling factor %.4f, %d latents",
-                    models.count_params(self.unet), models.count_params(self.text_encoder),
-                    self.scale, len(self.mean))
+        logger.info(
+            "UNet %d params, text encoder %d params, scaling factor %.4f, %d latents",
+            models.count_params(self.unet),
+            models.count_params(self.text_encoder),
+            self.scale,
+            len(self.mean),
+        )
 
     def _modules(self) -> dict[str, torch.nn.Module]:
-        return {"unet": self.unet, "text": self.text_encoder, "ema_unet": self.ema_unet,
-                "ema_text": self.ema_text}
+        return {
+            "unet": self.unet,
+            "text": self.text_encoder,
+            "ema_unet": self.ema_unet,
+            "ema_text": self.ema_text,
+        }
 
     def _resume(self) -> None:
         state = load_checkpoint(UNET_DIR / "ckpt.pt")
@@ -117,7 +129,9 @@ class Trainer:
         # spread (~2.1, one channel only ~0.6), and sampling it washed out colour detail.
         x0 = self.mean[idx] * self.scale
         ids = self.prompts.batch(idx.tolist())
-        loss = diffusion_loss(self.unet, self.text_encoder, self.sched, x0, ids, min_snr=self.step < args.min_snr_until)
+        loss = diffusion_loss(
+            self.unet, self.text_encoder, self.sched, x0, ids, min_snr=self.step < args.min_snr_until
+        )
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.unet.parameters(), 1.0)
@@ -163,8 +177,15 @@ class Trainer:
     def _log(self, avg: float) -> None:
         rate = (self.step - self.start) / (time.perf_counter() - self.t0)
         eta = (self.args.steps - self.step) / max(rate, 1e-9) / 60
-        logger.info("step %d/%d  loss %.4f  lr %.2e  %.0f samples/s  eta %.1f min", self.step, self.args.steps,
-                    avg, self.opt.param_groups[0]["lr"], rate * self.args.batch, eta)
+        logger.info(
+            "step %d/%d  loss %.4f  lr %.2e  %.0f samples/s  eta %.1f min",
+            self.step,
+            self.args.steps,
+            avg,
+            self.opt.param_groups[0]["lr"],
+            rate * self.args.batch,
+            eta,
+        )
 
     def _rebudget(self) -> None:
         """With ``--minutes``, re-fit the total step count (and so the LR schedule) to the time left."""
@@ -199,7 +220,9 @@ class Trainer:
 
 def main() -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=6000)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=8e-4)
@@ -208,8 +231,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=24000, help="number of training images")
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--min-snr-until", type=int, default=0, help="use min-SNR weighting before this step")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="time budget: fit the step count (and LR schedule) to it as training goes")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="time budget: fit the step count (and LR schedule) to it as training goes",
+    )
     parser.add_argument("--out", type=Path, default=None, help="pipeline folder (default assets/tiny-shapes)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -105,7 +105,7 @@ def encode_dataset(vae: AutoencoderKL, count: int, seed: int) -> tuple[torch.Ten
     means, stds = [], []
     with torch.no_grad():
         for start in range(0, count, 500):
-            dist = vae.encode(to_tensor(images[start: start + 500])).latent_dist
+            dist = vae.encode(to_tensor(images[start : start + 500])).latent_dist
             means.append(dist.mean)
             stds.append(dist.std)
     mean, std = torch.cat(means), torch.cat(stds)
@@ -152,7 +152,9 @@ def train(steps: int, batch: int, lr: float, seed: int, count: int) -> torch.nn.
             rate = (step + 1 - start) * batch / (time.perf_counter() - t0)
             logger.info("step %d/%d  L1 %.4f  %.0f img/s", step + 1, steps, l1_avg, rate)
         if (step + 1) % 500 == 0 or step + 1 == steps:
-            save_checkpoint(VAE_DIR / "ckpt.pt", {"model": vae.state_dict(), "opt": opt.state_dict(), "step": step + 1})
+            save_checkpoint(
+                VAE_DIR / "ckpt.pt", {"model": vae.state_dict(), "opt": opt.state_dict(), "step": step + 1}
+            )
             save_grid(vae.eval(), data[:12], VAE_DIR / f"recon_{step + 1:05d}.png")
             vae.train()
     return vae
@@ -174,7 +176,12 @@ def train_decoder(minutes: float, batch: int, lr: float, seed: int, count: int) 
     if state:
         vae.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-    t0, start, deadline, governor = time.perf_counter(), step, time.perf_counter() + 60 * minutes, ThreadGovernor()
+    t0, start, deadline, governor = (
+        time.perf_counter(),
+        step,
+        time.perf_counter() + 60 * minutes,
+        ThreadGovernor(),
+    )
     vae.decoder.train()
     while step < total and time.perf_counter() < deadline:
         for group in opt.param_groups:
@@ -190,14 +197,19 @@ def train_decoder(minutes: float, batch: int, lr: float, seed: int, count: int) 
             total = refit_total(step, start, t0, deadline) if step - start >= 100 else total
             logger.info("decoder step %d/%d  L1 %.4f", step, total, l1.item())
         if step % 500 == 0 or step >= total or time.perf_counter() >= deadline:
-            save_checkpoint(DECODER_CKPT, {"model": vae.state_dict(), "opt": opt.state_dict(), "step": step, "total": total})
+            save_checkpoint(
+                DECODER_CKPT,
+                {"model": vae.state_dict(), "opt": opt.state_dict(), "step": step, "total": total},
+            )
             save_grid(vae.eval(), data[:12], VAE_DIR / f"decoder_recon_{step:05d}.png")
             vae.decoder.train()
 
 
 def main() -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)

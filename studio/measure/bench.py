@@ -136,8 +136,14 @@ def step_tensor_inputs(prepared: Prepared) -> dict[str, Any]:
     return {"callback_on_step_end_tensor_inputs": list(dict.fromkeys(["latents", *wanted]))}
 
 
-def _step_callback(marks: list[float], total: int, on_step: StepFn | None, should_stop: StopFn | None,
-                   reasons: list[str], prepared: Prepared):
+def _step_callback(
+    marks: list[float],
+    total: int,
+    on_step: StepFn | None,
+    should_stop: StopFn | None,
+    reasons: list[str],
+    prepared: Prepared,
+):
     hooks = [o.step_end for o in prepared.call_opts if o.step_end is not None]
 
     def callback(pipe: Any, i: int, t: Any, kwargs: dict) -> dict:
@@ -170,7 +176,9 @@ def run_once(
     marks: list[float] = []
     reasons: list[str] = []
     kwargs = call_kwargs(request)
-    kwargs["callback_on_step_end"] = _step_callback(marks, request.steps, on_step, should_stop, reasons, prepared)
+    kwargs["callback_on_step_end"] = _step_callback(
+        marks, request.steps, on_step, should_stop, reasons, prepared
+    )
     kwargs.update(step_tensor_inputs(prepared))
     device = prepared.ctx.device
     try:

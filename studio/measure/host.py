@@ -53,11 +53,16 @@ class HostLoad:
         """A sentence for the user when the host was busy, else None."""
         if not self.busy:
             return None
-        parts = [f"other processes used {self.busy_pct:.0f}% of the CPU" if self.busy_pct is not None else "",
-                 f"the hypervisor stole {self.steal_pct:.0f}%" if self.steal_pct is not None and
-                 self.steal_pct > BUSY_PCT else ""]
-        return (f"The host was busy while this was measured ({', '.join(p for p in parts if p)}): "
-                "the timings are unreliable; measure again when the machine is quiet.")
+        parts = [
+            f"other processes used {self.busy_pct:.0f}% of the CPU" if self.busy_pct is not None else "",
+            f"the hypervisor stole {self.steal_pct:.0f}%"
+            if self.steal_pct is not None and self.steal_pct > BUSY_PCT
+            else "",
+        ]
+        return (
+            f"The host was busy while this was measured ({', '.join(p for p in parts if p)}): "
+            "the timings are unreliable; measure again when the machine is quiet."
+        )
 
 
 class HostMonitor:

@@ -23,13 +23,18 @@ from typing import Any
 
 FASTER, SLOWER, NOISE, BASELINE = "faster", "slower", "within noise", "baseline"
 MIN_EFFECT = 0.02  # a median within 2% of x1.00 is within noise whatever the rounds say: the hosts drift more
-UNSETTLED_FACTOR = 1.5  # a first round this much slower than the median of the others: the warm-up was too short
+UNSETTLED_FACTOR = (
+    1.5  # a first round this much slower than the median of the others: the warm-up was too short
+)
+
 
 class Dropped(Exception):
     """Raised by a call whose configuration cannot go on (it failed); it leaves the later rounds."""
 
 
-Call = Callable[[], float | None]  # runs one configuration once; returns its own timed seconds, or None to be timed here
+Call = Callable[
+    [], float | None
+]  # runs one configuration once; returns its own timed seconds, or None to be timed here
 Order = Callable[[str, str], None]  # told (phase, label) before each call: "warmup" or "round"
 
 
@@ -42,7 +47,9 @@ class Samples:
     dropped: dict[str, str]
 
 
-def interleaved(calls: Mapping[str, Call], rounds: int, warmup: int = 1, before: Order | None = None) -> Samples:
+def interleaved(
+    calls: Mapping[str, Call], rounds: int, warmup: int = 1, before: Order | None = None
+) -> Samples:
     """Warm each configuration up `warmup` times, then run `rounds` rounds of one call each, in order.
 
     A call that raises `Dropped` takes its configuration out of the later calls; anything else propagates.
@@ -74,7 +81,7 @@ def trimmed(values: list[float]) -> list[float]:
     """The sorted values without the most extreme one on each side per 4 values beyond the first."""
     ordered = sorted(values)
     cut = (len(ordered) - 1) // 4
-    return ordered[cut:len(ordered) - cut] if cut else ordered
+    return ordered[cut : len(ordered) - cut] if cut else ordered
 
 
 def verdict(ratios: list[float]) -> str:
@@ -101,7 +108,12 @@ class Speedup:
 
     def fields(self) -> dict[str, Any]:
         """As the run log and the shared vocabulary name them."""
-        return {"speedup": self.median, "speedup_min": self.low, "speedup_max": self.high, "verdict": self.verdict}
+        return {
+            "speedup": self.median,
+            "speedup_min": self.low,
+            "speedup_max": self.high,
+            "verdict": self.verdict,
+        }
 
 
 def speedup(reference: list[float], other: list[float], *, is_reference: bool = False) -> Speedup:
@@ -123,7 +135,8 @@ def unsettled(seconds: list[float]) -> bool:
 
 def describe(samples: list[float]) -> str:
     """Median with min-max, in seconds (for benchmark scripts' output)."""
-    return f"{statistics.median(samples):.4f} s (min {min(samples):.4f}, max {max(samples):.4f}, n={len(samples)})"
+    median, low, high = statistics.median(samples), min(samples), max(samples)
+    return f"{median:.4f} s (min {low:.4f}, max {high:.4f}, n={len(samples)})"
 
 
 def overhead(ours: list[float], reference: list[float]) -> float:

@@ -59,7 +59,11 @@ def compare(image: np.ndarray, baseline: np.ndarray) -> dict[str, float]:
     """All the difference measures of `image` against `baseline`."""
     if image.shape != baseline.shape:
         raise ValueError(f"cannot compare images of shapes {image.shape} and {baseline.shape}")
-    return {"max_abs_diff": max_abs_diff(image, baseline), "psnr": psnr(image, baseline), "ssim": ssim(image, baseline)}
+    return {
+        "max_abs_diff": max_abs_diff(image, baseline),
+        "psnr": psnr(image, baseline),
+        "ssim": ssim(image, baseline),
+    }
 
 
 def prompt_fidelity(image: np.ndarray, prompt: str, judge: Callable[..., Any]) -> dict[str, Any] | None:

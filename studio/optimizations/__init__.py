@@ -1,6 +1,7 @@
 """The one registry of optimization techniques; importing this package fills it."""
 
-from studio.optimizations import (  # noqa: F401  (_quiet first: before diffusers imports torchao; the rest register)
+# _quiet first: before diffusers imports torchao; the rest register their techniques.
+from studio.optimizations import (  # noqa: F401
     _quiet,
     attention,
     caching,

@@ -36,6 +36,13 @@ def errors_only(*names: str) -> Iterator[None]:
 
 logging.getLogger(DIFFUSERS_TORCHAO).setLevel(logging.ERROR)
 if importlib.util.find_spec("torchao") is not None:
-    with errors_only(*IMPORT_NOISE), contextlib.suppress(Exception):  # a broken torchao is int8_dynamic's to report
-        for module in ("torchao", "torchao.quantization", "torchao.prototype.safetensors.safetensors_support"):
+    with (
+        errors_only(*IMPORT_NOISE),
+        contextlib.suppress(Exception),
+    ):  # a broken torchao is int8_dynamic's to report
+        for module in (
+            "torchao",
+            "torchao.quantization",
+            "torchao.prototype.safetensors.safetensors_support",
+        ):
             importlib.import_module(module)  # what diffusers' torchao quantizer imports

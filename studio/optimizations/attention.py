@@ -76,7 +76,9 @@ def _processor_for(layer: Attention, ctx: Context) -> Any | None:
 
 
 def _layers(pipe: Any, ctx: Context) -> list[tuple[str, Attention]]:
-    if "attention_layers" not in ctx.state:  # found once per pipeline: walking every module costs more than switching
+    if (
+        "attention_layers" not in ctx.state
+    ):  # found once per pipeline: walking every module costs more than switching
         ctx.state["attention_layers"] = _attention_layers(pipe)
     return ctx.state["attention_layers"]
 
@@ -96,7 +98,9 @@ def set_attention(pipe: Any, ctx: Context) -> None:
 def fuse_qkv(pipe: Any, ctx: Context) -> None:
     """Concatenate each attention layer's Q/K/V (self-attention) or K/V (cross-attention) projections into one
     Linear and switch to `FusedAttnProcessor2_0`; the separate projections stay for an exact revert."""
-    from studio.optimizations.quantization import float_weights  # here: the registry lists int8_dynamic after these
+    from studio.optimizations.quantization import (
+        float_weights,
+    )  # here: the registry lists int8_dynamic after these
 
     with float_weights(pipe, ctx):
         for _, layer in _layers(pipe, ctx):
@@ -144,7 +148,8 @@ _attention(
     "sdpa",
     "SDPA attention",
     "speed",
-    "torch.nn.functional.scaled_dot_product_attention: fused, memory-efficient kernels (flash / efficient / math).",
+    "torch.nn.functional.scaled_dot_product_attention: fused, memory-efficient kernels (flash / efficient / "
+    "math).",
 )
 _attention(
     "xformers",
@@ -166,7 +171,8 @@ register(
         label="fused QKV projections",
         group="speed",
         description=(
-            "Fuse each attention layer's query/key/value projections into one matmul (diffusers' fuse_qkv_projections) "
+            "Fuse each attention layer's query/key/value projections into one matmul (diffusers' "
+            "fuse_qkv_projections) "
             "and run them with SDPA."
         ),
         conflicts=("classic_attention", "xformers", "attention_slicing"),

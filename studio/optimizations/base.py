@@ -58,8 +58,9 @@ def _noop(pipe: Any, ctx: Context) -> None:
 
 @dataclass(frozen=True)
 class Settings:
-    """A technique's settings: a frozen dataclass with defaults whose `__post_init__` checks and normalises each
-    field (raising the user-facing sentence). Subclasses declare the fields; techniques without any use this."""
+    """A technique's settings: a frozen dataclass with defaults whose `__post_init__` checks and normalises
+    each field (raising the user-facing sentence). Subclasses declare the fields; techniques without any use
+    this."""
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -169,7 +170,9 @@ def _requirement_reason(req: str, hw: Hardware, device: str, family: str) -> str
         return None if _module_available(mod) else f"needs the {mod} package, which is not installed"
     if req.startswith("family:"):
         allowed = req.removeprefix("family:").split("|")
-        return None if family in allowed else f"works on {'/'.join(allowed)} UNets, not on a {family} pipeline"
+        return (
+            None if family in allowed else f"works on {'/'.join(allowed)} UNets, not on a {family} pipeline"
+        )
     raise ValueError(f"unknown requirement {req!r}")
 
 
@@ -199,9 +202,7 @@ def check_conflicts(names: set[str] | frozenset[str]) -> None:
     for name in sorted(names):
         for other in sorted(conflicts_of(name)):
             if other in names:
-                raise ConflictError(
-                    f"{name} and {other} cannot be combined; remove one of them."
-                )
+                raise ConflictError(f"{name} and {other} cannot be combined; remove one of them.")
 
 
 @contextlib.contextmanager

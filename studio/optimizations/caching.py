@@ -33,7 +33,8 @@ MAX_BRANCH = 3  # SD and SDXL UNets have 4 / 3 down blocks; the UNet itself is c
 
 @dataclass(frozen=True)
 class DeepCacheSettings(Settings):
-    """`interval`: a full UNet step every N calls (1 = never reuse); `branch`: how many outer blocks always run."""
+    """`interval`: a full UNet step every N calls (1 = never reuse); `branch`: how many outer blocks always
+    run."""
 
     interval: int = 3
     branch: int = 0
@@ -42,7 +43,11 @@ class DeepCacheSettings(Settings):
         self._set("interval", checks.whole("deepcache interval", self.interval, 1, MAX_INTERVAL))
         self._set("branch", checks.whole("deepcache branch", self.branch, 0, MAX_BRANCH))
 
-COUNTERS = ("deepcache_full_calls", "deepcache_reused_calls")  # UNet calls, in the pipeline's stats while applied
+
+COUNTERS = (
+    "deepcache_full_calls",
+    "deepcache_reused_calls",
+)  # UNet calls, in the pipeline's stats while applied
 
 
 @dataclass
@@ -59,7 +64,8 @@ class DeepCacheState:
 
 
 def deep_blocks(unet: torch.nn.Module, branch: int) -> list[tuple[str, torch.nn.Module]]:
-    """The blocks whose outputs are cached: down blocks after `branch`, the mid block, up blocks before the last `branch + 1`."""
+    """The blocks whose outputs are cached: down blocks after `branch`, the mid block, up blocks before the
+    last `branch + 1`."""
     n = len(unet.down_blocks)
     if branch > max(0, n - 2):
         raise ValidationError(
@@ -81,7 +87,8 @@ def _input_key(args: tuple, kwargs: dict) -> tuple:
 
 
 def _before_unet(pipe: Any, state: DeepCacheState) -> Callable:
-    """A new pipeline run is recognised by a new `scheduler.timesteps` tensor (set_timesteps makes one per call)."""
+    """A new pipeline run is recognised by a new `scheduler.timesteps` tensor (set_timesteps makes one per
+    call)."""
 
     def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         timesteps = getattr(pipe.scheduler, "timesteps", None)
@@ -154,7 +161,8 @@ register(
         label="DeepCache",
         group="speed",
         description=(
-            "Reuse the UNet's deep features between full steps (DeepCache): only the outermost blocks run on the "
+            "Reuse the UNet's deep features between full steps (DeepCache): only the outermost blocks run "
+            "on the "
             "steps in between; the image changes a little."
         ),
         requires=("family:sd|sdxl",),

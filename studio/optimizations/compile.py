@@ -123,11 +123,14 @@ class PerShapeUNet(PerShapeModule):
         super().__init__(unet, stats)
         self._plain = _PlainUNet(unet)
 
-    def forward(self, sample, timestep, encoder_hidden_states=None, *args, return_dict: bool = True, **kwargs):
+    def forward(
+        self, sample, timestep, encoder_hidden_states=None, *args, return_dict: bool = True, **kwargs
+    ):
         extra = [k for k, v in kwargs.items() if v is not None]
         if args or extra:
             raise TypeError(
-                f"{type(self).__name__} takes no extra conditioning ({extra or 'positional'}); use torch_compile"
+                f"{type(self).__name__} takes no extra conditioning ({extra or 'positional'}); use "
+                "torch_compile"
             )
         timestep = torch.as_tensor(timestep, device=sample.device)
         inputs = (sample, timestep, encoder_hidden_states)
@@ -166,7 +169,8 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 
 @dataclass(frozen=True)
 class TorchCompileSettings(Settings):
-    """`mode`, `regional` (block by block), `dynamic` (auto, true, false), inductor's `freezing` and `cpp_wrapper`."""
+    """`mode`, `regional` (block by block), `dynamic` (auto, true, false), inductor's `freezing` and
+    `cpp_wrapper`."""
 
     mode: str = "default"
     regional: bool = False
@@ -176,7 +180,9 @@ class TorchCompileSettings(Settings):
 
     def __post_init__(self) -> None:
         self._set("mode", checks.one_of("torch_compile mode", self.mode, MODES))
-        self._set("dynamic", checks.one_of("torch_compile dynamic", str(self.dynamic).lower(), tuple(DYNAMIC)))
+        self._set(
+            "dynamic", checks.one_of("torch_compile dynamic", str(self.dynamic).lower(), tuple(DYNAMIC))
+        )
         for name in ("regional", "freezing", "cpp_wrapper"):
             self._set(name, checks.boolean(f"torch_compile {name}", getattr(self, name)))
 
@@ -233,7 +239,9 @@ def _freezing_if_asked(ctx: Context) -> contextlib.AbstractContextManager:
 
 def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     settings = compile_settings(ctx)
-    compiled = torch.compile(unet, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic)
+    compiled = torch.compile(
+        unet, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic
+    )
     compiled.forward = recovering(compiled.forward)  # a damaged inductor cache entry is rebuilt, not fatal
     return compiled
 
@@ -267,7 +275,8 @@ def _compile(pipe: Any, ctx: Context) -> None:
     blocks = repeated_blocks(pipe.unet)
     if not blocks:
         raise ValidationError(
-            f"torch_compile regional=true found no repeated blocks in {type(pipe.unet).__name__}; use regional=false."
+            f"torch_compile regional=true found no repeated blocks in {type(pipe.unet).__name__}; use "
+            "regional=false."
         )
     backend = counting_backend(ctx.stats, settings.options)
     for block in blocks:

@@ -97,8 +97,11 @@ def discard(entry: Path, exc: BaseException) -> None:
     if reason is None:  # the compiler's own words about the header
         output = next(getattr(e, "output", "") for e in _chain(exc) if _damaged_header(e) is not None)
         reason = next((line for line in output.splitlines() if "precompiled header" in line), output)
-    log.warning("inductor cache entry %s could not be loaded (%s); deleting it and compiling again",
-                entry, reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__)
+    log.warning(
+        "inductor cache entry %s could not be loaded (%s); deleting it and compiling again",
+        entry,
+        reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__,
+    )
     entry.unlink(missing_ok=True)
 
 

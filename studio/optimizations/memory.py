@@ -128,7 +128,10 @@ register(
         name="device_map_balanced",
         label="device map (balanced)",
         group="memory",
-        description="Spread the pipeline's models over all GPUs (device_map='balanced'), optionally capped per device with max_memory.",
+        description=(
+            "Spread the pipeline's models over all GPUs (device_map='balanced'), "
+            "optionally capped per device with max_memory."
+        ),
         stage="load",
         requires=("cuda",),
         conflicts=("model_cpu_offload", "sequential_cpu_offload"),

@@ -22,8 +22,9 @@ def _backend_flag(obj: object, attr: str, value: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _tf32(ctx: Context) -> Iterator[None]:
-    with _backend_flag(torch.backends.cuda.matmul, "allow_tf32", True), _backend_flag(
-        torch.backends.cudnn, "allow_tf32", True
+    with (
+        _backend_flag(torch.backends.cuda.matmul, "allow_tf32", True),
+        _backend_flag(torch.backends.cudnn, "allow_tf32", True),
     ):
         yield
 
@@ -59,7 +60,10 @@ register(
         name="bf16",
         label="bf16 weights",
         group="precision",
-        description="Load the weights in bfloat16: fp32's range at half the memory; fast on Ampere+ GPUs and on CPUs with AMX.",
+        description=(
+            "Load the weights in bfloat16: fp32's range at half the memory; "
+            "fast on Ampere+ GPUs and on CPUs with AMX."
+        ),
         stage="load",
         conflicts=("fp16",),
         dtype=torch.bfloat16,
@@ -93,7 +97,10 @@ register(
         name="autocast",
         label="autocast",
         group="precision",
-        description="Run under torch.autocast (fp16 on GPUs, bf16 on CPU): mixed precision without converting weights.",
+        description=(
+            "Run under torch.autocast (fp16 on GPUs, bf16 on CPU): "
+            "mixed precision without converting weights."
+        ),
         stage="call",
         call_context=_autocast,
     )

@@ -27,7 +27,9 @@ def _torchao_quantization() -> Any:
     try:
         return importlib.import_module("torchao.quantization")
     except ImportError as exc:
-        raise UnavailableError(f"int8_dynamic could not import torchao ({exc}); pip install -r requirements-extras.txt.") from exc
+        raise UnavailableError(
+            f"int8_dynamic could not import torchao ({exc}); pip install -r requirements-extras.txt."
+        ) from exc
 
 
 def quantize_unet(pipe: Any, ctx: Context) -> None:
@@ -69,7 +71,8 @@ register(
         label="int8 dynamic quantization",
         group="precision",
         description=(
-            "Quantize the UNet's Linear layers to int8 with dynamically quantized int8 activations (torchao); "
+            "Quantize the UNet's Linear layers to int8 with dynamically quantized int8 activations "
+            "(torchao); "
             "convolutions stay in floating point."
         ),
         requires=("module:torchao", "family:sd|sdxl"),

@@ -58,7 +58,8 @@ register(
         label="CPU threads",
         group="speed",
         description=(
-            "Set how many CPU threads torch uses for this run (default: one per physical core), restored afterwards; "
+            "Set how many CPU threads torch uses for this run (default: one per physical core), restored "
+            "afterwards; "
             "process-wide, so concurrent runs share the setting."
         ),
         stage="call",

@@ -40,19 +40,28 @@ import torch
 from studio import checks, devices
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
-from studio.optimizations.compile import PerShapeModule, PerShapeUNet, counting_backend, freezing, restore_unet
+from studio.optimizations.compile import (
+    PerShapeModule,
+    PerShapeUNet,
+    counting_backend,
+    freezing,
+    restore_unet,
+)
 from studio.optimizations.inductor_cache import recovering
 
 
 @dataclass(frozen=True)
 class Int8StaticSettings(Settings):
-    """`calibration_steps`: denoising steps observed to set the activation ranges; `vae`: quantize the decoder too."""
+    """`calibration_steps`: denoising steps observed to set the activation ranges; `vae`: quantize the decoder
+    too."""
 
     calibration_steps: int = 8
     vae: bool = True
 
     def __post_init__(self) -> None:
-        self._set("calibration_steps", checks.whole("int8_static calibration_steps", self.calibration_steps, 1, 50))
+        self._set(
+            "calibration_steps", checks.whole("int8_static calibration_steps", self.calibration_steps, 1, 50)
+        )
         self._set("vae", checks.boolean("int8_static vae", self.vae))
 
 
@@ -80,11 +89,12 @@ def int8_path(cpu_flags: frozenset[str]) -> str:
     return "reduced_range"
 
 
-def quantize_and_compile(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate,
-                         reduce_range: bool = False) -> Any:
-    """Export `module` for these inputs, observe it while `calibrate(observed)` runs, convert to int8 and compile it
-    with inductor and frozen weights; the first (compiling) call happens here. `reduce_range` quantizes activations
-    to 0..127 (CPUs without VNNI or AMX)."""
+def quantize_and_compile(
+    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate, reduce_range: bool = False
+) -> Any:
+    """Export `module` for these inputs, observe it while `calibrate(observed)` runs, convert to int8 and
+    compile it with inductor and frozen weights; the first (compiling) call happens here. `reduce_range`
+    quantizes activations to 0..127 (CPUs without VNNI or AMX)."""
     quantize, x86 = _pt2e()
     config = x86.get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
     quantizer = x86.X86InductorQuantizer().set_global(config)
@@ -105,8 +115,14 @@ class Int8StaticUNet(PerShapeUNet):
 
     counter = "compile"
 
-    def __init__(self, unet: torch.nn.Module, pipe: Any, calibration_steps: int, stats: dict[str, Any],
-                 reduce_range: bool = False):
+    def __init__(
+        self,
+        unet: torch.nn.Module,
+        pipe: Any,
+        calibration_steps: int,
+        stats: dict[str, Any],
+        reduce_range: bool = False,
+    ):
         super().__init__(unet, stats)
         self._scheduler = lambda: pipe.scheduler  # the request's scheduler, set on the pipeline per request
         self._calibration_steps = calibration_steps
@@ -126,12 +142,14 @@ class Int8StaticUNet(PerShapeUNet):
             latents = scheduler.step(prediction, t, latents).prev_sample
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        return quantize_and_compile(self._plain, inputs, lambda observed: self.calibrate(observed, inputs),
-                                    self._reduce_range)
+        return quantize_and_compile(
+            self._plain, inputs, lambda observed: self.calibrate(observed, inputs), self._reduce_range
+        )
 
 
 class Int8StaticDecoder(PerShapeModule):
-    """The VAE's decoder quantized to static int8 and compiled, one build per latent shape, calibrated on the first
+    """The VAE's decoder quantized to static int8 and compiled, one build per latent shape, calibrated on the
+    first
     latents it decodes at that shape (the image being made)."""
 
     counter = "compile"
@@ -142,12 +160,16 @@ class Int8StaticDecoder(PerShapeModule):
 
     def forward(self, sample: torch.Tensor, latent_embeds: torch.Tensor | None = None) -> torch.Tensor:
         if latent_embeds is not None:
-            raise TypeError("Int8StaticDecoder takes no latent_embeds (spatially conditioned VAEs are not quantized)")
+            raise TypeError(
+                "Int8StaticDecoder takes no latent_embeds (spatially conditioned VAEs are not quantized)"
+            )
         inputs = (sample,)
         return self.graph_for(inputs)(sample)
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        return quantize_and_compile(self.original, inputs, lambda observed: observed(*inputs), self._reduce_range)
+        return quantize_and_compile(
+            self.original, inputs, lambda observed: observed(*inputs), self._reduce_range
+        )
 
 
 def quantize_unet(pipe: Any, ctx: Context) -> None:
@@ -176,14 +198,24 @@ register(
         label="int8 static quantization (x86)",
         group="precision",
         description=(
-            "Quantize the convolutions and linear layers of the UNet (and of the VAE decoder, setting vae) to int8 "
+            "Quantize the convolutions and linear layers of the UNet (and of the VAE decoder, setting vae) "
+            "to int8 "
             "with calibrated activation ranges (PT2E, torchao's X86InductorQuantizer) and compile them with "
-            "inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs. The first call of each image size calibrates "
+            "inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs. The first call of each image size "
+            "calibrates "
             "and compiles (minutes for SD 1.5). Changes the output slightly; judge it by PSNR."
         ),
         requires=("module:torchao", "family:sd", "cpu-x86"),
-        conflicts=("jit_trace_unet", "torch_compile", "int8_dynamic", "deepcache", "token_merging", "fused_qkv", "bf16",
-                   "autocast"),
+        conflicts=(
+            "jit_trace_unet",
+            "torch_compile",
+            "int8_dynamic",
+            "deepcache",
+            "token_merging",
+            "fused_qkv",
+            "bf16",
+            "autocast",
+        ),
         reversible=False,
         apply=quantize_unet,
         revert=restore,

@@ -1,4 +1,5 @@
-"""The registry as a Markdown table, for the README (`python -m studio.optimizations.table`, or `make docs`)."""
+"""The registry as a Markdown table, for the README (`python -m studio.optimizations.table`, or `make
+docs`)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def markdown() -> str:
 def refresh(readme: Path) -> bool:
     """Rewrite the table between the markers in `readme`; whether anything changed."""
     text = readme.read_text()
-    new = re.sub(re.escape(START) + r".*?" + re.escape(END), f"{START}\n{markdown()}\n{END}", text, flags=re.S)
+    new = re.sub(
+        re.escape(START) + r".*?" + re.escape(END), f"{START}\n{markdown()}\n{END}", text, flags=re.S
+    )
     readme.write_text(new)
     return new != text
 

@@ -41,18 +41,24 @@ class TokenMergingSettings(Settings):
 
     def __post_init__(self) -> None:
         self._set("ratio", checks.number("token_merging ratio", self.ratio, 0.0, MAX_RATIO))
-        self._set("max_downsample", checks.one_of("token_merging max_downsample", self.max_downsample, DOWNSAMPLES))
+        self._set(
+            "max_downsample", checks.one_of("token_merging max_downsample", self.max_downsample, DOWNSAMPLES)
+        )
 
 
 def _tomesd() -> Any:
     try:
         return importlib.import_module("tomesd")
     except ImportError as exc:
-        raise UnavailableError(f"token_merging could not import tomesd ({exc}); pip install -r requirements-extras.txt.") from exc
+        raise UnavailableError(
+            f"token_merging could not import tomesd ({exc}); pip install -r requirements-extras.txt."
+        ) from exc
 
 
 def _patched_modules(unet: torch.nn.Module) -> list[torch.nn.Module]:
-    blocks = [m for m in unet.modules() if any(c.__name__ == "BasicTransformerBlock" for c in type(m).__mro__)]
+    blocks = [
+        m for m in unet.modules() if any(c.__name__ == "BasicTransformerBlock" for c in type(m).__mro__)
+    ]
     return [unet, *blocks]
 
 
@@ -102,7 +108,8 @@ register(
         label="token merging (ToMe)",
         group="speed",
         description=(
-            "Merge similar image tokens before self-attention (ToMe for SD via tomesd): faster attention at large "
+            "Merge similar image tokens before self-attention (ToMe for SD via tomesd): faster attention at "
+            "large "
             "sizes; the image changes a little."
         ),
         requires=("module:tomesd", "family:sd|sdxl"),

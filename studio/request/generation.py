@@ -53,15 +53,12 @@ class GenerationRequest:
     @property
     def config_label(self) -> str:
         """'bf16+deepcache[interval=2]': the techniques in order, with the settings given for them."""
+
         def named(o: str) -> str:
             given = self.params.get(o)
             return f"{o}[{','.join(f'{k}={v}' for k, v in sorted(given.items()))}]" if given else o
 
         return "+".join(named(o) for o in self.opts) or "baseline"
-
-
-
-
 
 
 def _text(name: str, value: Any, required: bool) -> str:
@@ -71,7 +68,9 @@ def _text(name: str, value: Any, required: bool) -> str:
 def _side(name: str, value: Any) -> int:
     side = checks.whole(name, value, MIN_SIDE, MAX_SIDE)
     if side % 8:
-        raise ValidationError(f"{name} must be a multiple of 8 (the VAE downsamples by 8); try {side // 8 * 8 or 8}.")
+        raise ValidationError(
+            f"{name} must be a multiple of 8 (the VAE downsamples by 8); try {side // 8 * 8 or 8}."
+        )
     return side
 
 
@@ -93,16 +92,9 @@ def parse_opts(value: Any) -> list[str]:
     return names
 
 
-
-
-
-
-
-
-
-
 def _check_params(opts: list[str], params: Any) -> dict[str, dict[str, Any]]:
-    """Each technique's settings, built into its settings object (which checks them); only for requested ones."""
+    """Each technique's settings, built into its settings object (which checks them); only for
+    requested ones."""
     if params in (None, ""):
         return {}
     if not isinstance(params, dict):
@@ -190,9 +182,21 @@ def parse_settings(value: Any) -> dict[str, Any]:
     return value
 
 
-def build_request(model: Any, device: Any, precision: Any, optimizations: Any, prompt: Any, negative_prompt: Any,
-                  seed: Any, steps: Any, guidance: Any, width: Any, height: Any, scheduler: Any,
-                  settings_json: Any = None) -> GenerationRequest:
+def build_request(
+    model: Any,
+    device: Any,
+    precision: Any,
+    optimizations: Any,
+    prompt: Any,
+    negative_prompt: Any,
+    seed: Any,
+    steps: Any,
+    guidance: Any,
+    width: Any,
+    height: Any,
+    scheduler: Any,
+    settings_json: Any = None,
+) -> GenerationRequest:
     """Validate an endpoint's arguments into a request (precision is a technique like the others)."""
     if precision not in (None, "", *PRECISIONS):
         raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
@@ -200,8 +204,17 @@ def build_request(model: Any, device: Any, precision: Any, optimizations: Any, p
     if precision in ("bf16", "fp16"):
         opts.insert(0, precision)
     return validate_request(
-        model=model, prompt=prompt, negative_prompt=negative_prompt, seed=seed, steps=steps, guidance=guidance,
-        width=width, height=height, scheduler=scheduler or None, device=device or "auto", opts=opts,
+        model=model,
+        prompt=prompt,
+        negative_prompt=negative_prompt,
+        seed=seed,
+        steps=steps,
+        guidance=guidance,
+        width=width,
+        height=height,
+        scheduler=scheduler or None,
+        device=device or "auto",
+        opts=opts,
         params=parse_settings(settings_json),
     )
 
@@ -222,7 +235,16 @@ def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> G
     """A request from the command line's arguments (`studio.arguments.request_args`), for the CLI and the
     distributed launcher alike."""
     return validate_request(
-        model=args.model, prompt=args.prompt, negative_prompt=args.negative_prompt, seed=args.seed,
-        steps=args.steps, guidance=args.guidance, width=args.width, height=args.height, scheduler=args.scheduler,
-        device=device or args.device, opts=list(opts), params=parse_param_args(args.param),
+        model=args.model,
+        prompt=args.prompt,
+        negative_prompt=args.negative_prompt,
+        seed=args.seed,
+        steps=args.steps,
+        guidance=args.guidance,
+        width=args.width,
+        height=args.height,
+        scheduler=args.scheduler,
+        device=device or args.device,
+        opts=list(opts),
+        params=parse_param_args(args.param),
     )

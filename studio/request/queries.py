@@ -35,15 +35,23 @@ def _when(name: str, value: Any) -> str | None:
     try:
         moment = dt.datetime.fromisoformat(str(value).strip())
     except ValueError:
-        raise ValidationError(f"{name} must be a date or time such as 2026-11-01 or 2026-11-01T14:30, "
-                              f"not {value!r}.") from None
+        raise ValidationError(
+            f"{name} must be a date or time such as 2026-11-01 or 2026-11-01T14:30, not {value!r}."
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds")
 
 
-def validate_history(model: Any = None, device: Any = None, status: Any = None, technique: Any = None,
-                     since: Any = None, until: Any = None, limit: Any = 200) -> HistoryFilter:
+def validate_history(
+    model: Any = None,
+    device: Any = None,
+    status: Any = None,
+    technique: Any = None,
+    since: Any = None,
+    until: Any = None,
+    limit: Any = 200,
+) -> HistoryFilter:
     """Check History's filters (times in UTC unless they say otherwise)."""
     if status not in (None, "") and status not in RUN_STATUSES:
         raise ValidationError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}.")
@@ -52,8 +60,15 @@ def validate_history(model: Any = None, device: Any = None, status: Any = None, 
     texts = {}
     for name, value in (("model", model), ("device", device)):
         texts[name] = checks.text(name, value, 200) or None
-    return HistoryFilter(texts["model"], texts["device"], status or None, technique or None,
-                         _when("since", since), _when("until", until), checks.whole("limit", limit, 1, MAX_HISTORY))
+    return HistoryFilter(
+        texts["model"],
+        texts["device"],
+        status or None,
+        technique or None,
+        _when("since", since),
+        _when("until", until),
+        checks.whole("limit", limit, 1, MAX_HISTORY),
+    )
 
 
 def validate_run_id(value: Any) -> int:
@@ -68,8 +83,10 @@ def validate_shard_target(model: Any, name: Any) -> tuple[str, str]:
     """The model to shard and the folder name under the studio's home (a name only: a public studio never
     writes where a visitor points it)."""
     if not isinstance(name, str) or not SHARD_NAME.fullmatch(name):
-        raise ValidationError("The shard folder name must be 1-64 letters, digits, '.', '_' or '-', "
-                              "starting with a letter or digit.")
+        raise ValidationError(
+            "The shard folder name must be 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit."
+        )
     if not isinstance(model, str) or not model.strip():
         raise ValidationError("Name the model to shard (a registry id, hub id or local directory).")
     return model.strip(), name

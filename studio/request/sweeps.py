@@ -1,4 +1,5 @@
-"""How much a sweep or an auto-tune may measure: counts checked, work bounded and estimated before anything runs."""
+"""How much a sweep or an auto-tune may measure: counts checked, work bounded and estimated before anything
+runs."""
 
 from __future__ import annotations
 
@@ -32,14 +33,28 @@ class AutotuneSettings:
     confirm_rounds: int
 
 
-def validate_autotune(min_psnr: Any = 30.0, min_ssim: Any = 0.95, fidelity_drop: Any = 0.03, warmup: Any = 1,
-                      repeats: Any = 3, confirm_rounds: Any = 5) -> AutotuneSettings:
+def validate_autotune(
+    min_psnr: Any = 30.0,
+    min_ssim: Any = 0.95,
+    fidelity_drop: Any = 0.03,
+    warmup: Any = 1,
+    repeats: Any = 3,
+    confirm_rounds: Any = 5,
+) -> AutotuneSettings:
     """Check the auto-tuner's settings from UI, API or CLI (numbers may arrive as text)."""
-    floor = {name: checks.number(f"The quality floor's {name}", value, low, high) for name, value, low, high in
-             (("min_psnr", min_psnr, 0, 200), ("min_ssim", min_ssim, 0, 1), ("fidelity_drop", fidelity_drop, 0, 1))}
-    counts = {"warmup": checks.whole("warm-up calls", warmup, 0, MAX_WARMUP),
-              "repeats": checks.whole("rounds", repeats, 1, MAX_ROUNDS),
-              "confirm_rounds": checks.whole("confirmation rounds", confirm_rounds, 1, MAX_ROUNDS)}
+    floor = {
+        name: checks.number(f"The quality floor's {name}", value, low, high)
+        for name, value, low, high in (
+            ("min_psnr", min_psnr, 0, 200),
+            ("min_ssim", min_ssim, 0, 1),
+            ("fidelity_drop", fidelity_drop, 0, 1),
+        )
+    }
+    counts = {
+        "warmup": checks.whole("warm-up calls", warmup, 0, MAX_WARMUP),
+        "repeats": checks.whole("rounds", repeats, 1, MAX_ROUNDS),
+        "confirm_rounds": checks.whole("confirmation rounds", confirm_rounds, 1, MAX_ROUNDS),
+    }
     return AutotuneSettings(**floor, **counts)
 
 
@@ -53,11 +68,14 @@ class SweepCounts:
 
 def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
     """Warm-up calls (0 or more) and rounds (1 or more) of a sweep, from a form, a client or argv."""
-    return SweepCounts(checks.whole("warm-up calls", warmup, 0, MAX_WARMUP), checks.whole("rounds", rounds, 1, MAX_ROUNDS))
+    return SweepCounts(
+        checks.whole("warm-up calls", warmup, 0, MAX_WARMUP), checks.whole("rounds", rounds, 1, MAX_ROUNDS)
+    )
 
 
 def estimated_seconds(request: GenerationRequest, calls: int) -> float:
-    """A rough time for `calls` pipeline calls of `request`: the cost table's step time, scaled by image size and,
+    """A rough time for `calls` pipeline calls of `request`: the cost table's step time, scaled by image size
+    and,
     on a CPU, by the model's CPU factor."""
     from studio.scale.zerogpu import cost_of
 
@@ -68,19 +86,29 @@ def estimated_seconds(request: GenerationRequest, calls: int) -> float:
     return calls * request.steps * step
 
 
-def check_sweep(request: GenerationRequest, configurations: int, counts: SweepCounts,
-                max_configs: int | None = MAX_CONFIGS) -> None:
-    """Refuse, before anything runs, a sweep with no configuration, too many (`max_configs`: None for a sweep whose
+def check_sweep(
+    request: GenerationRequest,
+    configurations: int,
+    counts: SweepCounts,
+    max_configs: int | None = MAX_CONFIGS,
+) -> None:
+    """Refuse, before anything runs, a sweep with no configuration, too many (`max_configs`: None for a sweep
+    whose
     configurations come from the registry, not from the user), or too long an estimate."""
     if configurations < 2:
         raise ValidationError("Choose at least one configuration to compare with the baseline.")
     if max_configs is not None and configurations > max_configs:
-        raise ValidationError(f"{configurations} configurations in one sweep; the limit is {MAX_CONFIGS} "
-                              "(the baseline included). Split it into several.")
+        raise ValidationError(
+            f"{configurations} configurations in one sweep; the limit is {MAX_CONFIGS} "
+            "(the baseline included). Split it into several."
+        )
     seconds = estimated_seconds(request, configurations * (counts.warmup + counts.rounds))
     if seconds > max_request_seconds():
         raise ValidationError(
             f"This sweep would take about {seconds / 60:.0f} min ({configurations} configurations x "
-            f"{counts.warmup + counts.rounds} calls x {request.steps} steps at {request.width}x{request.height}); the "
-            f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps or "
-            "configurations, or a smaller size.")
+            f"{counts.warmup + counts.rounds} calls x {request.steps} steps at "
+            f"{request.width}x{request.height}); the "
+            f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps "
+            "or "
+            "configurations, or a smaller size."
+        )

@@ -34,7 +34,11 @@ class Advice:
     def sentence(self) -> str:
         if self.saving is None:
             return f"{self.name} (not measured yet on this model)"
-        fit = "" if self.fits is None else (", fits this GPU" if self.fits else ", still above this GPU's memory")
+        fit = (
+            ""
+            if self.fits is None
+            else (", fits this GPU" if self.fits else ", still above this GPU's memory")
+        )
         return f"{self.name} (measured {self.saving:+.0%} peak memory on this model at this size{fit})"
 
 
@@ -56,8 +60,11 @@ def candidates(request: GenerationRequest) -> list[str]:
 
 
 def _peaks(rows: list[dict[str, Any]], want: str | None) -> list[int]:
-    return [r["peak_memory"] for r in rows
-            if r.get("peak_memory") and (want in (r["requested"] or ()) if want else not r["requested"])]
+    return [
+        r["peak_memory"]
+        for r in rows
+        if r.get("peak_memory") and (want in (r["requested"] or ()) if want else not r["requested"])
+    ]
 
 
 def _device_bytes(device: str) -> int | None:
@@ -71,8 +78,12 @@ def _device_bytes(device: str) -> int | None:
 def advise(runlog: RunLog, request: GenerationRequest) -> list[Advice]:
     """Memory techniques to retry `request` with, best measured saving first."""
     device_type = request.device.split(":")[0]
-    rows = [r for r in runlog.runs(model=request.model, status="ok", limit=HISTORY_LIMIT)
-            if r["device"].split(":")[0] == device_type and (r["width"], r["height"]) == (request.width, request.height)]
+    rows = [
+        r
+        for r in runlog.runs(model=request.model, status="ok", limit=HISTORY_LIMIT)
+        if r["device"].split(":")[0] == device_type
+        and (r["width"], r["height"]) == (request.width, request.height)
+    ]
     baseline = _peaks(rows, None)
     capacity = _device_bytes(request.device)
     advice = []
@@ -90,8 +101,13 @@ def advise(runlog: RunLog, request: GenerationRequest) -> list[Advice]:
 def retry_message(advice: list[Advice]) -> str:
     """The sentence appended to an out-of-memory error."""
     if not advice:
-        return "No memory technique that combines with this configuration is available here; try a smaller size."
+        return (
+            "No memory technique that combines with this configuration is available here; try a smaller size."
+        )
     useful = [a for a in advice if a.saving is None or a.saving > 0] or advice
     flags = " ".join(f"--opt {a.name}" for a in useful[:2])
-    return ("Memory techniques to retry with: " + "; ".join(a.sentence() for a in advice)
-            + f". Retry with the first ones (CLI: {flags}; in the studio: the 'Retry with' button).")
+    return (
+        "Memory techniques to retry with: "
+        + "; ".join(a.sentence() for a in advice)
+        + f". Retry with the first ones (CLI: {flags}; in the studio: the 'Retry with' button)."
+    )

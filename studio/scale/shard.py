@@ -29,7 +29,17 @@ from studio.errors import ValidationError
 
 log = logging.getLogger(__name__)
 
-UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 MIN_SHARD = 10**3
 INDEX_SUFFIX = ".safetensors.index.json"
@@ -69,7 +79,9 @@ def parse_size(value: int | str) -> int:
     else:
         match = SIZE.match(str(value))
         if not match or match.group(2).upper() not in UNITS:
-            raise ValidationError(f"max shard size {value!r} is not a size; write it like 500KB, 1MB, 5GB or 2GiB.")
+            raise ValidationError(
+                f"max shard size {value!r} is not a size; write it like 500KB, 1MB, 5GB or 2GiB."
+            )
         number, unit = float(match.group(1)), match.group(2).upper()
     size = int(number * UNITS[unit])
     if size < MIN_SHARD:
@@ -89,7 +101,9 @@ def _save_model(model: torch.nn.Module, target: Path, max_bytes: int) -> None:
     model.save_pretrained(target, **kwargs)
     pickled = sorted(p.name for p in target.glob("*.bin"))
     if pickled:
-        raise RuntimeError(f"{target} received non-safetensors weights {pickled}; upgrade diffusers/transformers.")
+        raise RuntimeError(
+            f"{target} received non-safetensors weights {pickled}; upgrade diffusers/transformers."
+        )
 
 
 def _copy_other(name: str, component: Any, source: Path | None, out: Path) -> None:
@@ -99,25 +113,32 @@ def _copy_other(name: str, component: Any, source: Path | None, out: Path) -> No
     elif hasattr(component, "save_pretrained"):
         component.save_pretrained(out / name)
     else:
-        raise ValidationError(f"Component {name!r} ({type(component).__name__}) cannot be saved; it has no save_pretrained.")
+        raise ValidationError(
+            f"Component {name!r} ({type(component).__name__}) cannot be saved; it has no save_pretrained."
+        )
 
 
 def _check_out(out: str | Path) -> Path:
     """The output directory, resolved; refused if it holds anything (stale shards would mix in)."""
     path = Path(out).expanduser().resolve()
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise ValidationError(f"Output directory {str(path)!r} exists and is not empty; choose a new or empty directory.")
+        raise ValidationError(
+            f"Output directory {str(path)!r} exists and is not empty; choose a new or empty directory."
+        )
     return path
 
 
-def save_sharded(pipe: Any, out_dir: str | Path, max_shard_size: int | str, source: str | Path | None = None) -> list[ComponentShards]:
+def save_sharded(
+    pipe: Any, out_dir: str | Path, max_shard_size: int | str, source: str | Path | None = None
+) -> list[ComponentShards]:
     """Write `pipe` as a complete diffusers directory whose models are sharded safetensors.
 
     Args:
         pipe: a loaded diffusers pipeline (on the CPU).
         out_dir: a new or empty directory.
         max_shard_size: the largest shard, e.g. "1MB", "5GB" or a number of bytes.
-        source: the pipeline's local directory, if any: tokenizer, scheduler and model_index.json are copied from it.
+        source: the pipeline's local directory, if any: tokenizer, scheduler and model_index.json are copied
+        from it.
 
     Returns:
         The shards of every component, as `list_shards(out_dir)` reads them back.
@@ -180,12 +201,15 @@ def list_shards(directory: str | Path) -> list[ComponentShards]:
 
 
 def loadable(directory: str | Path) -> bool:
-    """Whether the studio will accept `directory` as a model (it lies under one of `registry.allowed_roots()`)."""
+    """Whether the studio will accept `directory` as a model (it lies under one of
+    `registry.allowed_roots()`)."""
     resolved = Path(directory).expanduser().resolve()
     return any(resolved.is_relative_to(root) for root in registry.allowed_roots())
 
 
-def shard_model(model: str, out_dir: str | Path, max_shard_size: int | str, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def shard_model(
+    model: str, out_dir: str | Path, max_shard_size: int | str, dtype: torch.dtype = torch.float32
+) -> dict[str, Any]:
     """Load `model` on the CPU (registry id, hub id or local directory) and save it sharded.
 
     Args:

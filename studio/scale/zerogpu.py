@@ -82,7 +82,8 @@ def ensure_spaces() -> ModuleType | None:
     module = importlib.import_module("spaces")
     if not callable(getattr(module, "GPU", None)):
         raise ImportError(
-            f"The imported 'spaces' ({getattr(module, '__file__', None) or list(getattr(module, '__path__', []))}) "
+            "The imported 'spaces' "
+            f"({getattr(module, '__file__', None) or list(getattr(module, '__path__', []))}) "
             "has no GPU decorator: install the 'spaces' package, and do not run from a directory whose "
             "'spaces/' folder shadows it."
         )
@@ -96,7 +97,9 @@ def cost_of(model_id: str) -> ModelCost:
     return COSTS["sdxl"] if "xl" in model_id.lower() else UNKNOWN
 
 
-def estimate_duration(model_id: str, steps: int, width: int, height: int, repeats: int = 1, warmup: int = 0) -> int:
+def estimate_duration(
+    model_id: str, steps: int, width: int, height: int, repeats: int = 1, warmup: int = 0
+) -> int:
     """Seconds of GPU to ask ZeroGPU for, for one measured request.
 
     duration = SAFETY * (setup + (warmup + repeats) * steps * step * (width * height) / pixels),
@@ -130,8 +133,14 @@ def request_duration(request: Any, warmup: int = 0, repeats: int = 1, *args: Any
         **kwargs: further keyword arguments of the wrapped function (ignored).
     """
     seconds = estimate_duration(request.model, request.steps, request.width, request.height, repeats, warmup)
-    log.info("asking ZeroGPU for %d s for %s (%d steps, %dx%d)", seconds, request.model, request.steps,
-             request.width, request.height)
+    log.info(
+        "asking ZeroGPU for %d s for %s (%d steps, %dx%d)",
+        seconds,
+        request.model,
+        request.steps,
+        request.width,
+        request.height,
+    )
     return seconds
 
 

@@ -33,9 +33,20 @@ from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
 
 # Never candidates: placement (trades speed for memory by design), memory-only slicing/tiling, and the
 # documentation's slow "original" attention.
-EXCLUDED = frozenset({"model_cpu_offload", "sequential_cpu_offload", "device_map_balanced", "vae_slicing",
-                      "vae_tiling", "attention_slicing", "classic_attention"})
-SLOW_TO_PREPARE = frozenset({"torch_compile", "int8_static"})  # minutes of compilation per configuration on a CPU
+EXCLUDED = frozenset(
+    {
+        "model_cpu_offload",
+        "sequential_cpu_offload",
+        "device_map_balanced",
+        "vae_slicing",
+        "vae_tiling",
+        "attention_slicing",
+        "classic_attention",
+    }
+)
+SLOW_TO_PREPARE = frozenset(
+    {"torch_compile", "int8_static"}
+)  # minutes of compilation per configuration on a CPU
 GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for techniques that have them
     "deepcache": [{"interval": 2}, {"interval": 3}, {"interval": 5}],
     "cfg_cutoff": [{"after": 0.3}, {"after": 0.5}, {"after": 0.75}],
@@ -58,9 +69,15 @@ class Floor:
             return f"PSNR {record['psnr_db']:.1f} dB < {self.min_psnr:g}"
         if record["ssim"] is not None and record["ssim"] < self.min_ssim:
             return f"SSIM {record['ssim']:.3f} < {self.min_ssim:g}"
-        if baseline_fidelity is not None and record["fidelity"] is not None \
-                and record["fidelity"] < baseline_fidelity - self.fidelity_drop - 1e-9:
-            return f"prompt fidelity {record['fidelity']:.0%} < baseline {baseline_fidelity:.0%} - {self.fidelity_drop:.0%}"
+        if (
+            baseline_fidelity is not None
+            and record["fidelity"] is not None
+            and record["fidelity"] < baseline_fidelity - self.fidelity_drop - 1e-9
+        ):
+            return (
+                f"prompt fidelity {record['fidelity']:.0%} < baseline {baseline_fidelity:.0%}"
+                f" - {self.fidelity_drop:.0%}"
+            )
         return None
 
 
@@ -70,8 +87,9 @@ class Candidate:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def request(self, base: GenerationRequest) -> GenerationRequest:
-        return dataclasses.replace(base, opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))),
-                                   params=self.params)
+        return dataclasses.replace(
+            base, opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))), params=self.params
+        )
 
     def plus(self, other: Candidate) -> Candidate:
         return Candidate(tuple(sorted({*self.opts, *other.opts})), {**self.params, **other.params})
@@ -98,9 +116,13 @@ def floor_of(settings: AutotuneSettings) -> Floor:
 def candidates(request: GenerationRequest, include_compile: bool = False) -> list[str]:
     """Techniques worth trying for `request` on its device: available here and able to make it faster."""
     hw = devices.detect()
-    return sorted(name for name, opt in REGISTRY.items()
-                  if name not in EXCLUDED and (include_compile or name not in SLOW_TO_PREPARE)
-                  and unavailable_reason(opt, hw, request.device, request.spec.family) is None)
+    return sorted(
+        name
+        for name, opt in REGISTRY.items()
+        if name not in EXCLUDED
+        and (include_compile or name not in SLOW_TO_PREPARE)
+        and unavailable_reason(opt, hw, request.device, request.spec.family) is None
+    )
 
 
 def check_pool(request: GenerationRequest, techniques: list[str] | None, include_compile: bool) -> list[str]:
@@ -125,28 +147,59 @@ def _combinable(c: Candidate) -> bool:
 
 def pareto(rows: list[dict[str, Any]], key: str, better_high: bool) -> list[str]:
     """Configurations no other one beats on both latency and `key` (ok rows that have both values)."""
-    points = [(r["latency_s"], -r[key] if better_high else r[key], r["config"])
-              for r in rows if r["status"] == "ok" and r.get(key) is not None]
-    return [name for lat, val, name in points
-            if not any(l2 <= lat and v2 <= val and (l2, v2) != (lat, val) for l2, v2, _ in points)]
+    points = [
+        (r["latency_s"], -r[key] if better_high else r[key], r["config"])
+        for r in rows
+        if r["status"] == "ok" and r.get(key) is not None
+    ]
+    return [
+        name
+        for lat, val, name in points
+        if not any(l2 <= lat and v2 <= val and (l2, v2) != (lat, val) for l2, v2, _ in points)
+    ]
 
 
 class _Search:
     """The state of one auto-tune: its group, the rows so far, the floor and the baseline's fidelity."""
 
-    def __init__(self, studio: Studio, request: GenerationRequest, floor: Floor, warmup: int, rounds: int,
-                 group_id: int, progress: Progress | None, should_stop: StopFn | None):
-        self.studio, self.request, self.floor, self.warmup, self.rounds = studio, request, floor, warmup, rounds
+    def __init__(
+        self,
+        studio: Studio,
+        request: GenerationRequest,
+        floor: Floor,
+        warmup: int,
+        rounds: int,
+        group_id: int,
+        progress: Progress | None,
+        should_stop: StopFn | None,
+    ):
+        self.studio, self.request, self.floor, self.warmup, self.rounds = (
+            studio,
+            request,
+            floor,
+            warmup,
+            rounds,
+        )
         self.group_id, self.progress, self.should_stop = group_id, progress, should_stop
         self.rows: list[dict[str, Any]] = []
         self.base_fidelity: float | None = None
 
-    def sweep(self, stage: str, configs: list[Candidate], rounds: int) -> tuple[SweepResult, list[dict[str, Any]]]:
+    def sweep(
+        self, stage: str, configs: list[Candidate], rounds: int
+    ) -> tuple[SweepResult, list[dict[str, Any]]]:
         entries = [Entry("baseline", self.request)]
         entries += [Entry(c.request(self.request).config_label, c.request(self.request)) for c in configs]
-        sweep = run_sweep(self.studio, "autotune", entries, warmup=self.warmup, rounds=rounds,
-                          group_id=self.group_id, progress=self.progress, should_stop=self.should_stop,
-                          max_configs=None)
+        sweep = run_sweep(
+            self.studio,
+            "autotune",
+            entries,
+            warmup=self.warmup,
+            rounds=rounds,
+            group_id=self.group_id,
+            progress=self.progress,
+            should_stop=self.should_stop,
+            max_configs=None,
+        )
         records = records_of(sweep)
         if self.base_fidelity is None:
             self.base_fidelity = records[0]["fidelity"]
@@ -158,31 +211,60 @@ class _Search:
         return sweep, records[1:]
 
     def ok(self, record: dict[str, Any]) -> bool:
-        return record["status"] == "ok" and record["verdict"] == protocol.FASTER and record.get("floor") is None
+        return (
+            record["status"] == "ok" and record["verdict"] == protocol.FASTER and record.get("floor") is None
+        )
 
 
-def run_autotune(studio: Studio, request: GenerationRequest, *, floor: Floor = Floor(),
-                 techniques: list[str] | None = None, include_compile: bool = False, warmup: int = 1,
-                 repeats: int = 3, confirm_rounds: int = 5, progress: Progress | None = None,
-                 should_stop: StopFn | None = None) -> AutotuneResult:
+def run_autotune(
+    studio: Studio,
+    request: GenerationRequest,
+    *,
+    floor: Floor = Floor(),
+    techniques: list[str] | None = None,
+    include_compile: bool = False,
+    warmup: int = 1,
+    repeats: int = 3,
+    confirm_rounds: int = 5,
+    progress: Progress | None = None,
+    should_stop: StopFn | None = None,
+) -> AutotuneResult:
     """Search, measure and confirm; one `autotune` group in the run log."""
     pool = check_pool(request, techniques, include_compile)
     group_id = studio.runlog.start_group(
-        "autotune", model=request.model, prompt=request.prompt, seed=request.seed,
-        settings={"techniques": pool, "grid": {k: v for k, v in GRID.items() if k in pool}, "floor": vars(floor),
-                  "warmup": warmup, "repeats": repeats, "confirm_rounds": confirm_rounds})
+        "autotune",
+        model=request.model,
+        prompt=request.prompt,
+        seed=request.seed,
+        settings={
+            "techniques": pool,
+            "grid": {k: v for k, v in GRID.items() if k in pool},
+            "floor": vars(floor),
+            "warmup": warmup,
+            "repeats": repeats,
+            "confirm_rounds": confirm_rounds,
+        },
+    )
     search = _Search(studio, request, floor, warmup, repeats, group_id, progress, should_stop)
     try:
         winner, confirmation = _search(search, pool, confirm_rounds)
     except BaseException as exc:
-        studio.runlog.finish_group(group_id, "cancelled" if isinstance(exc, Cancelled) else "failed", str(exc))
+        studio.runlog.finish_group(
+            group_id, "cancelled" if isinstance(exc, Cancelled) else "failed", str(exc)
+        )
         raise
     studio.runlog.finish_group(group_id, "ok")
     ok = [r for r in search.rows if r["status"] == "ok" and r.get("floor") is None]
     for row in search.rows:
         row["meets_floor"] = row["status"] == "ok" and row.get("floor") is None
-    return AutotuneResult(group_id, search.rows, winner, confirmation,
-                          pareto(ok, "psnr_db", better_high=True), pareto(search.rows, "peak_memory_mb", False))
+    return AutotuneResult(
+        group_id,
+        search.rows,
+        winner,
+        confirmation,
+        pareto(ok, "psnr_db", better_high=True),
+        pareto(search.rows, "peak_memory_mb", False),
+    )
 
 
 def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Candidate | None, dict | None]:
@@ -203,8 +285,13 @@ def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Cand
             continue
         sweep, (best_rec, trial_rec) = search.sweep("combination", [best, trial], search.rounds)
         both_ran = trial_rec["status"] == best_rec["status"] == "ok"
-        versus = protocol.speedup(sweep.entries[1].result.metrics["latency_all"],
-                                  sweep.entries[2].result.metrics["latency_all"]) if both_ran else None
+        versus = (
+            protocol.speedup(
+                sweep.entries[1].result.metrics["latency_all"], sweep.entries[2].result.metrics["latency_all"]
+            )
+            if both_ran
+            else None
+        )
         if versus is not None and versus.verdict == protocol.FASTER and trial_rec.get("floor") is None:
             best = trial
     _, (confirmed,) = search.sweep("confirmation", [best], max(1, confirm_rounds))
@@ -215,14 +302,21 @@ def summary(result: AutotuneResult) -> str:
     """The outcome in one or two sentences, with the range and the verdict."""
     c = result.confirmation
     if c is None:
-        return "Nothing here beats the baseline beyond noise while meeting the quality floor: keep the baseline."
+        return (
+            "Nothing here beats the baseline beyond noise while meeting the quality floor: keep the baseline."
+        )
     if c["status"] != "ok":
-        return (f"Nothing to offer: the best candidate, {c['config']}, failed in its confirmation ({c['error']}). "
-                "Keep the baseline.")
+        return (
+            f"Nothing to offer: the best candidate, {c['config']}, failed in its confirmation "
+            f"({c['error']}). "
+            "Keep the baseline."
+        )
     measured = f"{report.ratio(c)} over {c['rounds']} interleaved rounds against the baseline"
     if result.winner is None:
-        return (f"Nothing here beats the baseline beyond noise: the best candidate, {c['config']}, measured "
-                f"{measured} in the confirmation ({c['verdict']}). Keep the baseline.")
+        return (
+            f"Nothing here beats the baseline beyond noise: the best candidate, {c['config']}, measured "
+            f"{measured} in the confirmation ({c['verdict']}). Keep the baseline."
+        )
     return f"Fastest configuration that meets the floor: {c['config']}, {measured} ({c['verdict']})."
 
 
@@ -237,7 +331,18 @@ def markdown(result: AutotuneResult) -> str:
 
 def as_json(result: AutotuneResult) -> dict[str, Any]:
     """The result as plain JSON, in the shared vocabulary."""
-    winner = None if result.winner is None else {"techniques": list(result.winner.opts), "settings": result.winner.params}
-    return {"group_id": result.group_id, "winner": winner, "winner_label": result.winner_label,
-            "summary": summary(result), "confirmation": result.confirmation, "rows": result.rows,
-            "pareto_quality": result.pareto_quality, "pareto_memory": result.pareto_memory}
+    winner = (
+        None
+        if result.winner is None
+        else {"techniques": list(result.winner.opts), "settings": result.winner.params}
+    )
+    return {
+        "group_id": result.group_id,
+        "winner": winner,
+        "winner_label": result.winner_label,
+        "summary": summary(result),
+        "confirmation": result.confirmation,
+        "rows": result.rows,
+        "pareto_quality": result.pareto_quality,
+        "pareto_memory": result.pareto_memory,
+    }

@@ -36,16 +36,30 @@ def parse_configs(configs: list[Any], request: GenerationRequest) -> list[tuple[
 def records_of(sweep: SweepResult) -> list[dict[str, Any]]:
     """Each configuration of a finished sweep in the shared vocabulary (failed ones with their error)."""
     base = sweep.baseline.result
-    return [report.run_record(e.result, base) if e.result is not None else report.failed_record(e.label, e.error or "")
-            for e in sweep.entries]
+    return [
+        report.run_record(e.result, base)
+        if e.result is not None
+        else report.failed_record(e.label, e.error or "")
+        for e in sweep.entries
+    ]
 
 
-def run_compare(studio: Studio, request: GenerationRequest, configs: list[Any], *, warmup: int = 1,
-                rounds: int = DEFAULT_ROUNDS, progress: Progress | None = None,
-                should_stop: StopFn | None = None) -> CompareResult:
+def run_compare(
+    studio: Studio,
+    request: GenerationRequest,
+    configs: list[Any],
+    *,
+    warmup: int = 1,
+    rounds: int = DEFAULT_ROUNDS,
+    progress: Progress | None = None,
+    should_stop: StopFn | None = None,
+) -> CompareResult:
     """The baseline and each configuration in interleaved rounds; one `compare` group in the run log."""
-    entries = [Entry("+".join(opts) or "baseline", dataclasses.replace(request, opts=opts))
-               for opts in parse_configs(configs, request)]
-    sweep = run_sweep(studio, "compare", entries, warmup=warmup, rounds=rounds, progress=progress,
-                      should_stop=should_stop)
+    entries = [
+        Entry("+".join(opts) or "baseline", dataclasses.replace(request, opts=opts))
+        for opts in parse_configs(configs, request)
+    ]
+    sweep = run_sweep(
+        studio, "compare", entries, warmup=warmup, rounds=rounds, progress=progress, should_stop=should_stop
+    )
     return CompareResult(sweep.group_id, records_of(sweep), [e.result for e in sweep.entries], sweep)

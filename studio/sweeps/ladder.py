@@ -72,32 +72,49 @@ def plan(request: GenerationRequest) -> list[Step]:
         if reason:
             steps.append(Step(rung, current, reason, skipped=True))
             continue
-        current = check_opts([o for o in current if o not in rung.remove] + list(names), request.spec, request.device)
+        current = check_opts(
+            [o for o in current if o not in rung.remove] + list(names), request.spec, request.device
+        )
         note = "" if names == rung.add else f"{'+'.join(rung.add)} cannot run here; used {'+'.join(names)}"
         steps.append(Step(rung, current, note))
     return steps
 
 
 def ladder_records(steps: list[Step], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per rung, in order: measured rungs from `records` (in run order), skipped ones with the reason."""
+    """One record per rung, in order: measured rungs from `records` (in run order), skipped ones with the
+    reason."""
     measured = iter(records)
     rows = []
     for step in steps:
         if step.skipped:
-            rows.append({**report.failed_record("+".join(step.opts) or "baseline", step.note, "skipped"),
-                         "step": step.rung.label, "note": step.note})
+            rows.append(
+                {
+                    **report.failed_record("+".join(step.opts) or "baseline", step.note, "skipped"),
+                    "step": step.rung.label,
+                    "note": step.note,
+                }
+            )
         else:
             rows.append({**next(measured), "step": step.rung.label, "note": step.note})
     return rows
 
 
-def run_ladder(studio: Studio, request: GenerationRequest, *, warmup: int = 1, rounds: int = DEFAULT_ROUNDS,
-               progress: Progress | None = None, should_stop: StopFn | None = None) -> tuple[int, list[dict[str, Any]]]:
-    """Every runnable rung in interleaved rounds, speedups against the first; the group id and one record per rung."""
+def run_ladder(
+    studio: Studio,
+    request: GenerationRequest,
+    *,
+    warmup: int = 1,
+    rounds: int = DEFAULT_ROUNDS,
+    progress: Progress | None = None,
+    should_stop: StopFn | None = None,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Every runnable rung in interleaved rounds, speedups against the first; the group id and one record per
+    rung."""
     steps = plan(request)
     entries = [Entry(s.rung.label, dataclasses.replace(request, opts=s.opts)) for s in steps if not s.skipped]
-    sweep = run_sweep(studio, "ladder", entries, warmup=warmup, rounds=rounds, progress=progress,
-                      should_stop=should_stop)
+    sweep = run_sweep(
+        studio, "ladder", entries, warmup=warmup, rounds=rounds, progress=progress, should_stop=should_stop
+    )
     return sweep.group_id, ladder_records(steps, records_of(sweep))
 
 

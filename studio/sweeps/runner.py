@@ -33,7 +33,9 @@ from studio.measure.host import HostLoad, HostMonitor
 from studio.request import MAX_CONFIGS, GenerationRequest, check_sweep, validate_counts
 
 Progress = Callable[[int, int, str], None]
-MEMORY_SHARE = 0.8  # private pipelines may use at most this share of the memory available when the sweep starts
+MEMORY_SHARE = (
+    0.8  # private pipelines may use at most this share of the memory available when the sweep starts
+)
 _sweep_ids = itertools.count(1)
 
 
@@ -79,23 +81,29 @@ def own_pipelines(studio: Studio, entries: list[Entry]) -> set[str]:
     if needed > available:
         raise ValidationError(
             f"This sweep keeps a copy of the model for each traced, compiled or int8 configuration "
-            f"({needed / 2**30:.1f} GiB in all) and only {available / MEMORY_SHARE / 2**30:.1f} GiB is available. "
-            "Compare fewer of those configurations at once.")
+            f"({needed / 2**30:.1f} GiB in all) and only {available / MEMORY_SHARE / 2**30:.1f} GiB is "
+            "available. "
+            "Compare fewer of those configurations at once."
+        )
     return must
 
 
 def merge(calls: list[Computed], warmups: list[float], host: HostLoad | None) -> Computed:
     """The rounds of one configuration as one measurement (images of the last round only)."""
-    runs = [dataclasses.replace(c.measured.runs[-1], images=c.measured.runs[-1].images[:0]) for c in calls[:-1]]
+    runs = [
+        dataclasses.replace(c.measured.runs[-1], images=c.measured.runs[-1].images[:0]) for c in calls[:-1]
+    ]
     runs.append(calls[-1].measured.runs[-1])
     first, last = calls[0], calls[-1]
     measured = Measurement(runs=runs, warmups=warmups, memory_kind=last.measured.memory_kind)
-    return Computed(measured, last.applied, first.load_seconds, last.switch_seconds, first.first_call,
-                    last.stats, host)
+    return Computed(
+        measured, last.applied, first.load_seconds, last.switch_seconds, first.first_call, last.stats, host
+    )
 
 
-def _call(studio: Studio, entry: Entry, slot: tuple[str, str] | None, should_stop: StopFn | None,
-          is_baseline: bool) -> protocol.Call:
+def _call(
+    studio: Studio, entry: Entry, slot: tuple[str, str] | None, should_stop: StopFn | None, is_baseline: bool
+) -> protocol.Call:
     def call() -> float:
         try:
             computed = studio.compute(entry.request, slot=slot, should_stop=should_stop)
@@ -113,9 +121,19 @@ def _call(studio: Studio, entry: Entry, slot: tuple[str, str] | None, should_sto
     return call
 
 
-def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, rounds: int,
-              settings: dict[str, Any] | None = None, group_id: int | None = None, progress: Progress | None = None,
-              should_stop: StopFn | None = None, max_configs: int | None = MAX_CONFIGS) -> SweepResult:
+def run_sweep(
+    studio: Studio,
+    kind: str,
+    entries: list[Entry],
+    *,
+    warmup: int,
+    rounds: int,
+    settings: dict[str, Any] | None = None,
+    group_id: int | None = None,
+    progress: Progress | None = None,
+    should_stop: StopFn | None = None,
+    max_configs: int | None = MAX_CONFIGS,
+) -> SweepResult:
     """Measure `entries` (the first one is the baseline) interleaved, as one `kind` group of the run log.
 
     With `group_id` the runs join that group, which the caller opens and closes (an auto-tune's stages).
@@ -126,8 +144,17 @@ def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, r
     own_group = group_id is None
     if own_group:
         group_id = studio.runlog.start_group(
-            kind, model=request.model, prompt=request.prompt, seed=request.seed,
-            settings={**(settings or {}), "configs": [e.label for e in entries], "warmup": warmup, "rounds": rounds})
+            kind,
+            model=request.model,
+            prompt=request.prompt,
+            seed=request.seed,
+            settings={
+                **(settings or {}),
+                "configs": [e.label for e in entries],
+                "warmup": warmup,
+                "rounds": rounds,
+            },
+        )
     try:
         result = _measure(studio, group_id, entries, own, warmup, rounds, progress, should_stop)
     except BaseException as exc:
@@ -135,20 +162,32 @@ def run_sweep(studio: Studio, kind: str, entries: list[Entry], *, warmup: int, r
             if entry.pending is not None and entry.result is None and entry.error is None:
                 studio.fail(entry.pending, exc)
         if own_group:
-            studio.runlog.finish_group(group_id, "cancelled" if isinstance(exc, Cancelled) else "failed", str(exc))
+            studio.runlog.finish_group(
+                group_id, "cancelled" if isinstance(exc, Cancelled) else "failed", str(exc)
+            )
         raise
     if own_group:
         studio.runlog.finish_group(group_id, "ok")
     return result
 
 
-def _measure(studio: Studio, group_id: int, entries: list[Entry], own: set[str], warmup: int, rounds: int,
-             progress: Progress | None, should_stop: StopFn | None) -> SweepResult:
+def _measure(
+    studio: Studio,
+    group_id: int,
+    entries: list[Entry],
+    own: set[str],
+    warmup: int,
+    rounds: int,
+    progress: Progress | None,
+    should_stop: StopFn | None,
+) -> SweepResult:
     for entry in entries:
         entry.pending = studio.begin(entry.request, warmup=warmup, repeats=rounds, group_id=group_id)
     name = f"sweep-{next(_sweep_ids)}"
-    calls = {e.label: _call(studio, e, (name, e.label) if e.label in own else None, should_stop, i == 0)
-             for i, e in enumerate(entries)}
+    calls = {
+        e.label: _call(studio, e, (name, e.label) if e.label in own else None, should_stop, i == 0)
+        for i, e in enumerate(entries)
+    }
     total, done = len(entries) * (warmup + rounds), itertools.count()
 
     def before(phase: str, label: str) -> None:
@@ -162,7 +201,7 @@ def _measure(studio: Studio, group_id: int, entries: list[Entry], own: set[str],
         if entry.label in samples.dropped:
             continue
         timed = samples.timed[entry.label]
-        entry.calls = entry.calls[len(entry.calls) - len(timed):]
+        entry.calls = entry.calls[len(entry.calls) - len(timed) :]
         ratio = protocol.speedup(samples.timed[base.label], timed, is_reference=entry is base)
         extra = {**ratio.fields(), "warmup_unsettled": protocol.unsettled(timed)}
         merged = merge(entry.calls, samples.warmups[entry.label], host.result)

@@ -1,4 +1,5 @@
-"""Form fields whose values reach the handlers as the client sent them, for the validation boundary to judge."""
+"""Form fields whose values reach the handlers as the client sent them, for the validation boundary
+to judge."""
 
 from __future__ import annotations
 

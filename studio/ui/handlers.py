@@ -41,8 +41,19 @@ from studio.ui.cancel import Cancellations
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "tiny-shapes"
 GROUPS = ("speed", "memory", "precision")
-PRESETS = ("bf16", "channels_last", "bf16,channels_last", "classic_attention", "attention_slicing", "autocast",
-           "jit_trace_unet", "bf16,channels_last,jit_trace_unet", "vae_slicing", "vae_tiling", "torch_compile")
+PRESETS = (
+    "bf16",
+    "channels_last",
+    "bf16,channels_last",
+    "classic_attention",
+    "attention_slicing",
+    "autocast",
+    "jit_trace_unet",
+    "bf16,channels_last,jit_trace_unet",
+    "vae_slicing",
+    "vae_tiling",
+    "torch_compile",
+)
 STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
 
 
@@ -57,14 +68,21 @@ def _engine_errors(fn: Callable) -> Callable:
             raise gr.Error(describe(exc), print_exception=False) from exc
         except Exception as exc:
             log.exception("unexpected error in %s", fn.__name__)
-            raise gr.Error(f"Internal error ({type(exc).__name__}: {describe(exc)}). See the server log.") from exc
+            raise gr.Error(
+                f"Internal error ({type(exc).__name__}: {describe(exc)}). See the server log."
+            ) from exc
 
     return wrapper
 
 
 def techniques_by_group(device: str) -> dict[str, list[dict]]:
-    """The techniques that get a box in Generate (not weights precision, which has its own control), by group."""
-    rows = [t for t in report.availability(device) if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"]
+    """The techniques that get a box in Generate (not weights precision, which has its own control),
+    by group."""
+    rows = [
+        t
+        for t in report.availability(device)
+        if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"
+    ]
     return {g: [t for t in rows if t["group"] == g] for g in GROUPS}
 
 
@@ -122,8 +140,11 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
         progress(0, desc="loading / configuring")
         memory_advice.pop(_session(request), None)
         try:
-            result = studio.generate(req, on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
-                                     should_stop=stop_check(request))
+            result = studio.generate(
+                req,
+                on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
+                should_stop=stop_check(request),
+            )
         except OutOfMemory as exc:
             memory_advice[_session(request)] = exc.advice[:2]
             raise
@@ -135,20 +156,79 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
         return result.images[0], views.generate_card(metrics), metrics
 
     @_engine_errors
-    def generate(model, custom_model, device, precision, optimizations, prompt, negative_prompt, seed, steps,
-                 guidance, width, height, scheduler, settings, request: gr.Request, progress=gr.Progress()):
-        req = build_request(_model_name(model, custom_model), device, precision, optimizations, prompt,
-                                negative_prompt, seed, steps, guidance, width, height, scheduler, settings)
+    def generate(
+        model,
+        custom_model,
+        device,
+        precision,
+        optimizations,
+        prompt,
+        negative_prompt,
+        seed,
+        steps,
+        guidance,
+        width,
+        height,
+        scheduler,
+        settings,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ):
+        req = build_request(
+            _model_name(model, custom_model),
+            device,
+            precision,
+            optimizations,
+            prompt,
+            negative_prompt,
+            seed,
+            steps,
+            guidance,
+            width,
+            height,
+            scheduler,
+            settings,
+        )
         return run_generate(req, request, progress)
 
     @_engine_errors
-    def generate_form(model, custom_model, device, precision, speed, memory, precision_opts, prompt, negative_prompt,
-                      seed, steps, guidance, width, height, scheduler, settings, request: gr.Request,
-                      progress=gr.Progress()):
+    def generate_form(
+        model,
+        custom_model,
+        device,
+        precision,
+        speed,
+        memory,
+        precision_opts,
+        prompt,
+        negative_prompt,
+        seed,
+        steps,
+        guidance,
+        width,
+        height,
+        scheduler,
+        settings,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ):
         """The form's own Generate: the ticked boxes are this event's inputs, read when it is clicked."""
         opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
-        req = build_request(_model_name(model, custom_model), device, precision, opts, prompt, negative_prompt,
-                                seed, steps, guidance, width, height, scheduler, settings)
+        req = build_request(
+            _model_name(model, custom_model),
+            device,
+            precision,
+            opts,
+            prompt,
+            negative_prompt,
+            seed,
+            steps,
+            guidance,
+            width,
+            height,
+            scheduler,
+            settings,
+        )
         return run_generate(req, request, progress)
 
     def retry_offer(request: gr.Request):
@@ -167,47 +247,147 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
         return "Stopping after the current step…" if stopping else "Nothing is running."
 
     @_engine_errors
-    def compare(model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, presets,
-                custom_configs, warmup, rounds, request: gr.Request, progress=gr.Progress()):
-        req = build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
-                                guidance, width, height, scheduler)
+    def compare(
+        model,
+        custom_model,
+        device,
+        prompt,
+        seed,
+        steps,
+        guidance,
+        width,
+        height,
+        scheduler,
+        presets,
+        custom_configs,
+        warmup,
+        rounds,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ):
+        req = build_request(
+            _model_name(model, custom_model),
+            device,
+            "fp32",
+            [],
+            prompt,
+            "",
+            seed,
+            steps,
+            guidance,
+            width,
+            height,
+            scheduler,
+        )
         configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
         counts = validate_counts(warmup, rounds)
         try:
-            result = run_compare(studio, req, configs, warmup=counts.warmup, rounds=counts.rounds,
-                                 progress=lambda i, n, label: progress((i, n), desc=label),
-                                 should_stop=stop_check(request))
+            result = run_compare(
+                studio,
+                req,
+                configs,
+                warmup=counts.warmup,
+                rounds=counts.rounds,
+                progress=lambda i, n, label: progress((i, n), desc=label),
+                should_stop=stop_check(request),
+            )
         except Cancelled as exc:
             return views.compare_cancelled(_cancelled(exc))
         return views.compare_outputs(result)
 
     @_engine_errors
-    def run_ladder(model, custom_model, device, prompt, seed, steps, width, height, warmup, rounds,
-                   request: gr.Request, progress=gr.Progress()):
-        req = build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
-                                None, width, height, None)
+    def run_ladder(
+        model,
+        custom_model,
+        device,
+        prompt,
+        seed,
+        steps,
+        width,
+        height,
+        warmup,
+        rounds,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ):
+        req = build_request(
+            _model_name(model, custom_model),
+            device,
+            "fp32",
+            [],
+            prompt,
+            "",
+            seed,
+            steps,
+            None,
+            width,
+            height,
+            None,
+        )
         counts = validate_counts(warmup, rounds)
         try:
-            _, records = ladder_mod.run_ladder(studio, req, warmup=counts.warmup, rounds=counts.rounds,
-                                               progress=lambda i, n, s: progress((i, n), desc=s),
-                                               should_stop=stop_check(request))
+            _, records = ladder_mod.run_ladder(
+                studio,
+                req,
+                warmup=counts.warmup,
+                rounds=counts.rounds,
+                progress=lambda i, n, s: progress((i, n), desc=s),
+                should_stop=stop_check(request),
+            )
         except Cancelled as exc:
             return gr.update(visible=True), _cancelled(exc), None, None
         table = pd.DataFrame(report.readable_rows(records, ladder_mod.STEP_COLUMN))
         return gr.update(visible=True), views.headline(records), table, records
 
     @_engine_errors
-    def autotune(model, custom_model, device, prompt, seed, steps, width, height, techniques, include_compile,
-                 min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds, request: gr.Request,
-                 progress=gr.Progress()):
-        req = build_request(_model_name(model, custom_model), device, "fp32", [], prompt, "", seed, steps,
-                                None, width, height, None)
+    def autotune(
+        model,
+        custom_model,
+        device,
+        prompt,
+        seed,
+        steps,
+        width,
+        height,
+        techniques,
+        include_compile,
+        min_psnr,
+        min_ssim,
+        fidelity_drop,
+        warmup,
+        rounds,
+        confirm_rounds,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ):
+        req = build_request(
+            _model_name(model, custom_model),
+            device,
+            "fp32",
+            [],
+            prompt,
+            "",
+            seed,
+            steps,
+            None,
+            width,
+            height,
+            None,
+        )
         checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
         try:
-            result = run_autotune(studio, req, floor=floor_of(checked), techniques=parse_opts(techniques) or None,
-                                  include_compile=bool(include_compile), warmup=checked.warmup,
-                                  repeats=checked.repeats, confirm_rounds=checked.confirm_rounds,
-                                  should_stop=stop_check(request), progress=lambda i, n, s: progress((i, n), desc=s))
+            result = run_autotune(
+                studio,
+                req,
+                floor=floor_of(checked),
+                techniques=parse_opts(techniques) or None,
+                include_compile=bool(include_compile),
+                warmup=checked.warmup,
+                repeats=checked.repeats,
+                confirm_rounds=checked.confirm_rounds,
+                should_stop=stop_check(request),
+                progress=lambda i, n, s: progress((i, n), desc=s),
+            )
         except Cancelled as exc:
             return views.autotune_cancelled(_cancelled(exc))
         return views.autotune_outputs(result)
@@ -225,14 +405,22 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
     @_engine_errors
     def history(model, device, status, technique, since, limit):
         f = validate_history(model, device, status, technique, since, None, limit or 200)
-        rows = studio.runlog.runs(model=f.model, device=f.device, status=f.status, technique=f.technique,
-                                  since=f.since, until=f.until, limit=f.limit)
+        rows = studio.runlog.runs(
+            model=f.model,
+            device=f.device,
+            status=f.status,
+            technique=f.technique,
+            since=f.since,
+            until=f.until,
+            limit=f.limit,
+        )
         records = [report.log_record(r) for r in rows]
         return views.history_outputs(records, exports.csv_file(records))
 
     @_engine_errors
     def load_config(run_id):
-        """A logged run's configuration, ready in Generate's form (precision and technique groups included)."""
+        """A logged run's configuration, ready in Generate's form (precision and technique groups
+        included)."""
         row = studio.runlog.get_run(validate_run_id(run_id))
         opts = row["requested"] or []
         groups = techniques_by_group("auto")
@@ -240,9 +428,22 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
         model = row["model"] if row["model"] in SPECS else DEFAULT_MODEL
         custom = "" if row["model"] in SPECS else row["model"]
         params = json.dumps(row["params"]) if row.get("params") else ""
-        return (model, custom, row["dtype"], *ticked, row["prompt"], row["negative_prompt"], row["seed"],
-                row["steps"], row["guidance"], row["width"], row["height"], row["scheduler"], params,
-                gr.update(selected="generate"))
+        return (
+            model,
+            custom,
+            row["dtype"],
+            *ticked,
+            row["prompt"],
+            row["negative_prompt"],
+            row["seed"],
+            row["steps"],
+            row["guidance"],
+            row["width"],
+            row["height"],
+            row["scheduler"],
+            params,
+            gr.update(selected="generate"),
+        )
 
     def load_selected(table, evt: gr.SelectData):
         """A click on a History row loads that run into Generate."""
@@ -252,16 +453,36 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
     def shard(model, custom_model, name, max_shard_size):
         model, name = validate_shard_target(_model_name(model, custom_model), name)
         data = shard_model(model, studio_settings.home() / "sharded" / name, max_shard_size)
-        rows = [{"component": c["name"], "file": s["file"], "MB": round(s["bytes"] / 1e6, 3), "tensors": s["tensors"]}
-                for c in data["components"] for s in c["shards"]]
+        rows = [
+            {
+                "component": c["name"],
+                "file": s["file"],
+                "MB": round(s["bytes"] / 1e6, 3),
+                "tensors": s["tensors"],
+            }
+            for c in data["components"]
+            for s in c["shards"]
+        ]
         return data, pd.DataFrame(rows, columns=["component", "file", "MB", "tensors"])
 
     def system():
         data = report.system_facts(studio)
         return data, *views.system_tables(data)
 
-    return {"generate": generate, "generate_form": generate_form, "retry_offer": retry_offer,
-            "apply_advice": apply_advice, "cancel": cancel, "compare": compare, "ladder": run_ladder,
-            "autotune": autotune, "apply_winner": apply_winner, "history": history, "load_config": load_config,
-            "load_selected": load_selected, "shard": shard, "system": system,
-            "export_db": lambda: exports.database_copy(studio)}
+    return {
+        "generate": generate,
+        "generate_form": generate_form,
+        "retry_offer": retry_offer,
+        "apply_advice": apply_advice,
+        "cancel": cancel,
+        "compare": compare,
+        "ladder": run_ladder,
+        "autotune": autotune,
+        "apply_winner": apply_winner,
+        "history": history,
+        "load_config": load_config,
+        "load_selected": load_selected,
+        "shard": shard,
+        "system": system,
+        "export_db": lambda: exports.database_copy(studio),
+    }

@@ -14,12 +14,20 @@ from studio.ui import exports
 
 MEMORY_NOTE = {
     "cpu_rss": "peak memory is the process's peak resident set (RSS), which resolves about "
-               f"{report.MEMORY_RESOLUTION_MB['cpu_rss']:.0f} MB",
+    f"{report.MEMORY_RESOLUTION_MB['cpu_rss']:.0f} MB",
     "cuda_allocated": "peak memory is the CUDA allocator's peak, exact to the byte",
 }
-DETAILS = (("Configuration", "config"), ("First call", "first_call_s"), ("Pays off after (images)", "pays_off_after"),
-           ("Recompiles", "recompiles"), ("PSNR (dB)", "psnr_db"), ("SSIM", "ssim"), ("Prompt fidelity", "fidelity"),
-           ("Host busy (%)", "host_busy_pct"), ("Run", "run_id"))
+DETAILS = (
+    ("Configuration", "config"),
+    ("First call", "first_call_s"),
+    ("Pays off after (images)", "pays_off_after"),
+    ("Recompiles", "recompiles"),
+    ("PSNR (dB)", "psnr_db"),
+    ("SSIM", "ssim"),
+    ("Prompt fidelity", "fidelity"),
+    ("Host busy (%)", "host_busy_pct"),
+    ("Run", "run_id"),
+)
 
 
 def generate_card(m: dict[str, Any]) -> str:
@@ -29,15 +37,18 @@ def generate_card(m: dict[str, Any]) -> str:
     lines = [
         f"**{report.seconds(m['latency_s'])}** per image · {m['steps_per_s']:.1f} steps/s · "
         f"peak {report.memory(m)}{fidelity}",
-        f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed {m['seed']}"
+        f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed "
+        f"{m['seed']}"
         f" · load {report.seconds(m['load_s'])}{first}",
         f"<small>{MEMORY_NOTE.get(m['memory_kind'], '')}</small>",
     ]
     if m.get("device_map"):
         lines.append(f"Device map: `{', '.join(f'{k} → {v}' for k, v in m['device_map'].items())}`")
     if m.get("host_busy"):
-        lines.append(f"⚠ The host was busy (other processes {m['host_busy_pct']:.0f}% of the CPU): "
-                     "this time is unreliable.")
+        lines.append(
+            f"⚠ The host was busy (other processes {m['host_busy_pct']:.0f}% of the CPU): "
+            "this time is unreliable."
+        )
     lines += [f"⚠ {w}" for w in m.get("warnings") or () if "host was busy" not in w]
     return "  \n".join(lines)
 
@@ -47,12 +58,21 @@ def headline(records: list[dict[str, Any]]) -> str:
     ok = [r for r in records if r["status"] == "ok"]
     rounds = max((r["rounds"] or 0 for r in ok), default=0)
     faster = [r["config"] for r in ok if r["verdict"] == "faster"]
-    text = (f"{len(ok)} configuration(s) timed in {rounds} interleaved rounds; speedups are the median of per-round "
-            f"ratios against the baseline, with their range. ")
-    text += f"Faster beyond noise: **{', '.join(faster)}**." if faster else "Nothing was faster than the baseline beyond noise."
+    text = (
+        f"{len(ok)} configuration(s) timed in {rounds} interleaved rounds; speedups are the median of "
+        "per-round "
+        f"ratios against the baseline, with their range. "
+    )
+    text += (
+        f"Faster beyond noise: **{', '.join(faster)}**."
+        if faster
+        else "Nothing was faster than the baseline beyond noise."
+    )
     kind = next((r["memory_kind"] for r in ok if r.get("memory_kind")), None)
     if kind:
-        text += f"  \n<small>{MEMORY_NOTE[kind]}; smaller differences read 'no measurable difference'.</small>"
+        text += (
+            f"  \n<small>{MEMORY_NOTE[kind]}; smaller differences read 'no measurable difference'.</small>"
+        )
     note = report.host_note(records)
     return text + (f"\n\n{note}" if note else "")
 
@@ -78,48 +98,107 @@ def compare_outputs(result) -> tuple:
     choices = [r["config"] for r, _ in ok[1:]]
     images = {r["config"]: res.images[0] for r, res in ok}
     slider = (images["baseline"], images[choices[0]]) if choices else None
-    return (gr.update(visible=True), headline(records), gallery, pd.DataFrame(report.readable_rows(records)),
-            details_table(records), bars, gr.update(choices=choices, value=choices[0] if choices else None), slider,
-            images, exports.csv_file(records, "compare.csv"), exports.markdown_file(records, "compare.md"), records)
+    return (
+        gr.update(visible=True),
+        headline(records),
+        gallery,
+        pd.DataFrame(report.readable_rows(records)),
+        details_table(records),
+        bars,
+        gr.update(choices=choices, value=choices[0] if choices else None),
+        slider,
+        images,
+        exports.csv_file(records, "compare.csv"),
+        exports.markdown_file(records, "compare.md"),
+        records,
+    )
 
 
 def compare_cancelled(note: str) -> tuple:
-    return (gr.update(visible=True), note, None, None, None, None, gr.update(choices=[], value=None), None, {},
-            None, None, None)
+    return (
+        gr.update(visible=True),
+        note,
+        None,
+        None,
+        None,
+        None,
+        gr.update(choices=[], value=None),
+        None,
+        {},
+        None,
+        None,
+        None,
+    )
 
 
 def autotune_outputs(result) -> tuple:
     rows = result.rows
-    points = pd.DataFrame([
-        {"config": r["config"], "latency_s": r["latency_s"], "psnr_db": min(r["psnr_db"] or 100.0, 100.0),
-         "peak_memory_mb": r["peak_memory_mb"]}
-        for r in rows if r["status"] == "ok"])
+    points = pd.DataFrame(
+        [
+            {
+                "config": r["config"],
+                "latency_s": r["latency_s"],
+                "psnr_db": min(r["psnr_db"] or 100.0, 100.0),
+                "peak_memory_mb": r["peak_memory_mb"],
+            }
+            for r in rows
+            if r["status"] == "ok"
+        ]
+    )
     table = pd.DataFrame(report.readable_rows(rows, (("Stage", lambda r: r.get("stage", "")),)))
     table = table.drop(columns=["Peak memory"])  # in the plot beside; seven columns fit 1280 px
-    table["Quality floor"] = [("met" if r.get("meets_floor") else r.get("floor") or r["status"]) for r in rows]
+    table["Quality floor"] = [
+        ("met" if r.get("meets_floor") else r.get("floor") or r["status"]) for r in rows
+    ]
     data = autotune_mod.as_json(result)
     winner = data["winner"]
     label = f"Apply {result.winner_label} in Generate" if winner else "Nothing to apply: keep the baseline"
     note = report.host_note(rows)
     summary = autotune_mod.summary(result) + (f"\n\n{note}" if note else "")
-    return (gr.update(visible=True), summary, table, points, points, data, winner,
-            gr.update(interactive=winner is not None, value=label))
+    return (
+        gr.update(visible=True),
+        summary,
+        table,
+        points,
+        points,
+        data,
+        winner,
+        gr.update(interactive=winner is not None, value=label),
+    )
 
 
 def autotune_cancelled(note: str) -> tuple:
-    return (gr.update(visible=True), note, None, None, None, None, None,
-            gr.update(interactive=False, value="Nothing to apply"))
+    return (
+        gr.update(visible=True),
+        note,
+        None,
+        None,
+        None,
+        None,
+        None,
+        gr.update(interactive=False, value="Nothing to apply"),
+    )
 
 
 def history_outputs(records: list[dict[str, Any]], csv_path: str) -> tuple:
-    first = (("Run", lambda r: r["run_id"]), ("When", lambda r: (r["created_at"] or "")[5:19].replace("T", " ")),
-             ("Model", lambda r: r["model"]))
+    first = (
+        ("Run", lambda r: r["run_id"]),
+        ("When", lambda r: (r["created_at"] or "")[5:19].replace("T", " ")),
+        ("Model", lambda r: r["model"]),
+    )
     table = pd.DataFrame(report.readable_rows(records, first))
-    table = table.drop(columns=["Image vs baseline", "Peak memory"], errors="ignore")  # in the CSV; 7 columns fit
+    table = table.drop(
+        columns=["Image vs baseline", "Peak memory"], errors="ignore"
+    )  # in the CSV; 7 columns fit
     ok = [r for r in records if r["status"] == "ok" and r["latency_s"] is not None]
     times = pd.to_datetime([r["created_at"] for r in ok], utc=True)
-    plot = pd.DataFrame({"time": times, "latency (s)": [r["latency_s"] for r in ok],
-                         "configuration": [r["config"] for r in ok]})
+    plot = pd.DataFrame(
+        {
+            "time": times,
+            "latency (s)": [r["latency_s"] for r in ok],
+            "configuration": [r["config"] for r in ok],
+        }
+    )
     return table, gr.update(value=plot, x_axis_format=time_format(times)), csv_path
 
 
@@ -134,15 +213,25 @@ def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     hw = data["hardware"]
     gpus = ", ".join(f"{g['name']} ({g['memory_gb']} GB, sm {g['capability']})" for g in hw["gpus"]) or "none"
     why = "" if hw["cuda_functional"] else f" — {hw['cuda_reason']}"
-    lines = ["| This machine | |", "|---|---|",
-             f"| CPU | {hw['cpu']} ({hw['cpu_count']} cores; AVX-512: {'yes' if hw['avx512'] else 'no'}, "
-             f"AMX: {'yes' if hw['amx_bf16'] else 'no'}) |",
-             f"| GPUs | {gpus}{why} |",
-             f"| Devices | {', '.join(hw['devices'])} |",
-             f"| Libraries | {', '.join(f'{k} {v}' for k, v in data['versions'].items())} |",
-             f"| Loaded pipelines | {len(data['loaded_pipelines'])} |",
-             f"| Run log | `{data['database']}` |"]
-    techniques = pd.DataFrame([{"Technique": t["name"], "Group": t["group"],
-                                "Here": "available" if t["unavailable"] is None else t["unavailable"]}
-                               for t in data["techniques"]])
+    lines = [
+        "| This machine | |",
+        "|---|---|",
+        f"| CPU | {hw['cpu']} ({hw['cpu_count']} cores; AVX-512: {'yes' if hw['avx512'] else 'no'}, "
+        f"AMX: {'yes' if hw['amx_bf16'] else 'no'}) |",
+        f"| GPUs | {gpus}{why} |",
+        f"| Devices | {', '.join(hw['devices'])} |",
+        f"| Libraries | {', '.join(f'{k} {v}' for k, v in data['versions'].items())} |",
+        f"| Loaded pipelines | {len(data['loaded_pipelines'])} |",
+        f"| Run log | `{data['database']}` |",
+    ]
+    techniques = pd.DataFrame(
+        [
+            {
+                "Technique": t["name"],
+                "Group": t["group"],
+                "Here": "available" if t["unavailable"] is None else t["unavailable"],
+            }
+            for t in data["techniques"]
+        ]
+    )
     return "\n".join(lines), techniques

@@ -1,15 +1,27 @@
-"""The one timing protocol (studio.measure.protocol), with fake calls: no model, no clock but the one we set."""
+"""The one timing protocol (studio.measure.protocol), with fake calls: no model, no clock but the one
+we set."""
 
 from __future__ import annotations
 
 import pytest
 
 from studio.measure import protocol
-from studio.measure.protocol import FASTER, NOISE, SLOWER, Dropped, interleaved, speedup, trimmed, unsettled, verdict
+from studio.measure.protocol import (
+    FASTER,
+    NOISE,
+    SLOWER,
+    Dropped,
+    interleaved,
+    speedup,
+    trimmed,
+    unsettled,
+    verdict,
+)
 
 
 def fake_calls(seconds: dict[str, float], log: list[str], slow: dict[tuple[str, int], float] | None = None):
-    """Calls that record themselves and return their own timed seconds; `slow[(label, n)]` multiplies call n."""
+    """Calls that record themselves and return their own timed seconds; `slow[(label, n)]` multiplies
+    call n."""
     counts = dict.fromkeys(seconds, 0)
 
     def make(label: str):
@@ -25,8 +37,12 @@ def fake_calls(seconds: dict[str, float], log: list[str], slow: dict[tuple[str, 
 
 def test_warmups_per_configuration_then_interleaved_rounds():
     calls, before = [], []
-    samples = interleaved(fake_calls({"A": 1.0, "B": 0.5, "C": 2.0}, calls), rounds=3, warmup=2,
-                          before=lambda phase, label: before.append((phase, label)))
+    samples = interleaved(
+        fake_calls({"A": 1.0, "B": 0.5, "C": 2.0}, calls),
+        rounds=3,
+        warmup=2,
+        before=lambda phase, label: before.append((phase, label)),
+    )
     warm = [("warmup", x) for x in "AABBCC"]
     rounds = [("round", x) for x in "ABC" * 3]
     assert before == warm + rounds
@@ -54,7 +70,9 @@ def test_one_disturbed_baseline_round_flips_no_verdict_with_five_rounds():
     assert results["twice_as_fast"].verdict == FASTER
     assert results["same"].verdict == NOISE
     assert results["twice_as_slow"].verdict == SLOWER
-    assert results["same"].median == 1.0 and results["same"].high == 3.0, "the disturbed round is in the range"
+    assert results["same"].median == 1.0 and results["same"].high == 3.0, (
+        "the disturbed round is in the range"
+    )
     assert results["twice_as_fast"].median == 2.0 and results["twice_as_slow"].median == 0.5
     assert speedup(base, base, is_reference=True).verdict == protocol.BASELINE
 
@@ -85,8 +103,11 @@ def test_dropped_takes_a_configuration_out_of_later_rounds():
             raise Dropped("B ran out of memory")
         return 1.0
 
-    samples = interleaved({"A": lambda: calls.append("A") or 1.0, "B": failing, "C": lambda: calls.append("C") or 1.0},
-                          rounds=3, warmup=1)
+    samples = interleaved(
+        {"A": lambda: calls.append("A") or 1.0, "B": failing, "C": lambda: calls.append("C") or 1.0},
+        rounds=3,
+        warmup=1,
+    )
     assert calls == ["A", "B", "C", "A", "B", "C", "A", "C", "A", "C"]
     assert samples.dropped == {"B": "B ran out of memory"}
     assert samples.timed["B"] == [] and samples.timed["A"] == samples.timed["C"] == [1.0] * 3

@@ -1,5 +1,6 @@
-"""One tolerance table drives a registry-wide test: every technique that can run on this CPU draws what the baseline
-draws within its stated bound, and reverting it gives back exactly the baseline's image. A technique added to the
+"""One tolerance table drives a registry-wide test: every technique that can run on this CPU draws what the
+baseline draws within its stated bound, and reverting it gives back exactly the baseline's image. A technique
+added to the
 registry without a row here fails the suite."""
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ class Elsewhere:
     test: str
 
 
-# Measured here (Intel Xeon with AMX, 20 steps, seed 3), max-abs / PSNR: classic_attention and attention_slicing
-# 3.6e-6 / 133 dB, channels_last 9.1e-6 / 127 dB, sdpa, fused_qkv, jit_trace_unet, vae_slicing and threads identical;
-# autocast 0.094 / 47.5 dB, bf16 0.132 / 45.6 dB, deepcache (interval 3) 0.353 / 33.6 dB, token_merging (ratio 0.5)
-# 0.258 / 38.2 dB, int8_dynamic 0.115 / 43.0 dB, cfg_cutoff (after 0.5) 0.829 / 20.2 dB (edges move; the picture
+# Measured here (Intel Xeon with AMX, 20 steps, seed 3), max-abs / PSNR: classic_attention and
+# attention_slicing
+# 3.6e-6 / 133 dB, channels_last 9.1e-6 / 127 dB, sdpa, fused_qkv, jit_trace_unet, vae_slicing and threads
+# identical;
+# autocast 0.094 / 47.5 dB, bf16 0.132 / 45.6 dB, deepcache (interval 3) 0.353 / 33.6 dB, token_merging
+# (ratio 0.5)
+# 0.258 / 38.2 dB, int8_dynamic 0.115 / 43.0 dB, cfg_cutoff (after 0.5) 0.829 / 20.2 dB (edges move; the
+# picture
 # does not: the lossy ones must keep what the prompt analyser sees in the baseline).
 EXACTISH = Bound(1e-4, 100.0)  # the same maths in another summation order
 EQUIVALENCE: dict[str, Bound | Elsewhere] = {
@@ -61,12 +66,18 @@ EQUIVALENCE: dict[str, Bound | Elsewhere] = {
     "token_merging": Bound(0.4, 25.0, lossy=True),
     "int8_dynamic": Bound(0.16, 38.0, lossy=True),
     "cfg_cutoff": Bound(0.95, 17.0, lossy=True),
-    "vae_tiling": Elsewhere("tests/test_manager.py::test_vae_tiling_changes_little_and_reverts"),  # tiles need size
+    "vae_tiling": Elsewhere(
+        "tests/test_manager.py::test_vae_tiling_changes_little_and_reverts"
+    ),  # tiles need size
     "torch_compile": Elsewhere("tests/test_manager.py::test_torch_compile_on_cpu_matches_and_reverts"),
-    "int8_static": Elsewhere("tests/optimizations/test_techniques.py::"
-                             "test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts"),
+    "int8_static": Elsewhere(
+        "tests/optimizations/test_techniques.py::"
+        "test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts"
+    ),
 }
-RUNNABLE_HERE = sorted(n for n, o in REGISTRY.items() if unavailable_reason(o, devices.detect(), "cpu") is None)
+RUNNABLE_HERE = sorted(
+    n for n, o in REGISTRY.items() if unavailable_reason(o, devices.detect(), "cpu") is None
+)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +116,9 @@ def test_within_its_bound_then_reverts_exactly(manager, baseline, name):
     bound = EQUIVALENCE[name]
     images = run(manager, (name,))
     diff, db = max_abs_diff(images, baseline), psnr(images, baseline)
-    assert diff <= bound.max_abs and db >= bound.min_psnr, f"{name} changed the image by {diff:.2e} ({db:.1f} dB)"
+    assert diff <= bound.max_abs and db >= bound.min_psnr, (
+        f"{name} changed the image by {diff:.2e} ({db:.1f} dB)"
+    )
     if bound.lossy:
         assert diff > 0, f"{name} did not change the image: did it engage?"
         judge = fidelity(images), fidelity(baseline)

@@ -62,8 +62,10 @@ def damage_once(monkeypatch):
 
 
 def _warned_about(caplog, entry: Path) -> bool:
-    return any(r.levelno == logging.WARNING and str(entry) in r.getMessage()
-               and "deleting it" in r.getMessage() for r in caplog.records)
+    return any(
+        r.levelno == logging.WARNING and str(entry) in r.getMessage() and "deleting it" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 @pytest.mark.parametrize("regional", [False, True], ids=["whole", "regional"])
@@ -99,8 +101,9 @@ def test_int8_static_build_rebuilds_a_truncated_kernel(damage_once, caplog):
         assert torch.isfinite(compiled(x)).all()
 
 
-def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_it(tmp_path, monkeypatch,
-                                                                                    caplog):
+def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_it(
+    tmp_path, monkeypatch, caplog
+):
     """What a header build killed half-way leaves: gcc stops with "while reading precompiled header" on every
     kernel. A truncated copy of the real header is put in a header directory of the test's own (the suite's
     header is left alone), and a kernel that must be compiled (a fresh kernel cache) is built with it."""
@@ -156,9 +159,12 @@ def _raiser(*errors: BaseException):
 def test_errors_that_are_not_a_damaged_cache_entry_propagate_untouched(tmp_path, caplog):
     elsewhere = tmp_path / "libelsewhere.so"
     elsewhere.write_bytes(b"\x7fELF")
-    for error in (ImportError("No module named 'tomesd'"), RuntimeError("shapes do not match"),
-                  OSError(f"{elsewhere}: file too short"),
-                  ValueError(f"{inductor_cache.cache_dir()}/a/b.so")):
+    for error in (
+        ImportError("No module named 'tomesd'"),
+        RuntimeError("shapes do not match"),
+        OSError(f"{elsewhere}: file too short"),
+        ValueError(f"{inductor_cache.cache_dir()}/a/b.so"),
+    ):
         fn, calls = _raiser(error)
         with pytest.raises(type(error)) as raised:
             inductor_cache.recovering(fn)(1)

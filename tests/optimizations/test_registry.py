@@ -7,9 +7,23 @@ from studio.errors import ConflictError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, conflicts_of, get, ordered, unavailable_reason
 
 SEED_NAMES = {
-    "cudnn_benchmark", "tf32", "autocast", "fp16", "bf16", "channels_last", "sdpa", "xformers",
-    "classic_attention", "attention_slicing", "vae_slicing", "vae_tiling", "jit_trace_unet",
-    "torch_compile", "model_cpu_offload", "sequential_cpu_offload", "device_map_balanced",
+    "cudnn_benchmark",
+    "tf32",
+    "autocast",
+    "fp16",
+    "bf16",
+    "channels_last",
+    "sdpa",
+    "xformers",
+    "classic_attention",
+    "attention_slicing",
+    "vae_slicing",
+    "vae_tiling",
+    "jit_trace_unet",
+    "torch_compile",
+    "model_cpu_offload",
+    "sequential_cpu_offload",
+    "device_map_balanced",
 }
 
 
@@ -32,8 +46,16 @@ def test_unknown_name_lists_valid_names():
         get("turbo")
 
 
-@pytest.mark.parametrize("pair", [("fp16", "bf16"), ("sdpa", "xformers"), ("model_cpu_offload", "device_map_balanced"),
-                                  ("jit_trace_unet", "torch_compile"), ("classic_attention", "attention_slicing")])
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ("fp16", "bf16"),
+        ("sdpa", "xformers"),
+        ("model_cpu_offload", "device_map_balanced"),
+        ("jit_trace_unet", "torch_compile"),
+        ("classic_attention", "attention_slicing"),
+    ],
+)
 def test_conflicts_are_refused(pair):
     with pytest.raises(ConflictError, match="cannot be combined"):
         check_conflicts(set(pair))
@@ -47,8 +69,18 @@ def test_cuda_only_techniques_are_unavailable_on_cpu_with_a_reason(monkeypatch):
     for name in ("cudnn_benchmark", "tf32", "xformers", "model_cpu_offload", "device_map_balanced", "fp16"):
         reason = unavailable_reason(REGISTRY[name], hw, "cpu")
         assert reason and reason.startswith(name) and reason.endswith("."), (name, reason)
-    for name in ("bf16", "autocast", "channels_last", "sdpa", "classic_attention", "attention_slicing",
-                 "vae_slicing", "vae_tiling", "jit_trace_unet", "torch_compile"):
+    for name in (
+        "bf16",
+        "autocast",
+        "channels_last",
+        "sdpa",
+        "classic_attention",
+        "attention_slicing",
+        "vae_slicing",
+        "vae_tiling",
+        "jit_trace_unet",
+        "torch_compile",
+    ):
         assert unavailable_reason(REGISTRY[name], hw, "cpu") is None, name
 
 
@@ -67,4 +99,9 @@ def test_trace_needs_an_sd_unet():
 
 def test_apply_order_puts_layout_before_graph_capture():
     names = [o.name for o in ordered({"jit_trace_unet", "channels_last", "bf16", "sdpa"})]
-    assert names.index("bf16") < names.index("channels_last") < names.index("sdpa") < names.index("jit_trace_unet")
+    assert (
+        names.index("bf16")
+        < names.index("channels_last")
+        < names.index("sdpa")
+        < names.index("jit_trace_unet")
+    )

@@ -25,8 +25,12 @@ from tests.tiny import run
 
 STEPS = 6
 
-needs_tomesd = pytest.mark.skipif(importlib.util.find_spec("tomesd") is None, reason="tomesd is not installed")
-needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
+needs_tomesd = pytest.mark.skipif(
+    importlib.util.find_spec("tomesd") is None, reason="tomesd is not installed"
+)
+needs_torchao = pytest.mark.skipif(
+    importlib.util.find_spec("torchao") is None, reason="torchao is not installed"
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +60,10 @@ INT8_STATIC_BOUNDS = {"amx": (0.5, 25.0), "vnni": (0.5, 25.0), "reduced_range": 
 CPU_FLAGS = {
     "amd-epyc-avx2": ({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "sha_ni"}, "reduced_range"),
     "cascade-lake": ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, "vnni"),
-    "sapphire-rapids": ({"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_tile",
-                         "amx_int8"}, "amx"),
+    "sapphire-rapids": (
+        {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"},
+        "amx",
+    ),
     "alder-lake": ({"avx2", "fma", "avx_vnni"}, "vnni"),
 }
 
@@ -78,14 +84,18 @@ def test_fused_qkv_switches_processors_and_removes_the_fused_layers(manager):
     with manager.acquire(request(["sdpa"])) as p:  # fused_qkv removed, sdpa stays
         assert {type(x) for x in p.pipe.unet.attn_processors.values()} == {AttnProcessor2_0}
         names = {n.rsplit(".", 1)[-1] for n, _ in p.pipe.unet.named_modules()} | {
-            n.rsplit(".", 1)[-1] for n, _ in p.pipe.vae.named_modules()}
+            n.rsplit(".", 1)[-1] for n, _ in p.pipe.vae.named_modules()
+        }
         assert not names & {"to_qkv", "to_kv"}
         assert not any(getattr(m, "fused_projections", False) for m in p.pipe.unet.modules())
 
 
 def _count_calls(modules):
     counts = dict.fromkeys(modules, 0)
-    handles = [m.register_forward_pre_hook(lambda mod, args: counts.__setitem__(mod, counts[mod] + 1)) for m in modules]
+    handles = [
+        m.register_forward_pre_hook(lambda mod, args: counts.__setitem__(mod, counts[mod] + 1))
+        for m in modules
+    ]
     return counts, handles
 
 
@@ -93,7 +103,11 @@ def test_deepcache_skips_the_deep_blocks_between_full_steps(manager):
     with manager.acquire(request()) as p:
         unet = p.pipe.unet
     shallow, deep_down = unet.down_blocks[0].resnets[0], unet.down_blocks[1].resnets[0]
-    mid, deep_up, last_up = unet.mid_block.resnets[0], unet.up_blocks[0].resnets[0], unet.up_blocks[-1].resnets[-1]
+    mid, deep_up, last_up = (
+        unet.mid_block.resnets[0],
+        unet.up_blocks[0].resnets[0],
+        unet.up_blocks[-1].resnets[-1],
+    )
     counts, handles = _count_calls([shallow, deep_down, mid, deep_up, last_up])
     try:
         run(manager, request(["deepcache"]))  # 6 UNet calls, interval 3: full at calls 0 and 3
@@ -120,7 +134,9 @@ def test_deepcache_costs_much_more_quality_at_few_steps(manager, baseline, basel
 
 def test_deepcache_branch_deeper_than_the_unet_is_refused_with_a_sentence(manager, baseline):
     req = request(["deepcache"], params={"deepcache": {"branch": 1}})  # the bundled UNet has 2 down blocks
-    with pytest.raises(ValidationError, match="deepcache branch 1 leaves no deep down block to cache .* 2 down blocks"):
+    with pytest.raises(
+        ValidationError, match="deepcache branch 1 leaves no deep down block to cache .* 2 down blocks"
+    ):
         run(manager, req)
     assert np.array_equal(run(manager, request())[0], baseline)
 
@@ -136,13 +152,16 @@ def test_token_merging_patches_blocks_and_removes_every_trace(manager):
         assert unet._tome_info["args"]["ratio"] == 0.3
     run(manager, request())
     assert "ToMeBlock" not in {type(m).__name__ for m in unet.modules()}
-    assert {name: set(vars(m)) for name, m in unet.named_modules()} == attributes, "tomesd left attributes behind"
+    assert {name: set(vars(m)) for name, m in unet.named_modules()} == attributes, (
+        "tomesd left attributes behind"
+    )
     assert not unet._forward_pre_hooks
 
 
 @needs_tomesd
 def test_token_merging_ratio_zero_is_the_baseline(manager, baseline):
-    """tomesd's block forward is a copy of an older diffusers one: with nothing merged it must match 0.42.1's."""
+    """tomesd's block forward is a copy of an older diffusers one: with nothing merged it must match
+    0.42.1's."""
     images, _ = run(manager, request(["token_merging"], params={"token_merging": {"ratio": 0}}))
     assert np.array_equal(images, baseline)
 
@@ -185,8 +204,12 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
         images = bench.run_once(prepared, req).images
         assert type(prepared.pipe.unet).__name__ == "Int8StaticUNet"
         assert type(prepared.pipe.vae.decoder).__name__ == "Int8StaticDecoder"
-        assert prepared.entry.stats["compile_count"] == 2, "the UNet at batch 2 and the decoder: one build each"
-        assert np.array_equal(bench.run_once(prepared, req).images, images), "the same graphs again, same image"
+        assert prepared.entry.stats["compile_count"] == 2, (
+            "the UNet at batch 2 and the decoder: one build each"
+        )
+        assert np.array_equal(bench.run_once(prepared, req).images, images), (
+            "the same graphs again, same image"
+        )
         assert prepared.entry.stats["compile_count"] == 2
         path = prepared.entry.stats["int8_static_path"]
         assert path == int8_path(devices.detect().cpu_flags), "the path this CPU takes is recorded"
@@ -197,9 +220,13 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
     most, least = INT8_STATIC_BOUNDS[path]
     assert 0 < diff <= most and db >= least, f"{path}: {diff:.4f} ({db:.1f} dB)"
     assert tiny.fidelity(images)["detected"] == tiny.fidelity(baseline20)["detected"]
-    assert np.array_equal(run(manager, request(steps=20))[0], baseline20), "reverting int8_static restores fp32"
+    assert np.array_equal(run(manager, request(steps=20))[0], baseline20), (
+        "reverting int8_static restores fp32"
+    )
     with manager.acquire(request()) as prepared:
-        assert prepared.pipe.unet is unet and prepared.pipe.vae.decoder is decoder, "the very same float modules"
+        assert prepared.pipe.unet is unet and prepared.pipe.vae.decoder is decoder, (
+            "the very same float modules"
+        )
 
 
 @pytest.mark.parametrize("cpu", sorted(CPU_FLAGS))
@@ -271,7 +298,9 @@ def test_int8_static_with_vae_off_leaves_the_decoder_in_float():
 
 
 def test_int8_static_is_refused_before_any_compute_where_it_cannot_run(fake_gpus):
-    with pytest.raises(ValidationError, match="int8_static calibration_steps must be a whole number between 1 and 50"):
+    with pytest.raises(
+        ValidationError, match="int8_static calibration_steps must be a whole number between 1 and 50"
+    ):
         request(["int8_static"], params={"int8_static": {"calibration_steps": 0}})
     with pytest.raises(ValidationError, match="int8_static vae must be true or false"):
         request(["int8_static"], params={"int8_static": {"vae": "sometimes"}})
@@ -287,7 +316,9 @@ def test_all_new_pipeline_techniques_together_revert_exactly(manager, baseline):
     names += [n for n, mod in MODULES.items() if importlib.util.find_spec(mod) is not None]
     images, prepared = run(manager, request(names))
     assert set(names) <= set(prepared.applied)
-    assert np.isfinite(images).all() and psnr(images, baseline) > 10  # measured 13.3 dB at 6 steps, mostly deepcache
+    assert (
+        np.isfinite(images).all() and psnr(images, baseline) > 10
+    )  # measured 13.3 dB at 6 steps, mostly deepcache
     assert np.array_equal(run(manager, request())[0], baseline)
 
 
@@ -307,7 +338,9 @@ def test_threads_default_runs_and_leaves_the_setting_alone(manager, baseline):
     seen = []
     req = request(["threads"])
     with manager.acquire(req) as prepared:
-        images = bench.run_once(prepared, req, on_step=lambda i, n: seen.append(torch.get_num_threads())).images
+        images = bench.run_once(
+            prepared, req, on_step=lambda i, n: seen.append(torch.get_num_threads())
+        ).images
     assert seen and set(seen) == {physical_cores()}
     assert torch.get_num_threads() == before
     assert np.array_equal(images, baseline), "the thread count must not change the image"
@@ -324,19 +357,34 @@ def test_threads_setting_reaches_the_call(manager):
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({"threads": {"num_threads": 0}}, f"threads num_threads must be a whole number between 1 and {max_threads()}"),
+        (
+            {"threads": {"num_threads": 0}},
+            f"threads num_threads must be a whole number between 1 and {max_threads()}",
+        ),
         ({"threads": {"num_threads": max_threads() + 1}}, "threads num_threads must be a whole number"),
         ({"threads": {"num_threads": "many"}}, "threads num_threads must be a whole number"),
         ({"deepcache": {"interval": 0}}, "deepcache interval must be a whole number between 1 and 10"),
         ({"deepcache": {"interval": 2.5}}, "deepcache interval must be a whole number"),
         ({"deepcache": {"branch": -1}}, "deepcache branch must be a whole number between 0 and 3"),
-        ({"deepcache": {"depth": 1}}, "deepcache settings must be a mapping with keys from: interval, branch"),
-        ({"token_merging": {"ratio": 0.8}}, "token_merging ratio must be a finite number between 0.0 and 0.75"),
+        (
+            {"deepcache": {"depth": 1}},
+            "deepcache settings must be a mapping with keys from: interval, branch",
+        ),
+        (
+            {"token_merging": {"ratio": 0.8}},
+            "token_merging ratio must be a finite number between 0.0 and 0.75",
+        ),
         ({"token_merging": {"ratio": "half"}}, "token_merging ratio must be a number"),
         ({"token_merging": {"max_downsample": 3}}, "token_merging max_downsample must be one of 1, 2, 4, 8"),
         ({"torch_compile": {"regional": "maybe"}}, "torch_compile regional must be true or false"),
-        ({"torch_compile": {"mode": "ludicrous"}}, "torch_compile mode must be one of default, reduce-overhead"),
-        ({"torch_compile": {"dynamic": "sometimes"}}, "torch_compile dynamic must be one of auto, true, false"),
+        (
+            {"torch_compile": {"mode": "ludicrous"}},
+            "torch_compile mode must be one of default, reduce-overhead",
+        ),
+        (
+            {"torch_compile": {"dynamic": "sometimes"}},
+            "torch_compile dynamic must be one of auto, true, false",
+        ),
         ({"torch_compile": {"freezing": "yes please"}}, "torch_compile freezing must be true or false"),
         ({"torch_compile": {"cpp_wrapper": 2}}, "torch_compile cpp_wrapper must be true or false"),
         ({"int8_dynamic": {"bits": 4}}, "int8_dynamic settings must be a mapping with keys from: none"),
@@ -352,9 +400,14 @@ def test_bad_settings_are_refused_with_a_sentence(params, message):
 def test_good_settings_are_normalised():
     r = request(["torch_compile"], params={"torch_compile": {"mode": "max-autotune", "regional": "true"}})
     assert r.params["torch_compile"] == {"mode": "max-autotune", "regional": True}
-    r = request(["torch_compile"], params={"torch_compile": {"dynamic": "False", "freezing": "yes", "cpp_wrapper": "0"}})
+    r = request(
+        ["torch_compile"],
+        params={"torch_compile": {"dynamic": "False", "freezing": "yes", "cpp_wrapper": "0"}},
+    )
     assert r.params["torch_compile"] == {"dynamic": "false", "freezing": True, "cpp_wrapper": False}
-    r = request(["threads", "deepcache"], params={"threads": {"num_threads": "1"}, "deepcache": {"interval": "2"}})
+    r = request(
+        ["threads", "deepcache"], params={"threads": {"num_threads": "1"}, "deepcache": {"interval": "2"}}
+    )
     assert r.params == {"threads": {"num_threads": 1}, "deepcache": {"interval": 2}}
     r = request([], params={"token_merging": {"ratio": "0.25", "max_downsample": "2"}})
     assert r.params == {}, "settings of techniques not requested are checked, then dropped"
@@ -362,11 +415,19 @@ def test_good_settings_are_normalised():
 
 @pytest.mark.parametrize(
     "pair",
-    [("fused_qkv", "classic_attention"), ("fused_qkv", "attention_slicing"), ("fused_qkv", "xformers"),
-     ("deepcache", "jit_trace_unet"), ("token_merging", "jit_trace_unet"), ("int8_dynamic", "jit_trace_unet")],
+    [
+        ("fused_qkv", "classic_attention"),
+        ("fused_qkv", "attention_slicing"),
+        ("fused_qkv", "xformers"),
+        ("deepcache", "jit_trace_unet"),
+        ("token_merging", "jit_trace_unet"),
+        ("int8_dynamic", "jit_trace_unet"),
+    ],
 )
 def test_conflicts_are_refused(pair):
-    with pytest.raises(ConflictError, match=f"{pair[0]} and {pair[1]} cannot be combined|{pair[1]} and {pair[0]} cannot"):
+    with pytest.raises(
+        ConflictError, match=f"{pair[0]} and {pair[1]} cannot be combined|{pair[1]} and {pair[0]} cannot"
+    ):
         request(list(pair))
 
 
@@ -410,8 +471,13 @@ def test_new_entries_declare_defaults_for_every_setting():
     assert REGISTRY["threads"].params == {"num_threads": physical_cores()}
     assert REGISTRY["deepcache"].params == {"interval": 3, "branch": 0}
     assert REGISTRY["token_merging"].params == {"ratio": 0.5, "max_downsample": 1}
-    assert REGISTRY["torch_compile"].params == {"mode": "default", "regional": False, "dynamic": "auto",
-                                                "freezing": False, "cpp_wrapper": False}
+    assert REGISTRY["torch_compile"].params == {
+        "mode": "default",
+        "regional": False,
+        "dynamic": "auto",
+        "freezing": False,
+        "cpp_wrapper": False,
+    }
     assert REGISTRY["threads"].stage == "call" and REGISTRY["int8_dynamic"].reversible
 
 
@@ -423,8 +489,12 @@ def test_regional_compile_matches_and_reverts(manager, baseline):
         builds = prepared.entry.stats["compile_count"]
         images = bench.run_once(prepared, req).images
         assert prepared.entry.stats["compile_count"] == builds, "the same shape again compiles nothing"
-        bench.run_once(prepared, request(["torch_compile"], params={"torch_compile": {"regional": True}},
-                                         steps=2, width=72, height=72))
+        bench.run_once(
+            prepared,
+            request(
+                ["torch_compile"], params={"torch_compile": {"regional": True}}, steps=2, width=72, height=72
+            ),
+        )
         assert prepared.entry.stats["compile_count"] > builds, "a new shape is a recompile, and is counted"
         unet = prepared.pipe.unet
         compiled = [m for m in unet.modules() if "_compiled_call_impl" in vars(m)]
@@ -483,9 +553,9 @@ def test_every_live_pipeline_of_a_class_gets_its_own_static_graphs(manager, monk
 
 @pytest.mark.parametrize("settings", [{}, {"freezing": True, "cpp_wrapper": True}])
 def test_compile_inference_settings_reach_inductor_while_dynamo_traces(monkeypatch, settings):
-    """freezing and cpp_wrapper are in force when inductor is handed each graph -- freezing already while dynamo
-    traces, since weights become constants of the graph only then -- and nowhere else afterwards. Inductor is
-    replaced by running the graph it is handed eagerly: the test costs a trace, not a compile."""
+    """freezing and cpp_wrapper are in force when inductor is handed each graph -- freezing already while
+    dynamo traces, since weights become constants of the graph only then -- and nowhere else afterwards.
+    Inductor is replaced by running the graph it is handed eagerly: the test costs a trace, not a compile."""
     import torch._inductor.compile_fx as compile_fx
 
     seen = []
@@ -511,16 +581,22 @@ def test_cfg_cutoff_runs_the_late_steps_on_one_sample_then_leaves_no_trace(manag
     batches = []
     handle = unet.register_forward_pre_hook(lambda mod, args: batches.append(args[0].shape[0]))
     try:
-        images, prepared = run(manager, request(["cfg_cutoff"], params={"cfg_cutoff": {"after": 0.5}}, steps=6))
+        images, prepared = run(
+            manager, request(["cfg_cutoff"], params={"cfg_cutoff": {"after": 0.5}}, steps=6)
+        )
     finally:
         handle.remove()
     assert batches == [2, 2, 2, 1, 1, 1], "guided (2 samples) for half the steps, then one sample"
     assert prepared.entry.stats["unguided_steps"] == 3
     assert not np.array_equal(images, baseline)
-    assert np.array_equal(run(manager, request())[0], baseline), "the next run without it is guided throughout"
+    assert np.array_equal(run(manager, request())[0], baseline), (
+        "the next run without it is guided throughout"
+    )
 
 
 @pytest.mark.parametrize("after", [0, -0.5, 1.5, "half", float("nan")])
 def test_cfg_cutoff_fraction_out_of_range_is_refused_with_a_sentence(after):
-    with pytest.raises(ValidationError, match=r"cfg_cutoff after must be a (finite )?number between 0.05 and 1.0"):
+    with pytest.raises(
+        ValidationError, match=r"cfg_cutoff after must be a (finite )?number between 0.05 and 1.0"
+    ):
         request(["cfg_cutoff"], params={"cfg_cutoff": {"after": after}})

@@ -42,9 +42,21 @@ def test_fidelity_reports_mismatches_per_attribute(ground_truth):
 
 def test_parse_prompt_reads_every_attribute_and_leaves_missing_ones_none():
     full = parse_prompt("A big red circle on the left, on a white background")
-    assert full == {"shape": "circle", "colour": "red", "background": "white", "position": "left", "size": "big"}
+    assert full == {
+        "shape": "circle",
+        "colour": "red",
+        "background": "white",
+        "position": "left",
+        "size": "big",
+    }
     short = parse_prompt("a blue star in the center")
-    assert short == {"shape": "star", "colour": "blue", "background": None, "position": "centre", "size": None}
+    assert short == {
+        "shape": "star",
+        "colour": "blue",
+        "background": None,
+        "position": "centre",
+        "size": None,
+    }
 
 
 def test_blank_image_has_no_shape_and_scores_zero():

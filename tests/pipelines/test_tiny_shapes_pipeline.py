@@ -44,14 +44,21 @@ def test_architecture_keeps_cross_attention_groupnorm_resnets_and_an_f8_vae(pipe
     unet, vae = pipe.unet, pipe.vae
     assert any("CrossAttn" in b for b in unet.config.down_block_types)
     assert any(isinstance(m, torch.nn.GroupNorm) for m in unet.modules())
-    assert pipe.vae_scale_factor == 8 and vae.config.latent_channels == LATENT_CHANNELS == unet.config.in_channels
+    assert (
+        pipe.vae_scale_factor == 8
+        and vae.config.latent_channels == LATENT_CHANNELS == unet.config.in_channels
+    )
     assert unet.config.sample_size * pipe.vae_scale_factor == DEFAULT_SIZE
 
 
 def test_generates_a_native_size_image_offline_even_with_unknown_words(pipe):
     gen = torch.Generator().manual_seed(0)
-    out = pipe(["a big red circle on the left", "a zebra playing ünïcode jazz!"],
-               num_inference_steps=DEFAULT_STEPS, guidance_scale=DEFAULT_GUIDANCE, generator=gen)
+    out = pipe(
+        ["a big red circle on the left", "a zebra playing ünïcode jazz!"],
+        num_inference_steps=DEFAULT_STEPS,
+        guidance_scale=DEFAULT_GUIDANCE,
+        generator=gen,
+    )
     assert [im.size for im in out.images] == [(DEFAULT_SIZE, DEFAULT_SIZE)] * 2
 
 

@@ -77,7 +77,9 @@ def two_fake_gpus(monkeypatch, fake_gpus):
 @pytest.mark.parametrize("cap", ["5MB", "6MB"])
 def test_two_fake_gpus_fill_in_order_within_their_caps(unet, two_fake_gpus, cap):
     max_memory = {0: cap, 1: cap, "cpu": "1GB"}
-    device_map = infer_auto_device_map(unet, max_memory=max_memory, no_split_module_classes=unet._no_split_modules)
+    device_map = infer_auto_device_map(
+        unet, max_memory=max_memory, no_split_module_classes=unet._no_split_modules
+    )
     rank = {0: 0, 1: 1, "cpu": 2}
     order = [rank[device] for device in device_map.values()]
     assert order == sorted(order), "modules fill GPU 0, then GPU 1, then the CPU, in module order"
@@ -88,14 +90,16 @@ def test_two_fake_gpus_fill_in_order_within_their_caps(unet, two_fake_gpus, cap)
 
 
 def test_fake_gpus_with_room_take_the_whole_model(unet, two_fake_gpus):
-    device_map = infer_auto_device_map(unet, max_memory={0: "1GB", 1: "1GB", "cpu": "1GB"},
-                                       no_split_module_classes=unet._no_split_modules)
+    device_map = infer_auto_device_map(
+        unet, max_memory={0: "1GB", 1: "1GB", "cpu": "1GB"}, no_split_module_classes=unet._no_split_modules
+    )
     assert device_map == {"": 0}
 
 
 def test_device_without_a_budget_takes_no_part(unet, two_fake_gpus):
-    device_map = infer_auto_device_map(unet, max_memory={1: "6MB", "cpu": "1GB"},
-                                       no_split_module_classes=unet._no_split_modules)
+    device_map = infer_auto_device_map(
+        unet, max_memory={1: "6MB", "cpu": "1GB"}, no_split_module_classes=unet._no_split_modules
+    )
     assert 0 not in device_map.values() and 1 in device_map.values()
 
 
@@ -107,14 +111,20 @@ def test_the_pipelines_device_map_is_logged_with_the_run_and_shown(tmp_path):
     from studio.request import validate_request
     from studio.ui.views import generate_card
 
-    placed = {"text_encoder": "cpu", "unet": 0, "vae": 1}  # what accelerate reports after device_map="balanced"
+    placed = {
+        "text_encoder": "cpu",
+        "unet": 0,
+        "vae": 1,
+    }  # what accelerate reports after device_map="balanced"
 
     def load(spec, **kwargs):
         pipe = loader.load(spec, **kwargs)
         pipe.hf_device_map = dict(placed)
         return pipe
 
-    studio = Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out", manager=PipelineManager(load=load))
+    studio = Studio(
+        db_path=tmp_path / "runs.db", outputs=tmp_path / "out", manager=PipelineManager(load=load)
+    )
     result = studio.generate(validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2))
     expected = {name: str(device) for name, device in placed.items()}
     assert studio.runlog.get_run(result.run_id)["stats"]["hf_device_map"] == expected

@@ -1,4 +1,5 @@
-"""Out of memory: the studio names the memory techniques to retry with, ranked by what the run log measured."""
+"""Out of memory: the studio names the memory techniques to retry with, ranked by what the run log
+measured."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ def request(**kw):
 
 
 def log_run(runlog: RunLog, opts: list[str], peak: int, device: str = "cpu", size: int = 64) -> None:
-    req = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, opts=opts, device=device,
-                           width=size, height=size)
+    req = validate_request(
+        model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, opts=opts, device=device, width=size, height=size
+    )
     run_id = runlog.start_run(run_record(req, 0, 1, None))
     runlog.finish_run(run_id, "ok", peak_memory=peak, latency_median=1.0)
 

@@ -34,7 +34,12 @@ def sharded(tmp_path_factory) -> tuple[Path, dict]:
         mp.setenv("STUDIO_MODEL_ROOTS", str(root))
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
-            assert cmd_shard(_cli("--model", "tiny-shapes", "--out", str(out), "--max-shard-size", MAX, "--json")) == 0
+            assert (
+                cmd_shard(
+                    _cli("--model", "tiny-shapes", "--out", str(out), "--max-shard-size", MAX, "--json")
+                )
+                == 0
+            )
     return out, json.loads(stdout.getvalue())
 
 
@@ -60,7 +65,9 @@ def test_listing_reads_the_directory_back(sharded):
     out, report = sharded
     listed = {c.name: c for c in shard.list_shards(out)}
     assert set(listed) == {"unet", "vae", "text_encoder"}
-    assert [s.file for s in listed["unet"].shards] == [s["file"] for s in _component(report, "unet")["shards"]]
+    assert [s.file for s in listed["unet"].shards] == [
+        s["file"] for s in _component(report, "unet")["shards"]
+    ]
     assert listed["vae"].sharded
     assert report["loadable"] is True and report["max_shard_size"] == 1_000_000
 
@@ -70,7 +77,9 @@ def test_directory_is_complete_for_diffusers(sharded):
     source = registry.ASSETS / "tiny-shapes"
     assert (out / "model_index.json").read_text() == (source / "model_index.json").read_text()
     for folder in ("tokenizer", "scheduler"):
-        assert sorted(p.name for p in (out / folder).iterdir()) == sorted(p.name for p in (source / folder).iterdir())
+        assert sorted(p.name for p in (out / folder).iterdir()) == sorted(
+            p.name for p in (source / folder).iterdir()
+        )
 
 
 def test_sharded_directory_loads_through_the_registry_and_gives_identical_outputs(sharded, monkeypatch):
@@ -105,8 +114,17 @@ def test_outside_the_allowed_roots_is_refused(sharded, monkeypatch, tmp_path):
         registry.resolve(str(out))
 
 
-@pytest.mark.parametrize(("text", "expected"), [("1MB", 10**6), ("500KB", 500_000), ("2GiB", 2 * 2**30),
-                                                ("1.5 GB", 1_500_000_000), ("4096", 4096), (2048, 2048)])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1MB", 10**6),
+        ("500KB", 500_000),
+        ("2GiB", 2 * 2**30),
+        ("1.5 GB", 1_500_000_000),
+        ("4096", 4096),
+        (2048, 2048),
+    ],
+)
 def test_parse_size(text, expected):
     assert shard.parse_size(text) == expected
 

@@ -77,8 +77,10 @@ def compute(request: Req, warmup: int = 0, repeats: int = 1) -> dict:
     return {"model": request.model, "calls": warmup + repeats, "pid": os.getpid()}
 
 
-@pytest.mark.parametrize(("value", "expected"), [("true", True), ("1", True), ("True", True), ("false", False),
-                                                 ("", False), (None, False)])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("true", True), ("1", True), ("True", True), ("false", False), ("", False), (None, False)],
+)
 def test_on_zerogpu_reads_the_environment(monkeypatch, value, expected):
     if value is None:
         monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
@@ -181,10 +183,14 @@ def test_import_spaces_happens_first_and_torch_is_not_imported(tmp_path):
         "import sys\nTORCH_ALREADY_IMPORTED = 'torch' in sys.modules\n"
         "def GPU(task=None, *, duration=None, size=None):\n    return task\n"
     )
-    code = ("import sys, studio.scale.zerogpu; import spaces; "
-            "print(spaces.TORCH_ALREADY_IMPORTED, 'torch' in sys.modules, spaces.__file__)")
+    code = (
+        "import sys, studio.scale.zerogpu; import spaces; "
+        "print(spaces.TORCH_ALREADY_IMPORTED, 'torch' in sys.modules, spaces.__file__)"
+    )
     env = dict(os.environ, SPACES_ZERO_GPU="true", PYTHONPATH=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
     torch_first, torch_loaded, where = out.stdout.split()
     assert (torch_first, torch_loaded) == ("False", "False") and where == str(tmp_path / "spaces.py")
 

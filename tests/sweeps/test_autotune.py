@@ -1,5 +1,5 @@
-"""The auto-tuner: a pruned search that keeps only configurations meeting the quality floor, logged as one group,
-and a winner offered only when its confirmation measured it faster beyond noise."""
+"""The auto-tuner: a pruned search that keeps only configurations meeting the quality floor, logged as one
+group, and a winner offered only when its confirmation measured it faster beyond noise."""
 
 from __future__ import annotations
 
@@ -13,28 +13,49 @@ from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY, Optimization
 from studio.request import validate_request
-from studio.sweeps.autotune import Candidate, Floor, as_json, candidates, markdown, pareto, run_autotune, summary
+from studio.sweeps.autotune import (
+    Candidate,
+    Floor,
+    as_json,
+    candidates,
+    markdown,
+    pareto,
+    run_autotune,
+    summary,
+)
 
 PROMPT = "a big yellow triangle in the centre, on a black background"
 ANY_IMAGE = Floor(min_psnr=0, min_ssim=-1, fidelity_drop=1)  # the stubs below draw garbage on purpose
 
 
 def request(**kw):
-    return validate_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": 4, "width": 32,
-                               "height": 32, **kw})
+    return validate_request(
+        **{"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": 4, "width": 32, "height": 32, **kw}
+    )
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_nothing_below_the_quality_floor_can_win(studio):
-    result = run_autotune(studio, request(), floor=Floor(min_psnr=99.0), techniques=["bf16", "deepcache"],
-                          warmup=0, repeats=1, confirm_rounds=2)
+    result = run_autotune(
+        studio,
+        request(),
+        floor=Floor(min_psnr=99.0),
+        techniques=["bf16", "deepcache"],
+        warmup=0,
+        repeats=1,
+        confirm_rounds=2,
+    )
     rows = {r["config"]: r for r in result.rows}
     deepcache = {"deepcache[interval=2]", "deepcache[interval=3]", "deepcache[interval=5]"}
-    assert set(rows) == {"baseline", "bf16"} | deepcache, "each candidate (each grid point) measured once, alone"
+    assert set(rows) == {"baseline", "bf16"} | deepcache, (
+        "each candidate (each grid point) measured once, alone"
+    )
     for name in {"bf16"} | deepcache:
-        assert rows[name]["status"] == "ok" and not rows[name]["meets_floor"] and "PSNR" in rows[name]["floor"]
+        assert (
+            rows[name]["status"] == "ok" and not rows[name]["meets_floor"] and "PSNR" in rows[name]["floor"]
+        )
         assert rows[name]["stage"] == "single"
     assert result.winner is None and result.confirmation is None
     assert "keep the baseline" in summary(result).lower() and as_json(result)["winner"] is None
@@ -44,10 +65,20 @@ def test_nothing_below_the_quality_floor_can_win(studio):
 
 
 def test_winner_is_confirmed_interleaved_and_only_combines_survivors(studio):
-    result = run_autotune(studio, request(), floor=ANY_IMAGE, techniques=["channels_last", "bf16"],
-                          warmup=0, repeats=2, confirm_rounds=2)
-    survivors = {r["config"] for r in result.rows if r["stage"] == "single" and r["meets_floor"]
-                 and r["verdict"] == "faster"}
+    result = run_autotune(
+        studio,
+        request(),
+        floor=ANY_IMAGE,
+        techniques=["channels_last", "bf16"],
+        warmup=0,
+        repeats=2,
+        confirm_rounds=2,
+    )
+    survivors = {
+        r["config"]
+        for r in result.rows
+        if r["stage"] == "single" and r["meets_floor"] and r["verdict"] == "faster"
+    }
     c = result.confirmation
     if result.winner is None:
         assert c is None or c["verdict"] != "faster"
@@ -73,29 +104,48 @@ def test_unavailable_or_unknown_techniques_are_refused_before_any_run(studio):
 def test_candidates_leave_out_placement_memory_and_compile_by_default():
     names = candidates(request())
     assert "bf16" in names and "channels_last" in names
-    slow_or_unhelpful = {"model_cpu_offload", "vae_tiling", "classic_attention", "torch_compile", "int8_static", "xformers"}
+    slow_or_unhelpful = {
+        "model_cpu_offload",
+        "vae_tiling",
+        "classic_attention",
+        "torch_compile",
+        "int8_static",
+        "xformers",
+    }
     assert not slow_or_unhelpful & set(names)
     assert "torch_compile" in candidates(request(), include_compile=True)
 
 
 def test_pareto_front_keeps_only_undominated_points():
-    rows = [{"config": c, "status": "ok", "latency_s": lat, "psnr_db": q} for c, lat, q in
-            [("baseline", 1.0, float("inf")), ("a", 0.5, 40.0), ("b", 0.6, 35.0), ("c", 0.4, 20.0),
-             ("unknown", 0.1, None)]]
+    rows = [
+        {"config": c, "status": "ok", "latency_s": lat, "psnr_db": q}
+        for c, lat, q in [
+            ("baseline", 1.0, float("inf")),
+            ("a", 0.5, 40.0),
+            ("b", 0.6, 35.0),
+            ("c", 0.4, 20.0),
+            ("unknown", 0.1, None),
+        ]
+    ]
     rows.append({"config": "broken", "status": "failed", "latency_s": None, "psnr_db": None})
     assert pareto(rows, "psnr_db", better_high=True) == ["baseline", "a", "c"]
-    mem = [{"config": c, "status": "ok", "latency_s": lat, "peak_memory_mb": m} for c, lat, m in
-           [("baseline", 1.0, 100.0), ("a", 0.5, 120.0), ("b", 0.6, 90.0), ("c", 0.7, 130.0)]]
+    mem = [
+        {"config": c, "status": "ok", "latency_s": lat, "peak_memory_mb": m}
+        for c, lat, m in [("baseline", 1.0, 100.0), ("a", 0.5, 120.0), ("b", 0.6, 90.0), ("c", 0.7, 130.0)]
+    ]
     assert pareto(mem, "peak_memory_mb", better_high=False) == ["a", "b"]
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"min_ssim": 2}, "min_ssim must be a finite number between 0 and 1"),
-    ({"min_psnr": float("nan")}, "min_psnr must be a finite number between 0 and 200"),
-    ({"warmup": float("nan")}, "warm-up calls must be a whole number between 0 and 10"),
-    ({"repeats": 0}, "rounds must be a whole number between 1 and 50"),
-    ({"confirm_rounds": "x"}, "confirmation rounds must be a whole number between 1 and 50"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"min_ssim": 2}, "min_ssim must be a finite number between 0 and 1"),
+        ({"min_psnr": float("nan")}, "min_psnr must be a finite number between 0 and 200"),
+        ({"warmup": float("nan")}, "warm-up calls must be a whole number between 0 and 10"),
+        ({"repeats": 0}, "rounds must be a whole number between 1 and 50"),
+        ({"confirm_rounds": "x"}, "confirmation rounds must be a whole number between 1 and 50"),
+    ],
+)
 def test_autotune_settings_are_checked_at_the_validation_boundary(settings, message):
     from studio.request import validate_autotune
 
@@ -103,7 +153,7 @@ def test_autotune_settings_are_checked_at_the_validation_boundary(settings, mess
         validate_autotune(**settings)
 
 
-# ---- the confirmation decides: stub techniques whose speed the test chooses ------------------------------------
+# ---- the confirmation decides: stub techniques whose speed the test chooses --------------------------------
 
 SLEEP_PER_UNET_CALL = 0.04  # slow mode: 4 UNet calls a run, +0.16 s on a ~0.05 s run
 
@@ -129,7 +179,9 @@ def stub(name: str, fast: Callable[[], bool]) -> Optimization:
     def revert(pipe, ctx):
         pipe.unet.__dict__.pop("forward", None)
 
-    return Optimization(name=name, label=name, group="speed", description="test stub", apply=apply, revert=revert)
+    return Optimization(
+        name=name, label=name, group="speed", description="test stub", apply=apply, revert=revert
+    )
 
 
 @pytest.fixture
@@ -157,9 +209,13 @@ class Sweeps:
 
 def test_a_slower_technique_is_never_offered(stub_studio):
     studio = stub_studio(stub("stub_slow", fast=lambda: False))
-    result = run_autotune(studio, request(), floor=ANY_IMAGE, techniques=["stub_slow"], warmup=1, repeats=3,
-                          confirm_rounds=3)
-    assert [(r["config"], r["stage"]) for r in result.rows] == [("baseline", "baseline"), ("stub_slow", "single")]
+    result = run_autotune(
+        studio, request(), floor=ANY_IMAGE, techniques=["stub_slow"], warmup=1, repeats=3, confirm_rounds=3
+    )
+    assert [(r["config"], r["stage"]) for r in result.rows] == [
+        ("baseline", "baseline"),
+        ("stub_slow", "single"),
+    ]
     single = result.rows[1]
     assert single["verdict"] == "slower" and single["speedup"] < 1.0, "it did not survive the singles"
     assert result.winner is None and result.confirmation is None
@@ -171,24 +227,41 @@ def test_a_slower_technique_is_never_offered(stub_studio):
 def test_a_technique_fast_in_the_singles_but_slow_in_its_confirmation_is_not_offered(stub_studio):
     sweeps = Sweeps()
     studio = stub_studio(stub("stub_fickle", fast=lambda: sweeps.count <= 1))  # fast in the first sweep only
-    result = run_autotune(studio, request(), floor=ANY_IMAGE, techniques=["stub_fickle"], warmup=1, repeats=5,
-                          confirm_rounds=5, progress=sweeps)
+    result = run_autotune(
+        studio,
+        request(),
+        floor=ANY_IMAGE,
+        techniques=["stub_fickle"],
+        warmup=1,
+        repeats=5,
+        confirm_rounds=5,
+        progress=sweeps,
+    )
     single, confirmed = [r for r in result.rows if r["config"] == "stub_fickle"]
     assert (single["stage"], single["verdict"]) == ("single", "faster"), "it survived the singles"
     assert (confirmed["stage"], confirmed["verdict"]) == ("confirmation", "slower")
     assert sweeps.count == 2, "singles, then the confirmation"
     assert result.winner is None and result.confirmation is confirmed
     text = summary(result)
-    assert text.startswith("Nothing here beats the baseline beyond noise") and "stub_fickle" in text and "slower" in text
+    assert (
+        text.startswith("Nothing here beats the baseline beyond noise")
+        and "stub_fickle" in text
+        and "slower" in text
+    )
     assert as_json(result)["winner"] is None and result.winner_label == "baseline"
-    logged = {r["verdict"] for r in studio.runlog.runs(group_id=result.group_id) if r["config_label"] == "stub_fickle"}
+    logged = {
+        r["verdict"]
+        for r in studio.runlog.runs(group_id=result.group_id)
+        if r["config_label"] == "stub_fickle"
+    }
     assert logged == {"faster", "slower"}
 
 
 def test_a_technique_that_does_less_work_is_offered_after_its_confirmation(stub_studio):
     studio = stub_studio(stub("stub_fast", fast=lambda: True))
-    result = run_autotune(studio, request(), floor=ANY_IMAGE, techniques=["stub_fast"], warmup=1, repeats=5,
-                          confirm_rounds=5)
+    result = run_autotune(
+        studio, request(), floor=ANY_IMAGE, techniques=["stub_fast"], warmup=1, repeats=5, confirm_rounds=5
+    )
     assert result.winner == Candidate(("stub_fast",), {})
     c = result.confirmation
     assert c["config"] == "stub_fast" and c["verdict"] == "faster" and c["rounds"] == 5
@@ -210,10 +283,16 @@ def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypat
 
     monkeypatch.setattr(studio, "compute", compute)
     warmup, rounds, confirm = 1, 3, 4
-    result = run_autotune(studio, request(), floor=ANY_IMAGE, techniques=["channels_last", "sdpa", "stub_fast",
-                                                                           "stub_fast_too"],
-                          warmup=warmup, repeats=rounds, confirm_rounds=confirm,
-                          progress=lambda done, total, msg: events.append(("start",) if done == 0 else ("next",)))
+    result = run_autotune(
+        studio,
+        request(),
+        floor=ANY_IMAGE,
+        techniques=["channels_last", "sdpa", "stub_fast", "stub_fast_too"],
+        warmup=warmup,
+        repeats=rounds,
+        confirm_rounds=confirm,
+        progress=lambda done, total, msg: events.append(("start",) if done == 0 else ("next",)),
+    )
     sweeps: list[list[str]] = []
     for event in events:
         if event[0] == "start":
@@ -231,7 +310,7 @@ def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypat
     assert single == ["baseline", "channels_last", "sdpa", "stub_fast", "stub_fast_too"]
     assert stages.count("combination") >= 2 and len(confirmed) == 1
     expected = [order(single, rounds)]
-    expected += [order(["baseline", *combos[i:i + 2]], rounds) for i in range(0, len(combos), 2)]
+    expected += [order(["baseline", *combos[i : i + 2]], rounds) for i in range(0, len(combos), 2)]
     expected.append(order(["baseline", *confirmed], confirm))
     assert sweeps == expected
     assert any("stub_fast+stub_fast_too" in s for s in sweeps), "the two survivors were tried together"
@@ -253,11 +332,21 @@ def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_ro
         return real(req, **kw)
 
     monkeypatch.setattr(studio, "compute", compute)
-    result = run_autotune(studio, request(), floor=ANY_IMAGE, techniques=["stub_fast", "stub_fast_too"], warmup=0,
-                          repeats=3, confirm_rounds=3, progress=sweeps)
+    result = run_autotune(
+        studio,
+        request(),
+        floor=ANY_IMAGE,
+        techniques=["stub_fast", "stub_fast_too"],
+        warmup=0,
+        repeats=3,
+        confirm_rounds=3,
+        progress=sweeps,
+    )
     failed = [r for r in result.rows if r["stage"] == "combination" and r["status"] == "failed"]
     assert failed and "ran out of memory" in failed[0]["error"]
-    assert result.winner is None and result.confirmation["status"] == "failed", "the confirmation could not run it"
+    assert result.winner is None and result.confirmation["status"] == "failed", (
+        "the confirmation could not run it"
+    )
     assert studio.runlog.get_group(result.group_id)["status"] == "ok"
 
 
@@ -265,7 +354,10 @@ def test_the_summary_of_a_failed_confirmation_says_it_failed():
     from studio import report
     from studio.sweeps.autotune import AutotuneResult
 
-    confirmation = {**report.failed_record("stub_fast", "stub_fast ran out of memory"), "stage": "confirmation"}
+    confirmation = {
+        **report.failed_record("stub_fast", "stub_fast ran out of memory"),
+        "stage": "confirmation",
+    }
     text = summary(AutotuneResult(1, [confirmation], None, confirmation))
     assert "None" not in text and "ran out of memory" in text
 
@@ -276,8 +368,9 @@ def test_a_search_over_every_candidate_here_runs(studio):
     from studio.request import MAX_CONFIGS, validate_request
     from studio.sweeps.autotune import GRID, candidates, run_autotune
 
-    request = validate_request(model="tiny-shapes", prompt="a big red circle on the left", steps=2, width=32,
-                               height=32)
+    request = validate_request(
+        model="tiny-shapes", prompt="a big red circle on the left", steps=2, width=32, height=32
+    )
     pool = candidates(request)
     singles = sum(len(GRID.get(name, [{}])) for name in pool)
     assert singles + 1 > MAX_CONFIGS

@@ -23,14 +23,23 @@ from studio.sweeps.compare import run_compare
 from studio.sweeps.ladder import plan, run_ladder
 
 PROMPT = "a big red circle on the left, on a white background"
-SHARED = ("latency_s", "latency_spread_s", "speedup", "speedup_min", "speedup_max", "verdict", "peak_memory_mb",
-          "host_busy_pct")
+SHARED = (
+    "latency_s",
+    "latency_spread_s",
+    "speedup",
+    "speedup_min",
+    "speedup_max",
+    "verdict",
+    "peak_memory_mb",
+    "host_busy_pct",
+)
 OLD = ("latency_median", "peak_memory", "latency")
 
 
 def request(**kw):
-    return validate_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 7, "steps": 2, "width": 32,
-                               "height": 32, **kw})
+    return validate_request(
+        **{"model": "tiny-shapes", "prompt": PROMPT, "seed": 7, "steps": 2, "width": 32, "height": 32, **kw}
+    )
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -71,31 +80,45 @@ def statuses(studio, group_id: int) -> dict[str, str]:
 
 # ---- 2. one protocol, order recorded at the engine level ---------------------------------------------------
 
+
 def test_compare_runs_warmups_then_interleaved_rounds(studio, monkeypatch):
     events: list = []
     record_calls(studio, monkeypatch, events)
-    result = run_compare(studio, request(), ["channels_last", "sdpa"], warmup=1, rounds=3,
-                         progress=lambda done, total, msg: events.append(("progress", msg)))
+    result = run_compare(
+        studio,
+        request(),
+        ["channels_last", "sdpa"],
+        warmup=1,
+        rounds=3,
+        progress=lambda done, total, msg: events.append(("progress", msg)),
+    )
     labels = ["baseline", "channels_last", "sdpa"]
     calls = [label for kind, label in events if kind == "call"]
     assert calls == labels + labels * 3
     messages = [m for kind, m in events if kind == "progress"]
     assert messages == [f"warming up {x}" for x in labels] + [f"timing {x}" for x in labels] * 3
-    assert events == [e for pair in zip(messages, calls, strict=True) for e in (("progress", pair[0]), ("call", pair[1]))]
+    assert events == [
+        e for pair in zip(messages, calls, strict=True) for e in (("progress", pair[0]), ("call", pair[1]))
+    ]
 
     records = result.records
     assert [r["config"] for r in records] == labels and all(r["rounds"] == 3 for r in records)
     base = result.results[0].metrics["latency_all"]
     for record, res in zip(records[1:], result.results[1:], strict=True):
         ratios = [b / o for b, o in zip(base, res.metrics["latency_all"], strict=True)]
-        assert record["speedup"] == pytest.approx(statistics.median(ratios), abs=1e-3), "median per-round ratio"
+        assert record["speedup"] == pytest.approx(statistics.median(ratios), abs=1e-3), (
+            "median per-round ratio"
+        )
         assert record["speedup_min"] == pytest.approx(min(ratios), abs=1e-3)
         assert record["speedup_max"] == pytest.approx(max(ratios), abs=1e-3)
         assert record["verdict"] == verdict(ratios)
     assert records[0]["verdict"] == "baseline" and records[0]["speedup"] == 1.0
     group = studio.runlog.get_group(result.group_id)
     assert group["kind"] == "compare" and group["status"] == "ok"
-    assert group["settings"]["configs"] == labels and (group["settings"]["warmup"], group["settings"]["rounds"]) == (1, 3)
+    assert group["settings"]["configs"] == labels and (
+        group["settings"]["warmup"],
+        group["settings"]["rounds"],
+    ) == (1, 3)
 
 
 def test_ladder_runs_every_rung_interleaved(studio, monkeypatch):
@@ -117,20 +140,27 @@ def test_ladder_runs_every_rung_interleaved(studio, monkeypatch):
 
 # ---- 3. irreversible configurations keep their own pipeline ------------------------------------------------
 
+
 def test_a_traced_configuration_is_traced_once_in_its_own_pipeline(studio, monkeypatch):
     from studio.optimizations.compile import TracedUNet
 
     builds = []
     real_build = TracedUNet.build
-    monkeypatch.setattr(TracedUNet, "build", lambda self, inputs: builds.append(1) or real_build(self, inputs))
+    monkeypatch.setattr(
+        TracedUNet, "build", lambda self, inputs: builds.append(1) or real_build(self, inputs)
+    )
     result = run_compare(studio, request(), ["jit_trace_unet"], warmup=1, rounds=3)
     base, traced = result.records
     assert traced["status"] == "ok" and traced["rounds"] == 3
     assert len(builds) == 1, "interleaving with the baseline must not rebuild and retrace the traced UNet"
     assert traced["recompiles"] == 1 and result.results[1].metrics["stats"]["trace_count"] == 1
     assert base["recompiles"] is None
-    assert studio.manager.disk_loads == 1, "the private pipeline is a copy of the loaded weights, not a disk read"
-    assert studio.manager._slots == {} and studio.manager._sweeps == set(), "private pipelines end with the sweep"
+    assert studio.manager.disk_loads == 1, (
+        "the private pipeline is a copy of the loaded weights, not a disk read"
+    )
+    assert studio.manager._slots == {} and studio.manager._sweeps == set(), (
+        "private pipelines end with the sweep"
+    )
     (shared,) = studio.manager._entries.values()
     assert "trace_count" not in shared.stats, "the shared pipeline was never traced"
     with pytest.raises(RuntimeError, match="outside manager.own_pipelines"):
@@ -138,7 +168,8 @@ def test_a_traced_configuration_is_traced_once_in_its_own_pipeline(studio, monke
             pass
 
 
-# ---- 4. group lifecycle ---------------------------------------------------------------------------------------
+# ---- 4. group lifecycle ------------------------------------------------------------------------------------
+
 
 def test_a_failing_configuration_is_a_failed_run_and_leaves_the_later_rounds(studio, monkeypatch):
     counts = fail_on(studio, monkeypatch, "channels_last", call=2)  # its warm-up works, its first round fails
@@ -146,7 +177,9 @@ def test_a_failing_configuration_is_a_failed_run_and_leaves_the_later_rounds(stu
     base, failed, other = result.records
     assert failed["status"] == "failed" and "channels_last broke on call 2" in failed["error"]
     assert failed["latency_s"] is None and failed["speedup"] is None
-    assert counts == {"baseline": 4, "channels_last": 2, "sdpa": 4}, "a dropped configuration is not called again"
+    assert counts == {"baseline": 4, "channels_last": 2, "sdpa": 4}, (
+        "a dropped configuration is not called again"
+    )
     assert base["status"] == other["status"] == "ok" and other["rounds"] == 3
     assert studio.runlog.get_group(result.group_id)["status"] == "ok"
     runs = {r["config_label"]: r for r in studio.runlog.runs(group_id=result.group_id)}
@@ -193,7 +226,8 @@ def test_a_configuration_that_failed_before_a_cancel_stays_failed(studio, monkey
     assert runs["channels_last"]["status"] == "failed" and "broke" in runs["channels_last"]["error"]
 
 
-# ---- 5. a busy host ---------------------------------------------------------------------------------------------
+# ---- 5. a busy host ----------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def busy_loop():
@@ -240,7 +274,8 @@ def test_host_monitor_says_unknown_where_there_is_no_proc_stat(monkeypatch, tmp_
 
 def test_a_busy_host_never_turns_noise_into_a_claimed_speedup(studio):
     """channels_last changes nothing much for tiny-shapes on a CPU; under a busy loop (and whatever else runs
-    here) the compare must say 'within noise' or flag the host as busy, never claim more than x2 either way."""
+    here) the compare must say 'within noise' or flag the host as busy, never claim more than x2 either
+    way."""
     with busy_loop():
         result = run_compare(studio, request(width=64, height=64), ["channels_last"], warmup=1, rounds=5)
     base, cl = result.records
@@ -249,13 +284,16 @@ def test_a_busy_host_never_turns_noise_into_a_claimed_speedup(studio):
     assert cl["verdict"] == "within noise" or cl["host_busy"], cl
     for record in result.records:
         assert record["host_busy_pct"] is not None
-        assert record["host_busy"] == (record["host_busy_pct"] > BUSY_PCT or (record["host_steal_pct"] or 0) > BUSY_PCT)
+        assert record["host_busy"] == (
+            record["host_busy_pct"] > BUSY_PCT or (record["host_steal_pct"] or 0) > BUSY_PCT
+        )
     if cl["host_busy"]:
         assert "host was busy" in report.markdown(result.records)
         assert any("host was busy" in w for w in cl["warnings"])
 
 
-# ---- 7. the shared vocabulary from the engine faces ------------------------------------------------------------
+# ---- 7. the shared vocabulary from the engine faces --------------------------------------------------------
+
 
 def test_run_records_and_log_records_speak_the_shared_vocabulary(studio):
     result = run_compare(studio, request(), ["channels_last"], warmup=0, rounds=3)
@@ -265,21 +303,39 @@ def test_run_records_and_log_records_speak_the_shared_vocabulary(studio):
         row = logged[record["run_id"]]
         for face in (record, row):
             assert set(SHARED) <= set(face) and not set(OLD) & set(face), face
-        for key in ("config", "status", "latency_s", "latency_spread_s", "rounds", "speedup", "speedup_min",
-                    "speedup_max", "verdict", "peak_memory_mb", "host_busy_pct", "host_busy", "recompiles"):
+        for key in (
+            "config",
+            "status",
+            "latency_s",
+            "latency_spread_s",
+            "rounds",
+            "speedup",
+            "speedup_min",
+            "speedup_max",
+            "verdict",
+            "peak_memory_mb",
+            "host_busy_pct",
+            "host_busy",
+            "recompiles",
+        ):
             assert row[key] == record[key], key
     assert set(report.single_record(studio.generate(request()))) >= set(SHARED)
     failed = report.failed_record("bf16", "boom")
     assert set(failed) == set(report.KEYS) and failed["status"] == "failed"
-    assert report.to_csv(result.records).splitlines()[0].split(",")[:len(report.KEYS)] == list(report.KEYS)
+    assert report.to_csv(result.records).splitlines()[0].split(",")[: len(report.KEYS)] == list(report.KEYS)
 
 
-# ---- 8. memory figures --------------------------------------------------------------------------------------------
+# ---- 8. memory figures -------------------------------------------------------------------------------------
+
 
 def test_configurations_that_do_not_change_memory_say_so(studio):
-    base, cl = run_compare(studio, request(width=64, height=64), ["channels_last"], warmup=1, rounds=3).records
+    base, cl = run_compare(
+        studio, request(width=64, height=64), ["channels_last"], warmup=1, rounds=3
+    ).records
     assert cl["memory_change_mb"] is None and cl["memory_note"] == "no measurable difference"
-    assert base["memory_change_mb"] is None and base["memory_note"] is None, "the baseline is not compared to itself"
+    assert base["memory_change_mb"] is None and base["memory_note"] is None, (
+        "the baseline is not compared to itself"
+    )
     assert cl["memory_kind"] == "cpu_rss" and cl["peak_memory_mb"] > 0
     assert "(no measurable difference)" in report.memory(cl)
 
@@ -287,14 +343,27 @@ def test_configurations_that_do_not_change_memory_say_so(studio):
 MB = 2**20
 
 
-@pytest.mark.parametrize("mine, theirs, kind, expected", [
-    ([100 * MB] * 3, [50 * MB] * 3, "cpu_rss", (50.0, None)),
-    ([50 * MB] * 3, [100 * MB] * 3, "cpu_rss", (-50.0, None)),
-    ([60 * MB] * 3, [50 * MB] * 3, "cpu_rss", (None, "no measurable difference")),  # 10 MB < RSS resolution
-    ([3 * MB] * 3, [1 * MB] * 3, "cuda_allocated", (2.0, None)),  # the CUDA allocator resolves 1 MB
-    ([100 * MB, 140 * MB, 100 * MB], [60 * MB] * 3, "cpu_rss", (None, "no measurable difference")),  # 40 MB swings
-    ([100 * MB, 140 * MB, 100 * MB], [30 * MB] * 3, "cpu_rss", (70.0, None)),  # beyond its own swings
-])
+@pytest.mark.parametrize(
+    "mine, theirs, kind, expected",
+    [
+        ([100 * MB] * 3, [50 * MB] * 3, "cpu_rss", (50.0, None)),
+        ([50 * MB] * 3, [100 * MB] * 3, "cpu_rss", (-50.0, None)),
+        (
+            [60 * MB] * 3,
+            [50 * MB] * 3,
+            "cpu_rss",
+            (None, "no measurable difference"),
+        ),  # 10 MB < RSS resolution
+        ([3 * MB] * 3, [1 * MB] * 3, "cuda_allocated", (2.0, None)),  # the CUDA allocator resolves 1 MB
+        (
+            [100 * MB, 140 * MB, 100 * MB],
+            [60 * MB] * 3,
+            "cpu_rss",
+            (None, "no measurable difference"),
+        ),  # 40 MB swings
+        ([100 * MB, 140 * MB, 100 * MB], [30 * MB] * 3, "cpu_rss", (70.0, None)),  # beyond its own swings
+    ],
+)
 def test_memory_change_is_reported_only_beyond_what_the_probe_resolves(mine, theirs, kind, expected):
     m = {"memory_added_all": mine, "memory_added": max(mine), "memory_kind": kind}
     base = {"memory_added_all": theirs, "memory_added": max(theirs), "memory_kind": kind}

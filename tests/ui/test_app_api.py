@@ -26,9 +26,22 @@ def client(server):
 
 
 def generate_args(**kw):
-    args = {"model": "tiny-shapes", "custom_model": "", "device": "auto", "precision": "fp32", "optimizations": [],
-            "prompt": PROMPT, "negative_prompt": "", "seed": 2, "steps": 4, "guidance": 6.0, "width": 64, "height": 64,
-            "scheduler": "default", "settings": ""}
+    args = {
+        "model": "tiny-shapes",
+        "custom_model": "",
+        "device": "auto",
+        "precision": "fp32",
+        "optimizations": [],
+        "prompt": PROMPT,
+        "negative_prompt": "",
+        "seed": 2,
+        "steps": 4,
+        "guidance": 6.0,
+        "width": 64,
+        "height": 64,
+        "scheduler": "default",
+        "settings": "",
+    }
     return {**args, **kw}
 
 
@@ -40,8 +53,9 @@ def test_view_api_lists_the_named_endpoints(client):
 
 
 def test_generate_returns_an_image_and_a_logged_run(client, server):
-    image_path, card, metrics = client.predict(**generate_args(precision="bf16", optimizations=["channels_last"]),
-                                               api_name="/generate")
+    image_path, card, metrics = client.predict(
+        **generate_args(precision="bf16", optimizations=["channels_last"]), api_name="/generate"
+    )
     assert Image.open(image_path).size == (64, 64)
     assert metrics["applied"] == ["bf16", "channels_last"] and "s ·" in card
     row = RunLog(server.home / "runs.db").get_run(metrics["run_id"])
@@ -66,14 +80,42 @@ def test_bad_input_returns_the_validation_message(client, kw, message):
     assert type(info.value).__name__ == "AppError"
 
 
-SHARED = {"config", "status", "latency_s", "latency_spread_s", "speedup", "speedup_min", "speedup_max", "verdict",
-          "peak_memory_mb", "memory_kind", "host_busy_pct", "host_busy", "run_id"}
+SHARED = {
+    "config",
+    "status",
+    "latency_s",
+    "latency_spread_s",
+    "speedup",
+    "speedup_min",
+    "speedup_max",
+    "verdict",
+    "peak_memory_mb",
+    "memory_kind",
+    "host_busy_pct",
+    "host_busy",
+    "run_id",
+}
 OLD_NAMES = {"latency_median", "peak_memory", "latency", "latency_median_s", "memory_added"}
 
 
 def compare_out(client, configs, rounds=3):
-    return client.predict("tiny-shapes", "", "auto", PROMPT, 3, 4, 6.0, 64, 64, "default", configs, "", 0, rounds,
-                          api_name="/compare")
+    return client.predict(
+        "tiny-shapes",
+        "",
+        "auto",
+        PROMPT,
+        3,
+        4,
+        6.0,
+        64,
+        64,
+        "default",
+        configs,
+        "",
+        0,
+        rounds,
+        api_name="/compare",
+    )
 
 
 def test_compare_is_interleaved_and_speaks_the_shared_keys(client, server):
@@ -85,15 +127,22 @@ def test_compare_is_interleaved_and_speaks_the_shared_keys(client, server):
     for r in rows:
         assert r["status"] == "ok" and r["rounds"] == 3 and SHARED <= set(r) and not OLD_NAMES & set(r)
         assert r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
-    assert rows[0]["verdict"] == "baseline" and {r["verdict"] for r in rows[1:]} <= {"faster", "slower", "within noise"}
+    assert rows[0]["verdict"] == "baseline" and {r["verdict"] for r in rows[1:]} <= {
+        "faster",
+        "slower",
+        "within noise",
+    }
     log = RunLog(server.home / "runs.db")
     runs = [log.get_run(r["run_id"]) for r in rows]
     assert len({run["group_id"] for run in runs}) == 1 and len(runs[1]["latency_all"]) == 3
-    assert runs[1]["verdict"] == rows[1]["verdict"] and runs[1]["speedup"] == pytest.approx(rows[1]["speedup"], abs=1e-3)
+    assert runs[1]["verdict"] == rows[1]["verdict"] and runs[1]["speedup"] == pytest.approx(
+        rows[1]["speedup"], abs=1e-3
+    )
 
 
 def test_every_face_shares_the_vocabulary(client, server, tmp_path):
-    """/generate, /compare, /ladder, /autotune, /history, the CLI's --json and the CSV export use the same keys."""
+    """/generate, /compare, /ladder, /autotune, /history, the CLI's --json and the CSV export use the same
+    keys."""
     import csv
     import json
     import os
@@ -105,14 +154,44 @@ def test_every_face_shares_the_vocabulary(client, server, tmp_path):
     _, _, generated = client.predict(**generate_args(), api_name="/generate")
     compared = compare_out(client, ["channels_last"], rounds=2)[-1]
     laddered = client.predict("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 2, api_name="/ladder")[-1]
-    tuned = client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, ["channels_last"], False, 30, 0.95, 0.03,
-                           0, 2, 2, api_name="/autotune")[4]["rows"]
+    tuned = client.predict(
+        "tiny-shapes",
+        "",
+        "auto",
+        PROMPT,
+        2,
+        3,
+        64,
+        64,
+        ["channels_last"],
+        False,
+        30,
+        0.95,
+        0.03,
+        0,
+        2,
+        2,
+        api_name="/autotune",
+    )[4]["rows"]
     history, _plot, csv_path = client.predict("tiny-shapes", "", "ok", "", "", 20, api_name="/history")
     env = {**os.environ, "STUDIO_HOME": str(server.home), "HF_HUB_OFFLINE": "1"}
-    cli = json.loads(subprocess.run([sys.executable, "-m", "studio", "history", "--json", "--limit", "3"], cwd=ROOT,
-                                    env=env, capture_output=True, text=True, check=True).stdout)
-    faces = {"/generate": [generated], "/compare": compared, "/ladder": [r for r in laddered if r["status"] == "ok"],
-             "/autotune": tuned, "cli history --json": cli}
+    cli = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "studio", "history", "--json", "--limit", "3"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    faces = {
+        "/generate": [generated],
+        "/compare": compared,
+        "/ladder": [r for r in laddered if r["status"] == "ok"],
+        "/autotune": tuned,
+        "cli history --json": cli,
+    }
     for face, records in faces.items():
         for record in records:
             assert SHARED <= set(record), f"{face} lacks {SHARED - set(record)}"
@@ -137,7 +216,9 @@ def test_history_and_system(client):
 
 
 def test_ladder_shows_skipped_steps_with_reasons(client):
-    md, table, rows = client.predict("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 2, api_name="/ladder")
+    md, table, rows = client.predict(
+        "tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 2, api_name="/ladder"
+    )
     assert "interleaved rounds" in md
     steps = {r["step"]: r for r in rows}
     assert steps["cuDNN auto-tuner"]["status"] == "skipped" and "CUDA" in steps["cuDNN auto-tuner"]["error"]
@@ -146,30 +227,60 @@ def test_ladder_shows_skipped_steps_with_reasons(client):
 
 
 def test_load_config_returns_a_logged_runs_settings(client):
-    _, _, metrics = client.predict(**generate_args(precision="bf16", optimizations=["vae_slicing"], seed=42, steps=3),
-                                   api_name="/generate")
+    _, _, metrics = client.predict(
+        **generate_args(precision="bf16", optimizations=["vae_slicing"], seed=42, steps=3),
+        api_name="/generate",
+    )
     out = client.predict(metrics["run_id"], api_name="/load_config")
     model, custom, precision, speed, memory, precision_opts, prompt = out[:7]
-    assert (model, custom, precision, speed, memory, prompt) == ("tiny-shapes", "", "bf16", [], ["vae_slicing"], PROMPT)
+    assert (model, custom, precision, speed, memory, prompt) == (
+        "tiny-shapes",
+        "",
+        "bf16",
+        [],
+        ["vae_slicing"],
+        PROMPT,
+    )
     assert list(out[8:11]) == [42, 3, 6.0]
 
 
 def test_shard_saves_small_shards_that_load_back_and_generate(client, server):
     report = client.predict("tiny-shapes", "", "tiny-1mb", "1MB", api_name="/shard")[0]
     unet = next(c for c in report["components"] if c["name"] == "unet")
-    assert unet["sharded"] and len(unet["shards"]) > 1 and all(s["bytes"] <= 1_000_000 for s in unet["shards"])
+    assert (
+        unet["sharded"] and len(unet["shards"]) > 1 and all(s["bytes"] <= 1_000_000 for s in unet["shards"])
+    )
     assert report["out"] == str(server.home / "sharded" / "tiny-1mb") and report["loadable"]
     image, _, metrics = client.predict(**generate_args(custom_model=report["out"]), api_name="/generate")
     reference, _, _ = client.predict(**generate_args(), api_name="/generate")
     assert metrics["latency_s"] > 0
-    assert Image.open(image).tobytes() == Image.open(reference).tobytes(), "the sharded copy is the same model"
+    assert Image.open(image).tobytes() == Image.open(reference).tobytes(), (
+        "the sharded copy is the same model"
+    )
     with pytest.raises(Exception, match="folder name must be"):
         client.predict("tiny-shapes", "", "../../etc", "1MB", api_name="/shard")
 
 
 def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(client):
-    out = client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, ["channels_last"], False, 30, 0.95, 0.03,
-                         0, 3, 3, api_name="/autotune")
+    out = client.predict(
+        "tiny-shapes",
+        "",
+        "auto",
+        PROMPT,
+        2,
+        3,
+        64,
+        64,
+        ["channels_last"],
+        False,
+        30,
+        0.95,
+        0.03,
+        0,
+        3,
+        3,
+        api_name="/autotune",
+    )
     data = out[4]
     winner = data["winner"]
     assert [r["config"] for r in data["rows"]][:2] == ["baseline", "channels_last"]
@@ -179,23 +290,72 @@ def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(clien
     else:
         assert winner["techniques"] == ["channels_last"] and data["confirmation"]["verdict"] == "faster"
     with pytest.raises(Exception, match="min_psnr must be a finite number between 0 and 200"):
-        client.predict("tiny-shapes", "", "auto", PROMPT, 2, 3, 64, 64, [], False, -1, 0.95, 0.03, 0, 1, 1,
-                       api_name="/autotune")
+        client.predict(
+            "tiny-shapes",
+            "",
+            "auto",
+            PROMPT,
+            2,
+            3,
+            64,
+            64,
+            [],
+            False,
+            -1,
+            0.95,
+            0.03,
+            0,
+            1,
+            1,
+            api_name="/autotune",
+        )
 
 
 @pytest.mark.parametrize(
     "endpoint, args, message",
     [
         ("/generate", generate_args(steps=2.5), "steps must be a whole number between 1 and 200, not 2.5"),
-        ("/generate", generate_args(steps="ten"), "steps must be a whole number between 1 and 200, not 'ten'"),
+        (
+            "/generate",
+            generate_args(steps="ten"),
+            "steps must be a whole number between 1 and 200, not 'ten'",
+        ),
         ("/generate", generate_args(seed=1.5), "seed must be a whole number"),
-        ("/compare", ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", ["channels_last"], "", -1, 2),
-         "warm-up calls must be a whole number between 0 and 10, not -1"),
-        ("/compare", ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", [], "", 0, 2),
-         "Choose at least one configuration"),
-        ("/compare", ("tiny-shapes", "", "auto", PROMPT, 1, 200, 6.0, 2048, 2048, "default", ["channels_last"], "",
-                      10, 50), "STUDIO_MAX_REQUEST_S"),
-        ("/ladder", ("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, "many"), "rounds must be a whole number"),
+        (
+            "/compare",
+            ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", ["channels_last"], "", -1, 2),
+            "warm-up calls must be a whole number between 0 and 10, not -1",
+        ),
+        (
+            "/compare",
+            ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", [], "", 0, 2),
+            "Choose at least one configuration",
+        ),
+        (
+            "/compare",
+            (
+                "tiny-shapes",
+                "",
+                "auto",
+                PROMPT,
+                1,
+                200,
+                6.0,
+                2048,
+                2048,
+                "default",
+                ["channels_last"],
+                "",
+                10,
+                50,
+            ),
+            "STUDIO_MAX_REQUEST_S",
+        ),
+        (
+            "/ladder",
+            ("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, "many"),
+            "rounds must be a whole number",
+        ),
         ("/history", ("", "", "", "", "yesterday", 20), "since must be a date or time"),
         ("/history", ("", "", "done", "", "", 20), "status must be one of"),
         ("/load_config", (10**9,), "There is no run 1000000000"),
@@ -203,8 +363,8 @@ def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(clien
     ],
 )
 def test_requests_that_cannot_hurt_the_server(client, server, endpoint, args, message):
-    """Fractions, text, negative counts, empty or oversized sweeps and bad filters are refused with a sentence,
-    before anything runs, and nothing lands in the server log as a traceback."""
+    """Fractions, text, negative counts, empty or oversized sweeps and bad filters are refused with a
+    sentence, before anything runs, and nothing lands in the server log as a traceback."""
     kwargs = args if isinstance(args, dict) else None
     before = len(server.log())
     with pytest.raises(Exception, match=message) as info:

@@ -15,10 +15,22 @@ from tests.server import ROOT, Server
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed"),
+]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 WIDTH, HEIGHT = 1280, 900
 LONG = 240_000
 
@@ -115,7 +127,9 @@ def test_ladder_rows_are_words_and_rounded_numbers(page):
     _small(page, "lad", steps=3)
     page.locator("#lad-rounds input").fill("3")
     page.locator("#ladder-btn").click()
-    page.locator("#ladder-md").get_by_text("interleaved rounds").wait_for(timeout=LONG)  # shown with the results
+    page.locator("#ladder-md").get_by_text("interleaved rounds").wait_for(
+        timeout=LONG
+    )  # shown with the results
     text = page.locator("#ladder-table").inner_text()
     assert "original" in text and "skipped" in text and "×1.00 (baseline)" in text
     _no_horizontal_scroll(page)
@@ -200,9 +214,13 @@ def test_out_of_memory_offers_a_retry_with_memory_techniques(page, tmp_path, mon
         page.locator("#generate-btn").click()
         retry = page.locator("#retry-memory-btn")
         expect(retry).to_be_visible(timeout=120_000)
-        expect(retry).to_contain_text("Retry with attention_slicing + vae_slicing")  # nothing measured yet: registry order
+        expect(retry).to_contain_text(
+            "Retry with attention_slicing + vae_slicing"
+        )  # nothing measured yet: registry order
         retry.click()
-        expect(page.locator("#metrics-card")).to_contain_text("attention_slicing, vae_slicing", timeout=120_000)
+        expect(page.locator("#metrics-card")).to_contain_text(
+            "attention_slicing, vae_slicing", timeout=120_000
+        )
         expect(page.locator("#opts-memory").get_by_label("vae_slicing", exact=False)).to_be_checked()
         expect(retry).to_be_hidden()
     finally:

@@ -31,8 +31,18 @@ def gen_args(steps=4, seed=1, model="tiny-shapes"):
     return (model, "", "auto", "fp32", [], PROMPT, "", seed, steps, 6.0, 64, 64, "default", "")
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "{db}", "{home}/../../etc/passwd", quote("../../etc/passwd", safe=""),
-                                  "..%2f..%2fetc%2fpasswd", "{home}/server.log", "app.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/passwd",
+        "{db}",
+        "{home}/../../etc/passwd",
+        quote("../../etc/passwd", safe=""),
+        "..%2f..%2fetc%2fpasswd",
+        "{home}/server.log",
+        "app.py",
+    ],
+)
 def test_file_routes_refuse_everything_but_outputs(server, path):
     path = path.format(db=server.home / "runs.db", home=server.home)
     for prefix in ("gradio_api/file=", "file="):
@@ -97,11 +107,25 @@ def test_concurrent_clients_get_the_images_they_would_get_alone(tmp_path):
     srv = Server(tmp_path).start()
     try:
         client = Client(srv.url, verbose=False)
-        alone = {s: open(client.predict(*gen_args(seed=s), api_name="/generate")[0], "rb").read() for s in range(8)}
+        alone = {
+            s: open(client.predict(*gen_args(seed=s), api_name="/generate")[0], "rb").read() for s in range(8)
+        }
         with ThreadPoolExecutor(8) as pool:
-            together = dict(zip(range(8), pool.map(
-                lambda s: open(Client(srv.url, verbose=False).predict(*gen_args(seed=s), api_name="/generate")[0],
-                               "rb").read(), range(8)), strict=True))
+            together = dict(
+                zip(
+                    range(8),
+                    pool.map(
+                        lambda s: open(
+                            Client(srv.url, verbose=False).predict(*gen_args(seed=s), api_name="/generate")[
+                                0
+                            ],
+                            "rb",
+                        ).read(),
+                        range(8),
+                    ),
+                    strict=True,
+                )
+            )
         assert together == alone
         from studio.runlog import RunLog
 
@@ -113,14 +137,21 @@ def test_concurrent_clients_get_the_images_they_would_get_alone(tmp_path):
 
 def _run_row(home, seed):
     with sqlite3.connect(f"file:{home / 'runs.db'}?mode=ro", uri=True) as db:
-        return db.execute("select status, error from runs where seed = ? order by id desc", (seed,)).fetchone()
+        return db.execute(
+            "select status, error from runs where seed = ? order by id desc", (seed,)
+        ).fetchone()
 
 
 def test_client_disconnect_mid_run_is_logged_cancelled_and_frees_the_slot(server):
     seed = 4242
-    script = (f"from gradio_client import Client\n"
-              f"Client({server.url!r}, verbose=False).predict(*{gen_args(steps=200, seed=seed)!r}, api_name='/generate')")
-    client_proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    script = (
+        f"from gradio_client import Client\n"
+        f"Client({server.url!r}, verbose=False).predict(*{gen_args(steps=200, seed=seed)!r}, "
+        "api_name='/generate')"
+    )
+    client_proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 60
         while (_run_row(server.home, seed) or ("",))[0] != "running":
