@@ -118,8 +118,10 @@ def measure(fn: Callable[[], Any]) -> tuple[float, float]:
     return peak.added / MB, seconds
 
 
-def _ctx(*names: str, **params: dict) -> Context:
-    return Context(device="cpu", hw=devices.detect(), target=frozenset(names), params=params, state={})
+def _ctx(*names: str, **settings: dict) -> Context:
+    return Context(
+        device="cpu", hw=devices.detect(), target=frozenset(names), technique_settings=settings, state={}
+    )
 
 
 def _with(pipe: SimpleNamespace, name: str, fn: Callable[[], Any]) -> tuple[float, float]:
@@ -181,8 +183,8 @@ def unet_rows(layers_per_block: int, latent: int) -> list[Row]:
     measure(functools.partial(pipe.unet, sample[..., :8, :8], 10, context, return_dict=False))  # lazy init
     got: dict[str, tuple[float, float]] = {}
     for label, name, size in ATTENTION:
-        params = {"attention_slicing": {"slice_size": size}} if size else {}
-        get(name).apply(pipe, _ctx(name, **params))
+        settings = {"attention_slicing": {"slice_size": size}} if size else {}
+        get(name).apply(pipe, _ctx(name, **settings))
         got[label] = measure(call)
         log.info("measured %s attention: %.0f MB", label, got[label][0])
     workload = f"UNet call 1x{latent * 8}x{latent * 8}, {layers_per_block} layer/block"

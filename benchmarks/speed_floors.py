@@ -43,7 +43,7 @@ from studio.engine import Studio
 from studio.manager import PipelineManager
 from studio.measure import bench, protocol
 from studio.optimizations import call_contexts
-from studio.request import parse_param_args, validate_request
+from studio.request import parse_setting_args, validate_request
 
 TINY_PROMPT = "a big red circle on the left, on a white background"
 
@@ -58,7 +58,7 @@ def _request(config: str, model: str, prompt: str, **kw):
     names, *settings = config.split()
     opts = [o for o in names.split(",") if o and o != "baseline"]
     return validate_request(
-        model=model, prompt=prompt, opts=opts, params=parse_param_args(settings) or None, **kw
+        model=model, prompt=prompt, opts=opts, settings=parse_setting_args(settings) or None, **kw
     )
 
 

@@ -19,7 +19,7 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--height", type=int)
     p.add_argument("--scheduler")
     p.add_argument("--device", default="auto")
-    p.add_argument("--param", action="append", default=[], help="technique.setting=value")
+    p.add_argument("--setting", action="append", default=[], help="technique.setting=value")
     p.add_argument(
         "--warmup", type=int, default=None, help="untimed calls per configuration first (default 1)"
     )

@@ -88,7 +88,7 @@ def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: 
         "hardware": devices.detect().summary(),
         "dtype": request.dtype_name,
         "requested": list(request.opts),
-        "params": request.params,
+        "settings": request.settings,
         "prompt": request.prompt,
         "negative_prompt": request.negative_prompt,
         "seed": request.seed,

@@ -41,7 +41,7 @@ class LivePipeline:
     pipe: Any
     load_seconds: float
     applied: tuple[str, ...] = ()
-    params: dict[str, dict] = field(default_factory=dict)
+    settings: dict[str, dict] = field(default_factory=dict)
     device: str = "cpu"
     state: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
@@ -78,7 +78,7 @@ def _clone(pipe: Any) -> Any:
 
 def _cache_key(request: GenerationRequest) -> tuple:
     load_opts = tuple(o for o in request.opts if get(o).stage == "load")
-    memory = request.params.get("device_map_balanced", {}).get("max_memory")
+    memory = request.settings.get("device_map_balanced", {}).get("max_memory")
     return (request.spec.id, load_opts, repr(sorted(memory.items(), key=str)) if memory else None)
 
 
@@ -177,7 +177,7 @@ class PipelineManager:
     def _load_entry(self, key: tuple, request: GenerationRequest) -> LivePipeline:
         dtype = next((get(o).dtype for o in request.opts if get(o).dtype is not None), torch.float32)
         device_map = "balanced" if "device_map_balanced" in request.opts else None
-        memory = request.params.get("device_map_balanced", {}).get("max_memory")
+        memory = request.settings.get("device_map_balanced", {}).get("max_memory")
         start = time.perf_counter()
         base = self._load(request.spec, dtype=dtype, device_map=device_map, max_memory=memory)
         self.disk_loads += 1
@@ -225,15 +225,15 @@ class PipelineManager:
 
     def _configure(self, entry: LivePipeline, request: GenerationRequest) -> Context:
         target = {o for o in request.opts if get(o).stage == "pipeline"}
-        params = {k: v for k, v in request.params.items() if k in target}
-        changed = {n for n in set(entry.applied) & target if entry.params.get(n) != params.get(n)}
+        settings = {k: v for k, v in request.settings.items() if k in target}
+        changed = {n for n in set(entry.applied) & target if entry.settings.get(n) != settings.get(n)}
         removed = (set(entry.applied) - target) | changed
         ctx = Context(
             device=request.device,
             hw=devices.detect(),
             family=request.spec.family,
             target=frozenset(target),
-            params=dict(request.params),
+            technique_settings=dict(request.settings),
             state=entry.state,
             stats=entry.stats,
         )
@@ -249,7 +249,7 @@ class PipelineManager:
         for opt in ordered(target - current):
             opt.apply(entry.pipe, ctx)
             entry.applied = tuple(o.name for o in ordered({*entry.applied, opt.name}))
-        entry.params = params
+        entry.settings = settings
         return ctx
 
     def _rebuild(self, entry: LivePipeline, ctx: Context) -> None:

@@ -343,7 +343,7 @@ def availability(device: str = "auto") -> list[dict[str, Any]]:
             "requires": list(o.requires),
             "conflicts": list(o.conflicts),
             "description": o.description,
-            "settings": o.params,
+            "settings": o.defaults,
             "unavailable": unavailable_reason(o, hw, resolved),
         }
         for o in REGISTRY.values()

@@ -28,7 +28,6 @@ migrations = Migrations("diffusion-studio")
 JSON_COLUMNS = (
     "requested",
     "applied",
-    "params",
     "hardware",
     "latency_all",
     "warmup_seconds",
@@ -140,6 +139,12 @@ def m003_run_owner(db: Database) -> None:
     marked interrupted."""
     for column, kind in (("owner_host", str), ("owner_pid", int), ("owner_started", float)):
         db["runs"].add_column(column, kind)
+
+
+@migrations()
+def m004_settings_column(db: Database) -> None:
+    """A run's technique settings are called settings everywhere, the run log included."""
+    db.execute("ALTER TABLE runs RENAME COLUMN params TO settings")
 
 
 def _owner() -> dict[str, Any]:

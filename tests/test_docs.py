@@ -28,7 +28,7 @@ def test_the_readme_techniques_table_is_the_registry():
     assert block == table.markdown(), "the README's technique table is stale: run `make docs`"
     for name, opt in REGISTRY.items():
         assert f"| `{name}` |" in block
-        for setting in opt.params:
+        for setting in opt.defaults:
             assert f"`{setting}`=" in block.split(f"| `{name}` |", 1)[1].split("\n", 1)[0], (name, setting)
 
 

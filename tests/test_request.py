@@ -20,14 +20,14 @@ def test_defaults_come_from_the_model_spec():
 
 def test_config_label_names_the_techniques_in_order_with_the_settings_given():
     assert (
-        ok(opts=["deepcache", "bf16"], params={"deepcache": {"interval": 2}}).config_label
+        ok(opts=["deepcache", "bf16"], settings={"deepcache": {"interval": 2}}).config_label
         == "bf16+deepcache[interval=2]"
     )
-    tome = ok(opts=["token_merging"], params={"token_merging": {"ratio": 0.5, "max_downsample": 2}})
+    tome = ok(opts=["token_merging"], settings={"token_merging": {"ratio": 0.5, "max_downsample": 2}})
     assert tome.config_label == "token_merging[max_downsample=2,ratio=0.5]", "settings sorted by name"
     assert ok(opts=["deepcache"]).config_label == "deepcache", "no settings given: the bare name"
-    dropped = ok(opts=["bf16"], params={"deepcache": {"interval": 2}})
-    assert dropped.params == {} and dropped.config_label == "bf16", (
+    dropped = ok(opts=["bf16"], settings={"deepcache": {"interval": 2}})
+    assert dropped.settings == {} and dropped.config_label == "bf16", (
         "settings of a technique not asked for are dropped"
     )
 
@@ -67,10 +67,10 @@ def test_opts_are_ordered_and_deduplicated():
         ({"seed": -5}, "seed must be a whole number"),
         ({"num_images": 99}, "num_images must be a whole number between 1 and 8"),
         (
-            {"params": {"torch_compile": {"mode": "ludicrous"}}, "opts": ["torch_compile"]},
+            {"settings": {"torch_compile": {"mode": "ludicrous"}}, "opts": ["torch_compile"]},
             "torch_compile mode",
         ),
-        ({"params": {"bf16": {"x": 1}}}, "bf16 settings"),
+        ({"settings": {"bf16": {"x": 1}}}, "bf16 settings"),
     ],
 )
 def test_bad_input_is_refused_with_a_specific_message(kw, message):

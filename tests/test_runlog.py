@@ -58,6 +58,19 @@ def test_migrations_are_idempotent_and_survive_reopen(tmp_path):
     assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_a_run_log_from_before_the_settings_column_keeps_its_settings(tmp_path):
+    """A database written when the column was called `params` opens with its runs' settings intact."""
+    from sqlite_utils import Database
+
+    path = tmp_path / "runs.db"
+    old = Database(path)
+    migrations.apply(old, stop_before="m004_settings_column")
+    old["runs"].insert({"status": "ok", "model": "tiny-shapes", "params": '{"deepcache": {"interval": 2}}'})
+    old.close()
+    row = RunLog(path).runs()[0]
+    assert row["settings"] == {"deepcache": {"interval": 2}} and "params" not in row
+
+
 def _start_a_run_and_die(path) -> None:
     RunLog(path).start_run(record())  # the process ends with its run still `running`, like a crash
 

@@ -11,10 +11,10 @@ from studio.request import GenerationRequest, validate_request
 PROMPT = "a big red circle on the left, on a white background"
 
 
-def request(opts: Any = (), params: dict | None = None, steps: int = 4, **kw: Any) -> GenerationRequest:
-    """tiny-shapes, seed 3, `steps` steps at the model's 64x64, with `opts` and their `params`."""
+def request(opts: Any = (), settings: dict | None = None, steps: int = 4, **kw: Any) -> GenerationRequest:
+    """tiny-shapes, seed 3, `steps` steps at the model's 64x64, with `opts` and their `settings`."""
     args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": steps, **kw}
-    return validate_request(opts=list(opts), params=params, **args)
+    return validate_request(opts=list(opts), settings=settings, **args)
 
 
 def run(manager: Any, req: GenerationRequest):

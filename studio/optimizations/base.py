@@ -39,7 +39,7 @@ class Context:
     hw: Hardware
     family: str = "sd"
     target: frozenset[str] = frozenset()
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    technique_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -49,7 +49,7 @@ class Context:
 
     def settings(self, name: str) -> Settings:
         """Technique `name`'s settings for this request (its defaults where none were given)."""
-        return get(name).settings(**self.params.get(name, {}))
+        return get(name).settings(**self.technique_settings.get(name, {}))
 
 
 def _noop(pipe: Any, ctx: Context) -> None:
@@ -108,7 +108,7 @@ class Optimization:
     settings: type[Settings] = Settings
 
     @property
-    def params(self) -> dict[str, Any]:
+    def defaults(self) -> dict[str, Any]:
         """The settings' names and defaults (for docs, the UI's placeholder and the CLI)."""
         return self.settings.defaults()
 

@@ -30,7 +30,7 @@ def markdown() -> str:
     """One row per technique: name, group, what it needs, its settings with defaults, what it does."""
     lines = ["| technique | group | needs | settings (default) | what it does |", "|---|---|---|---|---|"]
     for name, opt in REGISTRY.items():
-        settings = ", ".join(f"`{k}`={v}" for k, v in opt.params.items()) or "–"
+        settings = ", ".join(f"`{k}`={v}" for k, v in opt.defaults.items()) or "–"
         lines.append(f"| `{name}` | {opt.group} | {_needs(opt.requires)} | {settings} | {opt.description} |")
     return "\n".join(lines)
 

@@ -39,7 +39,7 @@ class GenerationRequest:
     scheduler: str
     device: str
     opts: tuple[str, ...] = ()
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     num_images: int = 1
 
     @property
@@ -55,7 +55,7 @@ class GenerationRequest:
         """'bf16+deepcache[interval=2]': the techniques in order, with the settings given for them."""
 
         def named(o: str) -> str:
-            given = self.params.get(o)
+            given = self.settings.get(o)
             return f"{o}[{','.join(f'{k}={v}' for k, v in sorted(given.items()))}]" if given else o
 
         return "+".join(named(o) for o in self.opts) or "baseline"
@@ -92,14 +92,14 @@ def parse_opts(value: Any) -> list[str]:
     return names
 
 
-def _check_params(opts: list[str], params: Any) -> dict[str, dict[str, Any]]:
+def _check_settings(opts: list[str], settings: Any) -> dict[str, dict[str, Any]]:
     """Each technique's settings, built into its settings object (which checks them); only for
     requested ones."""
-    if params in (None, ""):
+    if settings in (None, ""):
         return {}
-    if not isinstance(params, dict):
-        raise ValidationError("params must be a mapping of optimization name to its settings.")
-    checked = {name: get(name).settings.checked(name, given) for name, given in params.items()}
+    if not isinstance(settings, dict):
+        raise ValidationError("settings must be a mapping of optimization name to its settings.")
+    checked = {name: get(name).settings.checked(name, given) for name, given in settings.items()}
     return {name: given for name, given in checked.items() if name in opts}
 
 
@@ -132,7 +132,7 @@ def validate_request(
     scheduler: Any = None,
     device: Any = "auto",
     opts: Any = None,
-    params: Any = None,
+    settings: Any = None,
     num_images: Any = 1,
 ) -> GenerationRequest:
     """Check one generation request; unspecified sizes, steps and guidance use the model's defaults."""
@@ -159,7 +159,7 @@ def validate_request(
         scheduler=scheduler,
         device=resolved,
         opts=check_opts(names, spec, resolved),
-        params=_check_params(names, params),
+        settings=_check_settings(names, settings),
         num_images=checks.whole("num_images", num_images, 1, MAX_IMAGES),
     )
 
@@ -215,20 +215,21 @@ def build_request(
         scheduler=scheduler or None,
         device=device or "auto",
         opts=opts,
-        params=parse_settings(settings_json),
+        settings=parse_settings(settings_json),
     )
 
 
-def parse_param_args(items: list[str]) -> dict[str, dict[str, Any]]:
-    """`--param torch_compile.mode=max-autotune` (repeated) -> {'torch_compile': {'mode': 'max-autotune'}}."""
-    params: dict[str, dict[str, Any]] = {}
+def parse_setting_args(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`--setting torch_compile.mode=max-autotune` (repeated) ->
+    {'torch_compile': {'mode': 'max-autotune'}}."""
+    settings: dict[str, dict[str, Any]] = {}
     for item in items:
         key, sep, value = item.partition("=")
         name, dot, setting = key.partition(".")
         if not (sep and dot):
-            raise ValidationError(f"--param {item!r} must look like technique.setting=value.")
-        params.setdefault(name, {})[setting] = value
-    return params
+            raise ValidationError(f"--setting {item!r} must look like technique.setting=value.")
+        settings.setdefault(name, {})[setting] = value
+    return settings
 
 
 def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> GenerationRequest:
@@ -246,5 +247,5 @@ def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> G
         scheduler=args.scheduler,
         device=device or args.device,
         opts=list(opts),
-        params=parse_param_args(args.param),
+        settings=parse_setting_args(args.setting),
     )

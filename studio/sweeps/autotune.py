@@ -84,15 +84,15 @@ class Floor:
 @dataclass(frozen=True)
 class Candidate:
     opts: tuple[str, ...]
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def request(self, base: GenerationRequest) -> GenerationRequest:
         return dataclasses.replace(
-            base, opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))), params=self.params
+            base, opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))), settings=self.settings
         )
 
     def plus(self, other: Candidate) -> Candidate:
-        return Candidate(tuple(sorted({*self.opts, *other.opts})), {**self.params, **other.params})
+        return Candidate(tuple(sorted({*self.opts, *other.opts})), {**self.settings, **other.settings})
 
 
 @dataclass
@@ -269,7 +269,7 @@ def run_autotune(
 
 def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Candidate | None, dict | None]:
     singles = [Candidate((n,), {n: point}) for n in pool for point in GRID.get(n, [{}])]
-    singles = [dataclasses.replace(c, params={k: v for k, v in c.params.items() if v}) for c in singles]
+    singles = [dataclasses.replace(c, settings={k: v for k, v in c.settings.items() if v}) for c in singles]
     _, records = search.sweep("single", singles, search.rounds)
     best_of: dict[str, tuple[float, Candidate]] = {}
     for cand, rec in zip(singles, records, strict=True):
@@ -334,7 +334,7 @@ def as_json(result: AutotuneResult) -> dict[str, Any]:
     winner = (
         None
         if result.winner is None
-        else {"techniques": list(result.winner.opts), "settings": result.winner.params}
+        else {"techniques": list(result.winner.opts), "settings": result.winner.settings}
     )
     return {
         "group_id": result.group_id,

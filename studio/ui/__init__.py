@@ -221,7 +221,7 @@ def _generate_tab(handlers: dict) -> dict[str, Any]:
 
 
 def settings_placeholder() -> str:
-    example = {name: dict(list(opt.params.items())[:1]) for name, opt in REGISTRY.items() if opt.params}
+    example = {name: dict(list(opt.defaults.items())[:1]) for name, opt in REGISTRY.items() if opt.defaults}
     first = dict(list(example.items())[:2])
     return json.dumps(first) if first else ""
 

@@ -427,7 +427,7 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
         ticked = [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
         model = row["model"] if row["model"] in SPECS else DEFAULT_MODEL
         custom = "" if row["model"] in SPECS else row["model"]
-        params = json.dumps(row["params"]) if row.get("params") else ""
+        settings = json.dumps(row["settings"]) if row.get("settings") else ""
         return (
             model,
             custom,
@@ -441,7 +441,7 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
             row["width"],
             row["height"],
             row["scheduler"],
-            params,
+            settings,
             gr.update(selected="generate"),
         )
 

@@ -76,7 +76,7 @@ def test_torch_compile_rebuilds_a_truncated_kernel_and_says_which(damage_once, c
     with torch.no_grad():
         expected = model(x)
     pipe = SimpleNamespace(unet=model)
-    ctx = Context(device="cpu", hw=None, params={"torch_compile": {"regional": regional}})
+    ctx = Context(device="cpu", hw=None, technique_settings={"torch_compile": {"regional": regional}})
     _compile(pipe, ctx)
     with caplog.at_level(logging.WARNING, logger=inductor_cache.__name__), torch.no_grad():
         out = pipe.unet(x)

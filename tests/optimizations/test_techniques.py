@@ -38,8 +38,8 @@ def manager():
     return PipelineManager(load=loader.load)
 
 
-def request(opts=(), params=None, steps=STEPS, **kw):
-    return tiny.request(opts, params, steps=steps, **kw)
+def request(opts=(), settings=None, steps=STEPS, **kw):
+    return tiny.request(opts, settings, steps=steps, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_deepcache_costs_much_more_quality_at_few_steps(manager, baseline, basel
 
 
 def test_deepcache_branch_deeper_than_the_unet_is_refused_with_a_sentence(manager, baseline):
-    req = request(["deepcache"], params={"deepcache": {"branch": 1}})  # the bundled UNet has 2 down blocks
+    req = request(["deepcache"], settings={"deepcache": {"branch": 1}})  # the bundled UNet has 2 down blocks
     with pytest.raises(
         ValidationError, match="deepcache branch 1 leaves no deep down block to cache .* 2 down blocks"
     ):
@@ -146,7 +146,7 @@ def test_token_merging_patches_blocks_and_removes_every_trace(manager):
     with manager.acquire(request()) as p:
         unet = p.pipe.unet
     attributes = {name: set(vars(m)) for name, m in unet.named_modules()}
-    with manager.acquire(request(["token_merging"], params={"token_merging": {"ratio": 0.3}})):
+    with manager.acquire(request(["token_merging"], settings={"token_merging": {"ratio": 0.3}})):
         kinds = {type(m).__name__ for m in unet.modules()}
         assert "ToMeBlock" in kinds and "BasicTransformerBlock" not in kinds
         assert unet._tome_info["args"]["ratio"] == 0.3
@@ -162,7 +162,7 @@ def test_token_merging_patches_blocks_and_removes_every_trace(manager):
 def test_token_merging_ratio_zero_is_the_baseline(manager, baseline):
     """tomesd's block forward is a copy of an older diffusers one: with nothing merged it must match
     0.42.1's."""
-    images, _ = run(manager, request(["token_merging"], params={"token_merging": {"ratio": 0}}))
+    images, _ = run(manager, request(["token_merging"], settings={"token_merging": {"ratio": 0}}))
     assert np.array_equal(images, baseline)
 
 
@@ -197,7 +197,7 @@ def test_fused_qkv_added_to_a_quantized_unet_is_fused_from_float_weights(manager
 def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager, baseline20):
     """PT2E static int8 on the bundled UNet: one calibrated, compiled build per input shape; close to fp32;
     reproducible; the float UNet comes back on revert."""
-    req = request(["int8_static"], params={"int8_static": {"calibration_steps": 4}}, steps=20)
+    req = request(["int8_static"], settings={"int8_static": {"calibration_steps": 4}}, steps=20)
     with manager.acquire(request()) as prepared:
         unet, decoder = prepared.pipe.unet, prepared.pipe.vae.decoder
     with manager.acquire(req) as prepared:
@@ -257,7 +257,7 @@ def test_int8_static_records_its_path_and_quantizes_activations_for_it(manager, 
     no VNNI/AMX."""
     flags, path = CPU_FLAGS[cpu]
     _fake_cpu(monkeypatch, flags)
-    req = request(["int8_static"], params={"int8_static": {"calibration_steps": 3}})
+    req = request(["int8_static"], settings={"int8_static": {"calibration_steps": 3}})
     with manager.acquire(req) as prepared:
         assert prepared.entry.stats["int8_static_path"] == path
         reduce = [prepared.pipe.unet._reduce_range, prepared.pipe.vae.decoder._reduce_range]
@@ -275,7 +275,7 @@ def test_int8_static_reduced_range_forced_here_stays_within_its_bound(monkeypatc
     minutes of C++ compilation."""
     _fake_cpu(monkeypatch, CPU_FLAGS["amd-epyc-avx2"][0])
     monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
-    req = request(["int8_static"], params={"int8_static": {"calibration_steps": 4}}, steps=20)
+    req = request(["int8_static"], settings={"int8_static": {"calibration_steps": 4}}, steps=20)
     with PipelineManager(load=loader.load).acquire(req) as prepared:
         images = bench.run_once(prepared, req).images
         assert prepared.entry.stats["int8_static_path"] == "reduced_range"
@@ -291,7 +291,7 @@ def test_int8_static_reduced_range_forced_here_stays_within_its_bound(monkeypatc
 @needs_torchao
 def test_int8_static_with_vae_off_leaves_the_decoder_in_float():
     """vae=false quantizes the UNet only (nothing is built before the first call, so this costs a load)."""
-    req = request(["int8_static"], params={"int8_static": {"vae": False}})
+    req = request(["int8_static"], settings={"int8_static": {"vae": False}})
     with PipelineManager(load=loader.load).acquire(req) as prepared:
         assert type(prepared.pipe.unet).__name__ == "Int8StaticUNet"
         assert type(prepared.pipe.vae.decoder).__name__ == "Decoder"
@@ -301,9 +301,9 @@ def test_int8_static_is_refused_before_any_compute_where_it_cannot_run(fake_gpus
     with pytest.raises(
         ValidationError, match="int8_static calibration_steps must be a whole number between 1 and 50"
     ):
-        request(["int8_static"], params={"int8_static": {"calibration_steps": 0}})
+        request(["int8_static"], settings={"int8_static": {"calibration_steps": 0}})
     with pytest.raises(ValidationError, match="int8_static vae must be true or false"):
-        request(["int8_static"], params={"int8_static": {"vae": "sometimes"}})
+        request(["int8_static"], settings={"int8_static": {"vae": "sometimes"}})
     with pytest.raises(ConflictError, match="cannot be combined"):
         request(["int8_static", "torch_compile"])
     hw = fake_gpus(1, major=8)
@@ -324,7 +324,7 @@ def test_all_new_pipeline_techniques_together_revert_exactly(manager, baseline):
 
 def test_threads_are_set_for_the_call_and_restored():
     before = torch.get_num_threads()
-    ctx = Context(device="cpu", hw=None, params={"threads": {"num_threads": 1}})
+    ctx = Context(device="cpu", hw=None, technique_settings={"threads": {"num_threads": 1}})
     with num_threads(ctx):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
@@ -348,14 +348,14 @@ def test_threads_default_runs_and_leaves_the_setting_alone(manager, baseline):
 
 def test_threads_setting_reaches_the_call(manager):
     seen = []
-    req = request(["threads"], params={"threads": {"num_threads": 1}})
+    req = request(["threads"], settings={"threads": {"num_threads": 1}})
     with manager.acquire(req) as prepared:
         bench.run_once(prepared, req, on_step=lambda i, n: seen.append(torch.get_num_threads()))
     assert set(seen) == {1}
 
 
 @pytest.mark.parametrize(
-    "params, message",
+    "settings, message",
     [
         (
             {"threads": {"num_threads": 0}},
@@ -391,26 +391,26 @@ def test_threads_setting_reaches_the_call(manager):
         ({"fused_qkv": {"x": 1}}, "fused_qkv settings must be a mapping with keys from: none"),
     ],
 )
-def test_bad_settings_are_refused_with_a_sentence(params, message):
-    opts = [n for n in params if importlib.util.find_spec(MODULES.get(n, "torch")) is not None]
+def test_bad_settings_are_refused_with_a_sentence(settings, message):
+    opts = [n for n in settings if importlib.util.find_spec(MODULES.get(n, "torch")) is not None]
     with pytest.raises(ValidationError, match=message):
-        request(opts, params=params)
+        request(opts, settings=settings)
 
 
 def test_good_settings_are_normalised():
-    r = request(["torch_compile"], params={"torch_compile": {"mode": "max-autotune", "regional": "true"}})
-    assert r.params["torch_compile"] == {"mode": "max-autotune", "regional": True}
+    r = request(["torch_compile"], settings={"torch_compile": {"mode": "max-autotune", "regional": "true"}})
+    assert r.settings["torch_compile"] == {"mode": "max-autotune", "regional": True}
     r = request(
         ["torch_compile"],
-        params={"torch_compile": {"dynamic": "False", "freezing": "yes", "cpp_wrapper": "0"}},
+        settings={"torch_compile": {"dynamic": "False", "freezing": "yes", "cpp_wrapper": "0"}},
     )
-    assert r.params["torch_compile"] == {"dynamic": "false", "freezing": True, "cpp_wrapper": False}
+    assert r.settings["torch_compile"] == {"dynamic": "false", "freezing": True, "cpp_wrapper": False}
     r = request(
-        ["threads", "deepcache"], params={"threads": {"num_threads": "1"}, "deepcache": {"interval": "2"}}
+        ["threads", "deepcache"], settings={"threads": {"num_threads": "1"}, "deepcache": {"interval": "2"}}
     )
-    assert r.params == {"threads": {"num_threads": 1}, "deepcache": {"interval": 2}}
-    r = request([], params={"token_merging": {"ratio": "0.25", "max_downsample": "2"}})
-    assert r.params == {}, "settings of techniques not requested are checked, then dropped"
+    assert r.settings == {"threads": {"num_threads": 1}, "deepcache": {"interval": 2}}
+    r = request([], settings={"token_merging": {"ratio": "0.25", "max_downsample": "2"}})
+    assert r.settings == {}, "settings of techniques not requested are checked, then dropped"
 
 
 @pytest.mark.parametrize(
@@ -468,10 +468,10 @@ def test_missing_xformers_is_named_once_cuda_is_there(monkeypatch, fake_gpus):
 
 
 def test_new_entries_declare_defaults_for_every_setting():
-    assert REGISTRY["threads"].params == {"num_threads": physical_cores()}
-    assert REGISTRY["deepcache"].params == {"interval": 3, "branch": 0}
-    assert REGISTRY["token_merging"].params == {"ratio": 0.5, "max_downsample": 1}
-    assert REGISTRY["torch_compile"].params == {
+    assert REGISTRY["threads"].defaults == {"num_threads": physical_cores()}
+    assert REGISTRY["deepcache"].defaults == {"interval": 3, "branch": 0}
+    assert REGISTRY["token_merging"].defaults == {"ratio": 0.5, "max_downsample": 1}
+    assert REGISTRY["torch_compile"].defaults == {
         "mode": "default",
         "regional": False,
         "dynamic": "auto",
@@ -483,7 +483,7 @@ def test_new_entries_declare_defaults_for_every_setting():
 
 @pytest.mark.slow
 def test_regional_compile_matches_and_reverts(manager, baseline):
-    req = request(["torch_compile"], params={"torch_compile": {"regional": True}})
+    req = request(["torch_compile"], settings={"torch_compile": {"regional": True}})
     with manager.acquire(req) as prepared:
         bench.run_once(prepared, req)
         builds = prepared.entry.stats["compile_count"]
@@ -492,7 +492,11 @@ def test_regional_compile_matches_and_reverts(manager, baseline):
         bench.run_once(
             prepared,
             request(
-                ["torch_compile"], params={"torch_compile": {"regional": True}}, steps=2, width=72, height=72
+                ["torch_compile"],
+                settings={"torch_compile": {"regional": True}},
+                steps=2,
+                width=72,
+                height=72,
             ),
         )
         assert prepared.entry.stats["compile_count"] > builds, "a new shape is a recompile, and is counted"
@@ -505,7 +509,7 @@ def test_regional_compile_matches_and_reverts(manager, baseline):
     assert not any("_compiled_call_impl" in vars(m) for m in unet.modules())
 
 
-STATIC_PARAMS = {"cfg_cutoff": {"after": 0.4}, "torch_compile": {"dynamic": "false"}}
+STATIC_SETTINGS = {"cfg_cutoff": {"after": 0.4}, "torch_compile": {"dynamic": "false"}}
 
 
 def _eager_graphs(monkeypatch) -> None:
@@ -521,9 +525,9 @@ def test_static_compile_with_caching_builds_each_path_once_and_draws_what_eager_
     """dynamic=false with DeepCache: inductor builds one static graph per cache path (full, cached) on the
     first run and reuses them after. (The guidance cut-off's batch-1 graphs, the same lowering at another
     batch size, are counted in the next test.)"""
-    params = {"torch_compile": {"dynamic": "false"}}
+    settings = {"torch_compile": {"dynamic": "false"}}
     eager = run(manager, request(["deepcache"], steps=STEPS))[0]
-    req = request(["deepcache", "torch_compile"], params=params, steps=STEPS)
+    req = request(["deepcache", "torch_compile"], settings=settings, steps=STEPS)
     with PipelineManager(load=loader.load).acquire(req) as prepared:
         images = bench.run_once(prepared, req).images
         assert prepared.entry.stats["compile_count"] == 2, "the full and the cached path"
@@ -538,8 +542,8 @@ def test_every_live_pipeline_of_a_class_gets_its_own_static_graphs(manager, monk
     the third of these pipelines (12 graphs) eagerly without saying so. Each builds its four graphs once, and
     uses them."""
     _eager_graphs(monkeypatch)
-    eager = run(manager, request(["deepcache", "cfg_cutoff"], params=STATIC_PARAMS, steps=STEPS))[0]
-    req = request(["deepcache", "cfg_cutoff", "torch_compile"], params=STATIC_PARAMS, steps=STEPS)
+    eager = run(manager, request(["deepcache", "cfg_cutoff"], settings=STATIC_SETTINGS, steps=STEPS))[0]
+    req = request(["deepcache", "cfg_cutoff", "torch_compile"], settings=STATIC_SETTINGS, steps=STEPS)
     engines = [PipelineManager(load=loader.load) for _ in range(3)]  # all alive, each holding its graphs
     for number, engine in enumerate(engines, 1):
         with engine.acquire(req) as prepared:
@@ -565,7 +569,7 @@ def test_compile_inference_settings_reach_inductor_while_dynamo_traces(monkeypat
         return graph.forward
 
     monkeypatch.setattr(compile_fx, "compile_fx", inductor)
-    req = request(["torch_compile"], params={"torch_compile": {"dynamic": "false", **settings}})
+    req = request(["torch_compile"], settings={"torch_compile": {"dynamic": "false", **settings}})
     with PipelineManager(load=loader.load).acquire(req) as prepared:
         bench.run_once(prepared, req)
     assert len(seen) == prepared.entry.stats["compile_count"] >= 1
@@ -582,7 +586,7 @@ def test_cfg_cutoff_runs_the_late_steps_on_one_sample_then_leaves_no_trace(manag
     handle = unet.register_forward_pre_hook(lambda mod, args: batches.append(args[0].shape[0]))
     try:
         images, prepared = run(
-            manager, request(["cfg_cutoff"], params={"cfg_cutoff": {"after": 0.5}}, steps=6)
+            manager, request(["cfg_cutoff"], settings={"cfg_cutoff": {"after": 0.5}}, steps=6)
         )
     finally:
         handle.remove()
@@ -599,4 +603,4 @@ def test_cfg_cutoff_fraction_out_of_range_is_refused_with_a_sentence(after):
     with pytest.raises(
         ValidationError, match=r"cfg_cutoff after must be a (finite )?number between 0.05 and 1.0"
     ):
-        request(["cfg_cutoff"], params={"cfg_cutoff": {"after": after}})
+        request(["cfg_cutoff"], settings={"cfg_cutoff": {"after": after}})
