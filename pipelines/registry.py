@@ -27,6 +27,28 @@ FAMILIES = {
 
 
 @dataclass(frozen=True)
+class ModelCost:
+    """Assumed compute cost of a model on one GPU (not measured here: no GPU on the development machines),
+    used to ask ZeroGPU for a duration and to bound a request's work.
+
+    setup: seconds to move the weights to the GPU and make the first call (kernels, allocator).
+    step: seconds per denoising step at `pixels` output pixels, batch 1, classifier-free guidance on.
+    cpu_factor: how much longer a step takes on a 2-core CPU (sd15-arch: ~4 s against ~0.1 s; the bundled
+    model's step is about the same on either).
+    """
+
+    setup: float
+    step: float
+    pixels: int
+    cpu_factor: float = 20.0
+
+
+SD15_COST = ModelCost(setup=10.0, step=0.08, pixels=512 * 512)
+SDXL_COST = ModelCost(setup=20.0, step=0.25, pixels=1024 * 1024)
+UNKNOWN_COST = ModelCost(setup=25.0, step=0.30, pixels=1024 * 1024)
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """How to load a model and what it runs best with."""
 
@@ -45,6 +67,7 @@ class PipelineSpec:
     example_prompt: str = "a photo of an astronaut riding a horse on mars"
     note: str = ""
     load_kwargs: dict = field(default_factory=dict)
+    cost: ModelCost = UNKNOWN_COST
     # Model-specific behaviour, as "module:function" names resolved when used (so this file imports no model):
     # prompt_warning(prompt) -> a sentence about words the model ignores, or None;
     # prompt_fidelity(PIL image, prompt) -> {"score": ..., ...} how much of the prompt the image shows,
@@ -78,6 +101,7 @@ SPECS: dict[str, PipelineSpec] = {
             note="Trained in this repo on procedural shapes; runs anywhere in well under a second.",
             prompt_warning="pipelines.tiny_shapes.language:vocabulary_warning",
             prompt_fidelity="pipelines.tiny_shapes.analyze:fidelity",
+            cost=ModelCost(setup=3.0, step=0.01, pixels=64 * 64, cpu_factor=1.5),
         ),
         PipelineSpec(
             id="sd15",
@@ -86,6 +110,7 @@ SPECS: dict[str, PipelineSpec] = {
             label="Stable Diffusion 1.5",
             steps=50,
             load_kwargs={"safety_checker": None, "requires_safety_checker": False},
+            cost=SD15_COST,
         ),
         PipelineSpec(
             id="sdxl",
@@ -98,6 +123,7 @@ SPECS: dict[str, PipelineSpec] = {
             steps=30,
             guidance=5.0,
             example_prompt="a cute dog running on the grass",
+            cost=SDXL_COST,
         ),
         PipelineSpec(
             id="sd-turbo",
@@ -107,6 +133,7 @@ SPECS: dict[str, PipelineSpec] = {
             steps=1,
             guidance=0.0,
             load_kwargs={"safety_checker": None, "requires_safety_checker": False},
+            cost=SD15_COST,
         ),
         PipelineSpec(
             id="sd15-arch",
@@ -119,6 +146,7 @@ SPECS: dict[str, PipelineSpec] = {
             local=True,
             dtypes=("fp32", "fp16", "bf16"),
             note="For speed measurement only: images are noise.",
+            cost=SD15_COST,
         ),
         PipelineSpec(
             id="sdxl-arch",
@@ -132,9 +160,18 @@ SPECS: dict[str, PipelineSpec] = {
             guidance=5.0,
             local=True,
             note="For speed measurement only: images are noise.",
+            cost=SDXL_COST,
         ),
     )
 }
+
+
+def cost_of(model_id: str) -> ModelCost:
+    """The assumed cost of a model: its spec's for a registry id; hub ids and local directories get the SDXL
+    cost when their name says xl, a conservative default otherwise."""
+    if model_id in SPECS:
+        return SPECS[model_id].cost
+    return SDXL_COST if "xl" in model_id.lower() else UNKNOWN_COST
 
 
 def allowed_roots() -> list[Path]:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines import registry
 from studio import checks
 from studio.errors import ValidationError
 from studio.request.generation import GenerationRequest
@@ -74,12 +75,9 @@ def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
 
 
 def estimated_seconds(request: GenerationRequest, calls: int) -> float:
-    """A rough time for `calls` pipeline calls of `request`: the cost table's step time, scaled by image size
-    and,
-    on a CPU, by the model's CPU factor."""
-    from studio.scale.zerogpu import cost_of
-
-    cost = cost_of(request.model)
+    """A rough time for `calls` pipeline calls of `request`: its model's assumed step time, scaled by image
+    size and, on a CPU, by the model's CPU factor."""
+    cost = registry.cost_of(request.model)
     step = cost.step * (request.width * request.height) / cost.pixels * request.num_images
     if request.device == "cpu":
         step *= cost.cpu_factor

@@ -33,37 +33,14 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from pipelines.registry import cost_of
+
 log = logging.getLogger(__name__)
 
 TRUTHY = ("1", "t", "true", "yes", "on")
 MIN_SECONDS = 15
 MAX_SECONDS = 300
 SAFETY = 1.5
-
-
-@dataclass(frozen=True)
-class ModelCost:
-    """Assumed cost of a model on a ZeroGPU slice (not measured here: no GPU on the development machines).
-
-    setup: seconds to move the weights to the GPU and make the first call (kernels, allocator).
-    step: seconds per denoising step at `pixels` output pixels, batch 1, classifier-free guidance on.
-    cpu_factor: how much longer a step takes on a 2-core CPU (sd15-arch: ~4 s against ~0.1 s here; the bundled
-    model's step is about the same on either).
-    """
-
-    setup: float
-    step: float
-    pixels: int
-    cpu_factor: float = 20.0
-
-
-COSTS: dict[str, ModelCost] = {
-    "tiny-shapes": ModelCost(setup=3.0, step=0.01, pixels=64 * 64, cpu_factor=1.5),
-    "sd15": ModelCost(setup=10.0, step=0.08, pixels=512 * 512),
-    "sd-turbo": ModelCost(setup=10.0, step=0.08, pixels=512 * 512),
-    "sdxl": ModelCost(setup=20.0, step=0.25, pixels=1024 * 1024),
-}
-UNKNOWN = ModelCost(setup=25.0, step=0.30, pixels=1024 * 1024)
 
 
 def on_zerogpu() -> bool:
@@ -90,13 +67,6 @@ def ensure_spaces() -> ModuleType | None:
     return module
 
 
-def cost_of(model_id: str) -> ModelCost:
-    """The assumed cost of a registry id; hub ids and local directories get a conservative default."""
-    if model_id in COSTS:
-        return COSTS[model_id]
-    return COSTS["sdxl"] if "xl" in model_id.lower() else UNKNOWN
-
-
 def estimate_duration(
     model_id: str, steps: int, width: int, height: int, repeats: int = 1, warmup: int = 0
 ) -> int:
@@ -104,8 +74,8 @@ def estimate_duration(
 
     duration = SAFETY * (setup + (warmup + repeats) * steps * step * (width * height) / pixels),
     clamped to [MIN_SECONDS, MAX_SECONDS] and rounded up. `setup`, `step` and `pixels` come from
-    `COSTS` (assumptions, not measurements). A shorter request queues sooner on ZeroGPU; one that
-    overruns is aborted, hence the safety factor.
+    the model's spec (`pipelines.registry.ModelCost`: assumptions, not measurements). A shorter request
+    queues sooner on ZeroGPU; one that overruns is aborted, hence the safety factor.
 
     Args:
         model_id: the request's model (registry id, hub id or directory).
