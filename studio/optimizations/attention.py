@@ -172,8 +172,7 @@ register(
         group="speed",
         description=(
             "Fuse each attention layer's query/key/value projections into one matmul (diffusers' "
-            "fuse_qkv_projections) "
-            "and run them with SDPA."
+            "fuse_qkv_projections) and run them with SDPA."
         ),
         conflicts=("classic_attention", "xformers", "attention_slicing"),
         apply=fuse_qkv,

@@ -161,9 +161,8 @@ register(
         label="DeepCache",
         group="speed",
         description=(
-            "Reuse the UNet's deep features between full steps (DeepCache): only the outermost blocks run "
-            "on the "
-            "steps in between; the image changes a little."
+            "Reuse the UNet's deep features between full steps (DeepCache): only the outermost blocks run on "
+            "the steps in between; the image changes a little."
         ),
         requires=("family:sd|sdxl",),
         conflicts=("jit_trace_unet",),

@@ -60,9 +60,8 @@ register(
         group="speed",
         description=(
             "Stop classifier-free guidance after a fraction of the steps (parameter `after`): the remaining "
-            "steps "
-            "run the UNet on one sample instead of two. Changes the image slightly; judge it by fidelity "
-            "and PSNR."
+            "steps run the UNet on one sample instead of two. Changes the image slightly; judge it by "
+            "fidelity and PSNR."
         ),
         stage="call",
         step_end=_drop_guidance,

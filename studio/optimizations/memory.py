@@ -129,8 +129,8 @@ register(
         label="device map (balanced)",
         group="memory",
         description=(
-            "Spread the pipeline's models over all GPUs (device_map='balanced'), "
-            "optionally capped per device with max_memory."
+            "Spread the pipeline's models over all GPUs (device_map='balanced'), optionally capped per "
+            "device with max_memory."
         ),
         stage="load",
         requires=("cuda",),

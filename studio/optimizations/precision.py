@@ -61,8 +61,8 @@ register(
         label="bf16 weights",
         group="precision",
         description=(
-            "Load the weights in bfloat16: fp32's range at half the memory; "
-            "fast on Ampere+ GPUs and on CPUs with AMX."
+            "Load the weights in bfloat16: fp32's range at half the memory; fast on Ampere+ GPUs and on CPUs "
+            "with AMX."
         ),
         stage="load",
         conflicts=("fp16",),
@@ -98,8 +98,8 @@ register(
         label="autocast",
         group="precision",
         description=(
-            "Run under torch.autocast (fp16 on GPUs, bf16 on CPU): "
-            "mixed precision without converting weights."
+            "Run under torch.autocast (fp16 on GPUs, bf16 on CPU): mixed precision without converting "
+            "weights."
         ),
         stage="call",
         call_context=_autocast,

@@ -72,8 +72,7 @@ register(
         group="precision",
         description=(
             "Quantize the UNet's Linear layers to int8 with dynamically quantized int8 activations "
-            "(torchao); "
-            "convolutions stay in floating point."
+            "(torchao); convolutions stay in floating point."
         ),
         requires=("module:torchao", "family:sd|sdxl"),
         conflicts=("jit_trace_unet",),

@@ -59,8 +59,7 @@ register(
         group="speed",
         description=(
             "Set how many CPU threads torch uses for this run (default: one per physical core), restored "
-            "afterwards; "
-            "process-wide, so concurrent runs share the setting."
+            "afterwards; process-wide, so concurrent runs share the setting."
         ),
         stage="call",
         call_context=num_threads,

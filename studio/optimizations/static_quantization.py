@@ -149,8 +149,7 @@ class Int8StaticUNet(PerShapeUNet):
 
 class Int8StaticDecoder(PerShapeModule):
     """The VAE's decoder quantized to static int8 and compiled, one build per latent shape, calibrated on the
-    first
-    latents it decodes at that shape (the image being made)."""
+    first latents it decodes at that shape (the image being made)."""
 
     counter = "compile"
 
@@ -199,11 +198,10 @@ register(
         group="precision",
         description=(
             "Quantize the convolutions and linear layers of the UNet (and of the VAE decoder, setting vae) "
-            "to int8 "
-            "with calibrated activation ranges (PT2E, torchao's X86InductorQuantizer) and compile them with "
-            "inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs. The first call of each image size "
-            "calibrates "
-            "and compiles (minutes for SD 1.5). Changes the output slightly; judge it by PSNR."
+            "to int8 with calibrated activation ranges (PT2E, torchao's X86InductorQuantizer) and compile "
+            "them with inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs. The first call of each image "
+            "size calibrates and compiles (minutes for SD 1.5). Changes the output slightly; judge it by "
+            "PSNR."
         ),
         requires=("module:torchao", "family:sd", "cpu-x86"),
         conflicts=(

@@ -109,8 +109,7 @@ register(
         group="speed",
         description=(
             "Merge similar image tokens before self-attention (ToMe for SD via tomesd): faster attention at "
-            "large "
-            "sizes; the image changes a little."
+            "large sizes; the image changes a little."
         ),
         requires=("module:tomesd", "family:sd|sdxl"),
         conflicts=("jit_trace_unet",),
