@@ -114,6 +114,7 @@ def cmd_autotune(args: argparse.Namespace) -> int:
     from studio.engine import Studio
     from studio.request import request_from_args, validate_autotune
     from studio.sweeps import autotune
+    from studio.sweeps.autotune_search_space import floor_of
 
     request = request_from_args(args)
     checked = validate_autotune(
@@ -127,7 +128,7 @@ def cmd_autotune(args: argparse.Namespace) -> int:
     result = autotune.run_autotune(
         Studio(),
         request,
-        floor=autotune.floor_of(checked),
+        floor=floor_of(checked),
         techniques=args.technique or None,
         include_compile=args.include_compile,
         warmup=checked.warmup,

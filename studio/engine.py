@@ -1,7 +1,9 @@
 """The engine's front door: validate -> manager -> bench -> quality -> runlog.
 
 The UI, the API and the CLI all call `Studio`; none of them talks to the lower
-layers directly, so they validate, run, measure and log the same way.
+layers directly, so they validate, run, measure and log the same way. The values a run
+carries and its run-log columns are in `studio.run_data`, recompile storms in
+`studio.recompile_storm`.
 """
 
 from __future__ import annotations
@@ -9,120 +11,28 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from studio import devices, settings
+from studio import settings
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.measure import bench, quality
-from studio.measure.host import HostLoad, HostMonitor
+from studio.measure.host import HostMonitor
+from studio.recompile_storm import graph_builds, storm_warnings
 from studio.request import GenerationRequest
+from studio.run_data import Computed, Pending, RunResult, run_metrics, run_record
 from studio.runlog import RunLog
 from studio.scale import memory_advice, zerogpu
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class RunResult:
-    """One finished run: ids, images, metrics and quality against the baseline."""
-
-    run_id: int | None  # None when the run log could not be written (see `warnings`)
-    request: GenerationRequest
-    metrics: dict[str, Any]
-    images: list[Image.Image]
-    image_paths: list[str]
-    arrays: np.ndarray
-    quality: dict[str, Any] = field(default_factory=dict)
-    applied: tuple[str, ...] = ()
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return self.request.config_label
-
-    @property
-    def image_path(self) -> str | None:
-        """Where the first image was saved, or None when it could not be written."""
-        return self.image_paths[0] if self.image_paths else None
-
-
-@dataclass
-class Computed:
-    """The GPU-bound part of a run as plain picklable values (on ZeroGPU it returns from a forked worker)."""
-
-    measured: bench.Measurement
-    applied: tuple[str, ...]
-    load_seconds: float
-    switch_seconds: float
-    first_call: bool
-    stats: dict[str, Any]
-    host: HostLoad | None = None  # how busy the rest of the machine was (set by the caller that timed it)
-
-
-@dataclass
-class Pending:
-    """A run logged as `running`: its id (None when the log could not be written) and its warnings so far."""
-
-    run_id: int | None
-    request: GenerationRequest
-    warnings: list[str] = field(default_factory=list)
-
-
 def _to_pil(arrays: np.ndarray) -> list[Image.Image]:
     return [Image.fromarray((np.clip(a, 0, 1) * 255).round().astype(np.uint8)) for a in arrays]
-
-
-def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: int | None) -> dict[str, Any]:
-    """The columns of a run known before it starts."""
-    return {
-        "group_id": group_id,
-        "config_label": request.config_label,
-        "model": request.model,
-        "device": request.device,
-        "hardware": devices.detect().summary(),
-        "dtype": request.dtype_name,
-        "requested": list(request.opts),
-        "settings": request.settings,
-        "prompt": request.prompt,
-        "negative_prompt": request.negative_prompt,
-        "seed": request.seed,
-        "steps": request.steps,
-        "width": request.width,
-        "height": request.height,
-        "guidance": request.guidance,
-        "scheduler": request.scheduler,
-        "num_images": request.num_images,
-        "warmup": warmup,
-        "repeats": repeats,
-        "versions": settings.versions(),
-    }
-
-
-RECOMPILE_STORM = 3  # graph builds (traces, compilations) of one live pipeline before it is called a storm
-
-
-def graph_builds(stats: dict[str, Any]) -> int:
-    """How many times the live pipeline's UNet was traced or compiled (one per new input shape)."""
-    return int(stats.get("trace_count", 0)) + int(stats.get("compile_count", 0))
-
-
-def storm_warnings(stats: dict[str, Any]) -> list[str]:
-    """A recompile storm: this run built a new graph, and the pipeline has built too many already."""
-    total = graph_builds(stats)
-    if not stats.get("graph_builds_this_run") or total <= RECOMPILE_STORM:
-        return []
-    return [
-        f"Recompile storm: the UNet of this pipeline has been traced/compiled {total} times, once per new "
-        "input "
-        "shape (size, batch, guidance on/off), and each build costs far more than a step. Keep one size per "
-        "traced or compiled configuration, or leave jit_trace_unet/torch_compile off while exploring sizes."
-    ]
 
 
 def prompt_warnings(request: GenerationRequest) -> list[str]:
@@ -329,23 +239,11 @@ class Studio:
         measured = computed.measured
         images = _to_pil(measured.images)
         paths = self._save(pending.run_id, images, warnings)
-        metrics = measured.summary()
-        if computed.first_call and not measured.warmups:
-            metrics["first_call_seconds"] = measured.latencies[0]
+        metrics = run_metrics(request, computed, extra)
         warnings.extend(storm_warnings(computed.stats))
         host = computed.host
         if host is not None and host.note():
             warnings.append(host.note())
-        metrics.update(
-            load_seconds=computed.load_seconds,
-            switch_seconds=computed.switch_seconds,
-            step_seconds=measured.step_seconds,
-            steps_per_second=request.steps / metrics["latency_median"],
-            stats=computed.stats,
-            host_busy_pct=None if host is None else host.busy_pct,
-            host_steal_pct=None if host is None else host.steal_pct,
-            **(extra or {}),
-        )
         qual = self._quality(request, measured.images, baseline)
         if pending.run_id is not None:
             self._log(

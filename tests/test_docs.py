@@ -38,7 +38,7 @@ def test_every_cli_command_is_in_the_readme(command):
 
 
 def test_every_api_endpoint_is_in_the_readme():
-    source = "\n".join(p.read_text() for p in (ROOT / "studio" / "ui").glob("*.py"))
+    source = "\n".join(p.read_text() for p in (ROOT / "studio" / "ui").rglob("*.py"))
     endpoints = set(re.findall(r'api_name="([a-z_]+)"', source))
     assert endpoints >= {"generate", "compare", "ladder", "autotune", "history", "system"}
     for name in endpoints:

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from studio import report
-from studio.runlog import RunLog, migrations
+from studio.runlog import RunLog
+from studio.runlog_migrations import migrations
 
 
 def record(**kw):

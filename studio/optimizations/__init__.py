@@ -1,10 +1,14 @@
 """The one registry of optimization techniques; importing this package fills it."""
 
-# _quiet first: before diffusers imports torchao; the rest register their techniques.
+# Importing a module registers its techniques, so this order is the registry's: the order of the README's
+# table and of every list of techniques. _quiet first: before diffusers imports torchao.
+# isort: off
 from studio.optimizations import (  # noqa: F401
     _quiet,
     attention,
     caching,
+    layout,
+    trace,
     compile,
     guidance,
     memory,
@@ -14,6 +18,8 @@ from studio.optimizations import (  # noqa: F401
     static_quantization,
     tokens,
 )
+
+# isort: on
 from studio.optimizations.base import (
     REGISTRY,
     Context,

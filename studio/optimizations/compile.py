@@ -1,7 +1,8 @@
-"""Layout and graph techniques on the UNet: channels-last, a traced UNet, torch.compile.
+"""torch.compile on the UNet (the torch_compile technique), and inductor's counting backend and freezing,
+which the int8 static quantization reuses.
 
-Traced and compiled UNets wrap the original module, which is kept in the pipeline's
-state so that revert puts back exactly the module that was loaded.
+A compiled UNet wraps the original module, which is kept in the pipeline's state
+(studio.optimizations.per_shape.swap_unet) so that revert puts back exactly the module that was loaded.
 
 Regional compilation (`torch_compile` with `regional=True`) compiles each repeated block
 in place instead (diffusers' `compile_repeated_blocks`: the classes named in the model's
@@ -39,128 +40,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 
 from studio import checks
 from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.inductor_cache import recovering
+from studio.optimizations.per_shape import restore_unet, swap_unet
 
 log = logging.getLogger(__name__)
-
-
-def _relayout(memory_format: torch.memory_format):
-    """Re-lay out the UNet's 4-D weights only (what `unet.to(memory_format=...)` changes), skipping
-    the thousands of other tensors that `Module.to` would visit: switching stays cheap."""
-
-    def switch(pipe: Any, ctx: Context) -> None:
-        for module in pipe.unet.modules():
-            for param in module.parameters(recurse=False):
-                if param.dim() == 4 and not param.is_contiguous(memory_format=memory_format):
-                    param.data = param.data.contiguous(memory_format=memory_format)
-
-    return switch
-
-
-_channels_last = _relayout(torch.channels_last)
-_contiguous = _relayout(torch.contiguous_format)
-
-
-class _PlainUNet(torch.nn.Module):
-    """The UNet with positional inputs and a tensor output, as torch.jit.trace needs."""
-
-    def __init__(self, unet: torch.nn.Module):
-        super().__init__()
-        self.unet = unet
-
-    def forward(self, sample: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor):
-        return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
-
-
-class PerShapeModule(torch.nn.Module):
-    """Stands in for a module; builds a graph of it once per input shape (a new shape is a new build).
-
-    Attributes the pipeline reads (config, dtype, device, ...) come from the original.
-    Subclasses say how a graph is built (`build`) and under which name builds are counted in
-    the pipeline's stats (`counter`: `<counter>_count`, `<counter>_seconds`).
-    """
-
-    counter = "trace"
-
-    def __init__(self, module: torch.nn.Module, stats: dict[str, Any]):
-        super().__init__()
-        self.original = module
-        self._graphs: dict[tuple, Any] = {}
-        self._stats = stats
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._modules["original"], name)
-
-    def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        raise NotImplementedError
-
-    def graph_for(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        """The graph for these inputs' shapes and dtypes, built on first sight."""
-        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
-        graph = self._graphs.get(key)
-        if graph is None:
-            start = time.perf_counter()
-            graph = self._graphs[key] = self.build(inputs)
-            seconds = time.perf_counter() - start
-            self._stats[f"{self.counter}_count"] = self._stats.get(f"{self.counter}_count", 0) + 1
-            self._stats[f"{self.counter}_seconds"] = self._stats.get(f"{self.counter}_seconds", 0.0) + seconds
-            log.info("%s: built a graph for input shape %s in %.2fs", type(self).__name__, key, seconds)
-        return graph
-
-
-class PerShapeUNet(PerShapeModule):
-    """A UNet called the way pipelines call it, with a graph per input shape of (sample, timestep, text)."""
-
-    def __init__(self, unet: torch.nn.Module, stats: dict[str, Any]):
-        super().__init__(unet, stats)
-        self._plain = _PlainUNet(unet)
-
-    def forward(
-        self, sample, timestep, encoder_hidden_states=None, *args, return_dict: bool = True, **kwargs
-    ):
-        extra = [k for k, v in kwargs.items() if v is not None]
-        if args or extra:
-            raise TypeError(
-                f"{type(self).__name__} takes no extra conditioning ({extra or 'positional'}); use "
-                "torch_compile"
-            )
-        timestep = torch.as_tensor(timestep, device=sample.device)
-        inputs = (sample, timestep, encoder_hidden_states)
-        out = self.graph_for(inputs)(*inputs)
-        return UNet2DConditionOutput(sample=out) if return_dict else (out,)
-
-
-class TracedUNet(PerShapeUNet):
-    """A torch.jit.trace of the UNet per input shape."""
-
-    def build(self, inputs: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
-        return torch.jit.trace(self._plain, inputs, check_trace=False)
-
-
-def _swap_unet(make):
-    def apply(pipe: Any, ctx: Context) -> None:
-        ctx.state["unet_original"] = pipe.unet
-        pipe.unet = make(pipe.unet, ctx)
-
-    return apply
-
-
-def restore_unet(pipe: Any, ctx: Context) -> None:
-    original = ctx.state.pop("unet_original", None)
-    if original is not None:
-        pipe.unet = original
-
-
-def _traced(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-    return TracedUNet(unet.eval(), ctx.stats)
 
 
 DYNAMIC = {"auto": None, "true": True, "false": False}  # the `dynamic` setting -> torch.compile(dynamic=...)
@@ -256,7 +143,7 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 # eagerly, with only a log warning. Every UNet of a class shares its forward's code object, so a
 # studio holding a few compiled pipelines (each with a graph per shape, per DeepCache path and per
 # batch under cfg_cutoff) would silently lose compilation on the later ones. The studio reports
-# recompile storms itself (studio.engine), so it gives dynamo room for every live pipeline.
+# recompile storms itself (studio.recompile_storm), so it gives dynamo room for every live pipeline.
 RECOMPILE_LIMIT = 64
 
 
@@ -270,7 +157,7 @@ def _compile(pipe: Any, ctx: Context) -> None:
     settings = compile_settings(ctx)
     _room_for_graphs()
     if not settings.regional:
-        _swap_unet(_compiled)(pipe, ctx)
+        swap_unet(_compiled)(pipe, ctx)
         return
     blocks = repeated_blocks(pipe.unet)
     if not blocks:
@@ -291,31 +178,6 @@ def _uncompile(pipe: Any, ctx: Context) -> None:
     restore_unet(pipe, ctx)
 
 
-register(
-    Optimization(
-        name="channels_last",
-        label="channels last",
-        group="speed",
-        description="Store the UNet's 4-D tensors as NHWC, which many convolution kernels prefer.",
-        apply=_channels_last,
-        revert=_contiguous,
-        order=10,
-    )
-)
-register(
-    Optimization(
-        name="jit_trace_unet",
-        label="traced UNet",
-        group="speed",
-        description="Replace the UNet by a torch.jit.trace of it (one trace per input shape).",
-        requires=("family:sd",),
-        conflicts=("torch_compile",),
-        reversible=False,
-        apply=_swap_unet(_traced),
-        revert=restore_unet,
-        order=80,
-    )
-)
 register(
     Optimization(
         name="torch_compile",

@@ -40,14 +40,9 @@ import torch
 from studio import checks, devices
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
-from studio.optimizations.compile import (
-    PerShapeModule,
-    PerShapeUNet,
-    counting_backend,
-    freezing,
-    restore_unet,
-)
+from studio.optimizations.compile import counting_backend, freezing
 from studio.optimizations.inductor_cache import recovering
+from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet, restore_unet
 
 
 @dataclass(frozen=True)

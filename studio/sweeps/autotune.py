@@ -10,89 +10,25 @@
 3. the winner is confirmed against the baseline in its own interleaved rounds. The confirmation decides: only
    a winner it measured faster beyond noise is offered; otherwise the answer is that nothing here beats the
    baseline beyond noise.
-Everything measured is one `autotune` group in the run log.
+Everything measured is one `autotune` group in the run log. What may be tried (the candidates, `GRID`) and
+the floor are in studio.sweeps.autotune_search_space; this module runs the search and words its answer.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from studio import devices, report
+from studio import report
 from studio.engine import Studio
-from studio.errors import Cancelled, StudioError, ValidationError
+from studio.errors import Cancelled
 from studio.measure import protocol
 from studio.measure.bench import StopFn
-from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
-from studio.optimizations.runtime import physical_cores
-from studio.request import AutotuneSettings, GenerationRequest
+from studio.request import GenerationRequest
+from studio.sweeps.autotune_search_space import GRID, Candidate, Floor, check_pool, combinable
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
-
-# Never candidates: placement (trades speed for memory by design), memory-only slicing/tiling, and the
-# documentation's slow "original" attention.
-EXCLUDED = frozenset(
-    {
-        "model_cpu_offload",
-        "sequential_cpu_offload",
-        "device_map_balanced",
-        "vae_slicing",
-        "vae_tiling",
-        "attention_slicing",
-        "classic_attention",
-    }
-)
-SLOW_TO_PREPARE = frozenset(
-    {"torch_compile", "int8_static"}
-)  # minutes of compilation per configuration on a CPU
-GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for techniques that have them
-    "deepcache": [{"interval": 2}, {"interval": 3}, {"interval": 5}],
-    "cfg_cutoff": [{"after": 0.3}, {"after": 0.5}, {"after": 0.75}],
-    "token_merging": [{"ratio": 0.3}, {"ratio": 0.5}],
-    "threads": [{"num_threads": n} for n in sorted({1, physical_cores(), os.cpu_count() or 1})],
-}
-
-
-@dataclass(frozen=True)
-class Floor:
-    """The quality a configuration must keep against the baseline's image."""
-
-    min_psnr: float = 30.0
-    min_ssim: float = 0.95
-    fidelity_drop: float = 0.03
-
-    def check(self, record: dict[str, Any], baseline_fidelity: float | None) -> str | None:
-        """Why `record` misses the floor, or None when it meets it."""
-        if record["psnr_db"] is not None and record["psnr_db"] < self.min_psnr:
-            return f"PSNR {record['psnr_db']:.1f} dB < {self.min_psnr:g}"
-        if record["ssim"] is not None and record["ssim"] < self.min_ssim:
-            return f"SSIM {record['ssim']:.3f} < {self.min_ssim:g}"
-        if (
-            baseline_fidelity is not None
-            and record["fidelity"] is not None
-            and record["fidelity"] < baseline_fidelity - self.fidelity_drop - 1e-9
-        ):
-            return (
-                f"prompt fidelity {record['fidelity']:.0%} < baseline {baseline_fidelity:.0%}"
-                f" - {self.fidelity_drop:.0%}"
-            )
-        return None
-
-
-@dataclass(frozen=True)
-class Candidate:
-    opts: tuple[str, ...]
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def request(self, base: GenerationRequest) -> GenerationRequest:
-        return dataclasses.replace(
-            base, opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))), settings=self.settings
-        )
-
-    def plus(self, other: Candidate) -> Candidate:
-        return Candidate(tuple(sorted({*self.opts, *other.opts})), {**self.settings, **other.settings})
 
 
 @dataclass
@@ -107,42 +43,6 @@ class AutotuneResult:
     @property
     def winner_label(self) -> str:
         return self.confirmation["config"] if self.winner and self.confirmation else "baseline"
-
-
-def floor_of(settings: AutotuneSettings) -> Floor:
-    return Floor(settings.min_psnr, settings.min_ssim, settings.fidelity_drop)
-
-
-def candidates(request: GenerationRequest, include_compile: bool = False) -> list[str]:
-    """Techniques worth trying for `request` on its device: available here and able to make it faster."""
-    hw = devices.detect()
-    return sorted(
-        name
-        for name, opt in REGISTRY.items()
-        if name not in EXCLUDED
-        and (include_compile or name not in SLOW_TO_PREPARE)
-        and unavailable_reason(opt, hw, request.device, request.spec.family) is None
-    )
-
-
-def check_pool(request: GenerationRequest, techniques: list[str] | None, include_compile: bool) -> list[str]:
-    pool = sorted(set(techniques)) if techniques else candidates(request, include_compile)
-    hw = devices.detect()
-    for name in pool:
-        if name not in REGISTRY:
-            raise ValidationError(f"Unknown technique {name!r} for the auto-tuner.")
-        reason = unavailable_reason(REGISTRY[name], hw, request.device, request.spec.family)
-        if reason:
-            raise ValidationError(f"{reason} Leave it out of the auto-tuner's techniques.")
-    return pool
-
-
-def _combinable(c: Candidate) -> bool:
-    try:
-        check_conflicts(set(c.opts))
-    except StudioError:
-        return False
-    return True
 
 
 def pareto(rows: list[dict[str, Any]], key: str, better_high: bool) -> list[str]:
@@ -281,7 +181,7 @@ def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Cand
     best = survivors[0]
     for extra in survivors[1:]:
         trial = best.plus(extra)
-        if not _combinable(trial):
+        if not combinable(trial):
             continue
         sweep, (best_rec, trial_rec) = search.sweep("combination", [best, trial], search.rounds)
         both_ran = trial_rec["status"] == best_rec["status"] == "ok"

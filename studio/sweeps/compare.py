@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio import report
-from studio.engine import RunResult, Studio
+from studio.engine import Studio
 from studio.measure.bench import StopFn
 from studio.request import GenerationRequest, check_opts, parse_opts
+from studio.run_data import RunResult
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
 
 DEFAULT_ROUNDS = 5  # with 5 rounds one disturbed round cannot flip a verdict (see studio.measure.protocol)

@@ -25,12 +25,13 @@ from typing import Any
 
 import psutil
 
-from studio.engine import Computed, Pending, RunResult, Studio
+from studio.engine import Studio
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
 from studio.measure.bench import Measurement, StopFn
 from studio.measure.host import HostLoad, HostMonitor
 from studio.request import MAX_CONFIGS, GenerationRequest, check_sweep, validate_counts
+from studio.run_data import Computed, Pending, RunResult
 
 Progress = Callable[[int, int, str], None]
 MEMORY_SHARE = (

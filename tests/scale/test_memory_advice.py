@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from studio.engine import run_record
 from studio.errors import OutOfMemory
 from studio.request import validate_request
+from studio.run_data import run_record
 from studio.runlog import RunLog
 from studio.scale import memory_advice
 

@@ -13,16 +13,8 @@ from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY, Optimization
 from studio.request import validate_request
-from studio.sweeps.autotune import (
-    Candidate,
-    Floor,
-    as_json,
-    candidates,
-    markdown,
-    pareto,
-    run_autotune,
-    summary,
-)
+from studio.sweeps.autotune import as_json, markdown, pareto, run_autotune, summary
+from studio.sweeps.autotune_search_space import Candidate, Floor, candidates
 
 PROMPT = "a big yellow triangle in the centre, on a black background"
 ANY_IMAGE = Floor(min_psnr=0, min_ssim=-1, fidelity_drop=1)  # the stubs below draw garbage on purpose
@@ -366,7 +358,7 @@ def test_a_search_over_every_candidate_here_runs(studio):
     """No restriction: every technique that can run here, with its settings grid, in one singles sweep (more
     configurations than a Compare may hold: the pool comes from the registry, not from the user)."""
     from studio.request import MAX_CONFIGS, validate_request
-    from studio.sweeps.autotune import GRID, candidates, run_autotune
+    from studio.sweeps.autotune_search_space import GRID
 
     request = validate_request(
         model="tiny-shapes", prompt="a big red circle on the left", steps=2, width=32, height=32

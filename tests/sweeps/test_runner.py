@@ -18,6 +18,7 @@ from studio.errors import Cancelled, RunFailed
 from studio.measure import host as host_module
 from studio.measure.host import BUSY_PCT, HostMonitor
 from studio.measure.protocol import verdict
+from studio.report.records import _memory_change
 from studio.request import validate_request
 from studio.sweeps.compare import run_compare
 from studio.sweeps.ladder import plan, run_ladder
@@ -142,7 +143,7 @@ def test_ladder_runs_every_rung_interleaved(studio, monkeypatch):
 
 
 def test_a_traced_configuration_is_traced_once_in_its_own_pipeline(studio, monkeypatch):
-    from studio.optimizations.compile import TracedUNet
+    from studio.optimizations.trace import TracedUNet
 
     builds = []
     real_build = TracedUNet.build
@@ -367,11 +368,11 @@ MB = 2**20
 def test_memory_change_is_reported_only_beyond_what_the_probe_resolves(mine, theirs, kind, expected):
     m = {"memory_added_all": mine, "memory_added": max(mine), "memory_kind": kind}
     base = {"memory_added_all": theirs, "memory_added": max(theirs), "memory_kind": kind}
-    assert report._memory_change(m, base) == expected
+    assert _memory_change(m, base) == expected
 
 
 def test_memory_change_without_a_baseline_or_per_call_figures():
     m = {"memory_added": 100 * MB, "memory_kind": "cpu_rss"}
-    assert report._memory_change(m, None) == (None, None)
-    assert report._memory_change(m, m) == (None, None)
-    assert report._memory_change(m, {"memory_added": 20 * MB}) == (80.0, None), "old runs: one figure per run"
+    assert _memory_change(m, None) == (None, None)
+    assert _memory_change(m, m) == (None, None)
+    assert _memory_change(m, {"memory_added": 20 * MB}) == (80.0, None), "old runs: one figure per run"

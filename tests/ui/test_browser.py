@@ -6,6 +6,7 @@ Every tab is used as a person would and photographed into test-artifacts/ (look 
 from __future__ import annotations
 
 import multiprocessing
+import re
 import shutil
 from pathlib import Path
 
@@ -179,7 +180,8 @@ def test_cancel_is_neutral_and_resets_the_card(page):
     _tab(page, "Generate")
     _small(page, "gen", steps=150, side=128)
     page.locator("#generate-btn").click()
-    page.get_by_text("denoising").first.wait_for(timeout=60_000)  # the run has started: Cancel stops it
+    # this run's own progress (n/150 steps) is showing: it has started, and Cancel stops it
+    page.get_by_text(re.compile(r"\d+/150")).first.wait_for(timeout=60_000)
     page.locator("#cancel-btn").click()
     card = page.locator("#metrics-card")
     card.get_by_text("Cancelled after").wait_for(timeout=60_000)

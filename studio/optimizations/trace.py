@@ -1,0 +1,35 @@
+"""The traced-UNet technique (jit_trace_unet): a torch.jit.trace of the UNet per input shape."""
+
+from __future__ import annotations
+
+import torch
+
+from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.per_shape import PerShapeUNet, restore_unet, swap_unet
+
+
+class TracedUNet(PerShapeUNet):
+    """A torch.jit.trace of the UNet per input shape."""
+
+    def build(self, inputs: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
+        return torch.jit.trace(self._plain, inputs, check_trace=False)
+
+
+def _traced(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+    return TracedUNet(unet.eval(), ctx.stats)
+
+
+register(
+    Optimization(
+        name="jit_trace_unet",
+        label="traced UNet",
+        group="speed",
+        description="Replace the UNet by a torch.jit.trace of it (one trace per input shape).",
+        requires=("family:sd",),
+        conflicts=("torch_compile",),
+        reversible=False,
+        apply=swap_unet(_traced),
+        revert=restore_unet,
+        order=80,
+    )
+)

@@ -1,0 +1,59 @@
+"""One vocabulary for every face: a measured run -> a record with the same keys and units everywhere,
+and records -> Markdown and CSV tables.
+
+`/generate`, `/compare`, `/ladder`, `/autotune`, `/history`, the CLI's `--json`, the CSV and Markdown exports
+and the run log's export all speak in `KEYS`; `docs/api.md` lists them with their units.
+
+- `studio.report.vocabulary`: `KEYS`, the keys with their units and meanings;
+- `studio.report.records`: runs, failures and run-log rows as records;
+- `studio.report.text`: records as words, Markdown and CSV;
+- `studio.report.system`: the techniques' availability and the facts the System view shows.
+"""
+
+from studio.report.records import (
+    MEMORY_RESOLUTION_MB,
+    failed_record,
+    log_record,
+    pays_off_after,
+    run_record,
+    single_record,
+)
+from studio.report.system import availability, system_facts
+from studio.report.text import (
+    TABLE,
+    caption,
+    emit,
+    host_note,
+    markdown,
+    memory,
+    quality,
+    ratio,
+    readable_rows,
+    seconds,
+    to_csv,
+)
+from studio.report.vocabulary import KEYS, docs_table
+
+__all__ = [
+    "KEYS",
+    "MEMORY_RESOLUTION_MB",
+    "TABLE",
+    "availability",
+    "caption",
+    "docs_table",
+    "emit",
+    "failed_record",
+    "host_note",
+    "log_record",
+    "markdown",
+    "memory",
+    "pays_off_after",
+    "quality",
+    "ratio",
+    "readable_rows",
+    "run_record",
+    "seconds",
+    "single_record",
+    "system_facts",
+    "to_csv",
+]

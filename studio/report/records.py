@@ -1,0 +1,148 @@
+"""Runs as records in the shared vocabulary: a measured run (alone or against a sweep's baseline), a
+configuration that did not run, and a row of the run log, each with the same keys and units."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from studio.measure.host import BUSY_PCT
+from studio.recompile_storm import graph_builds
+from studio.report.vocabulary import KEYS
+
+MEMORY_RESOLUTION_MB = {
+    "cpu_rss": 16.0,
+    "cuda_allocated": 1.0,
+}  # smallest change the probe can tell from noise
+
+
+def _num(value: Any, digits: int) -> float | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return round(float(value), digits)
+
+
+def _memory_change(m: dict[str, Any], base: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    """Change of the memory a call adds, against the baseline, when the probe can resolve it."""
+    if base is None or m is base:
+        return None, None
+    mine, theirs = (
+        m.get("memory_added_all") or [m["memory_added"]],
+        base.get("memory_added_all") or [base["memory_added"]],
+    )
+    noise = max(max(mine) - min(mine), max(theirs) - min(theirs)) / 2**20
+    change = (statistics.median(mine) - statistics.median(theirs)) / 2**20
+    floor = max(MEMORY_RESOLUTION_MB.get(m.get("memory_kind", "cpu_rss"), 16.0), noise)
+    if abs(change) <= floor:
+        return None, "no measurable difference"
+    return round(change, 1), None
+
+
+def _figures(m: dict[str, Any]) -> dict[str, Any]:
+    """The measured figures in the shared vocabulary, from a run's metrics and quality, or from its run-log
+    row (both name them as the run log's columns)."""
+    lat = m.get("latency_all") or ([m["latency_median"]] if m.get("latency_median") is not None else [])
+    stats, psnr = m.get("stats") or {}, m.get("psnr")
+    return {
+        "latency_s": _num(m.get("latency_median"), 4),
+        "latency_spread_s": _num(max(lat) - min(lat), 4) if lat else None,
+        "rounds": len(lat) or None,
+        "speedup": _num(m.get("speedup"), 3),
+        "speedup_min": _num(m.get("speedup_min"), 3),
+        "speedup_max": _num(m.get("speedup_max"), 3),
+        "verdict": m.get("verdict"),
+        "steps_per_s": _num(m.get("steps_per_second"), 2),
+        "first_call_s": _num(m.get("first_call_seconds"), 3),
+        "recompiles": graph_builds(stats) or None,
+        "peak_memory_mb": None if m.get("peak_memory") is None else _num(m["peak_memory"] / 2**20, 1),
+        "memory_kind": m.get("memory_kind"),
+        "psnr_db": None if psnr is None or math.isinf(psnr) else _num(psnr, 2),
+        "ssim": _num(m.get("ssim"), 4),
+        "fidelity": (m.get("fidelity") or {}).get("score"),
+        "host_busy_pct": m.get("host_busy_pct"),
+        "host_steal_pct": m.get("host_steal_pct"),
+        "host_busy": any(
+            v is not None and v > BUSY_PCT for v in (m.get("host_busy_pct"), m.get("host_steal_pct"))
+        ),
+        "warmup_unsettled": bool(m.get("warmup_unsettled")),
+    }
+
+
+def run_record(result: Any, baseline: Any = None) -> dict[str, Any]:
+    """A `RunResult` (and its baseline in a sweep) in the shared vocabulary."""
+    m, base = result.metrics, baseline.metrics if baseline is not None else None
+    change, note = _memory_change(m, base)
+    record = {
+        "run_id": result.run_id,
+        "config": result.label,
+        "status": "ok",
+        "applied": list(result.applied),
+        **_figures({**m, **result.quality}),
+        "pays_off_after": pays_off_after(m, base),
+        "memory_change_mb": change,
+        "memory_note": note,
+        "device": result.request.device,
+        "seed": result.request.seed,
+        "image_path": result.image_path,
+        "warnings": list(result.warnings),
+        "error": None,
+    }
+    return {key: record[key] for key in KEYS}
+
+
+def single_record(result: Any) -> dict[str, Any]:
+    """One run on its own (Generate): the shared vocabulary, plus what only a single run has."""
+    m = result.metrics
+    return {
+        **run_record(result),
+        "load_s": _num(m["load_seconds"], 3),
+        "switch_s": _num(m["switch_seconds"], 4),
+        "device_map": (m.get("stats") or {}).get("hf_device_map"),
+    }
+
+
+def failed_record(config: str, error: str, status: str = "failed") -> dict[str, Any]:
+    """A configuration that did not produce a measurement, in the shared vocabulary."""
+    return {
+        **dict.fromkeys(KEYS),
+        "config": config,
+        "status": status,
+        "error": error,
+        "applied": [],
+        "warnings": [],
+        "host_busy": False,
+        "warmup_unsettled": False,
+    }
+
+
+def pays_off_after(m: dict[str, Any], base: dict[str, Any] | None) -> int | None:
+    """After how many images a configuration's one-off first-call cost is repaid by its per-image saving."""
+    first, latency = m.get("first_call_seconds"), m["latency_median"]
+    if base is None or first is None or first <= latency or latency >= base["latency_median"]:
+        return None
+    return math.ceil((first - latency) / (base["latency_median"] - latency))
+
+
+def log_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the run log (`runs` table) in the shared vocabulary, with when and which model."""
+    record = {
+        "run_id": row["id"],
+        "config": row.get("config_label"),
+        "status": row.get("status"),
+        "applied": row.get("applied") or [],
+        **_figures(row),
+        "pays_off_after": None,
+        "memory_change_mb": None,
+        "memory_note": None,
+        "device": row.get("device"),
+        "seed": row.get("seed"),
+        "image_path": row.get("image_path"),
+        "warnings": [],
+        "error": row.get("error"),
+    }
+    return {
+        **{key: record[key] for key in KEYS},
+        "created_at": row.get("created_at"),
+        "model": row.get("model"),
+    }

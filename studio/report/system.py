@@ -1,0 +1,43 @@
+"""What the System view shows: every technique and whether it can run here, versions, devices, loaded
+pipelines and the run log's path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def availability(device: str = "auto") -> list[dict[str, Any]]:
+    """Every technique with whether it can run on `device` here, and why not."""
+    from studio import devices
+    from studio.optimizations import REGISTRY, unavailable_reason
+
+    hw = devices.detect()
+    resolved = devices.resolve(device, hw)
+    return [
+        {
+            "name": o.name,
+            "label": o.label,
+            "group": o.group,
+            "stage": o.stage,
+            "reversible": o.reversible,
+            "requires": list(o.requires),
+            "conflicts": list(o.conflicts),
+            "description": o.description,
+            "settings": o.defaults,
+            "unavailable": unavailable_reason(o, hw, resolved),
+        }
+        for o in REGISTRY.values()
+    ]
+
+
+def system_facts(studio: Any) -> dict[str, Any]:
+    """Devices, capabilities, versions, techniques, loaded pipelines and the run log: what System shows."""
+    from studio import devices, settings
+
+    return {
+        "hardware": devices.detect().summary(),
+        "versions": settings.versions(),
+        "techniques": availability(),
+        "loaded_pipelines": [list(map(str, k)) for k in studio.manager.loaded()],
+        "database": str(studio.runlog.path),
+    }

@@ -1,0 +1,130 @@
+"""Records as text: the figures in words and units as a person reads them (captions, table rows, Markdown
+with a busy-host warning), CSV for spreadsheets, and a command's printed result."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from studio.report.vocabulary import KEYS
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f} s" if value >= 0.1 else f"{value * 1000:.0f} ms"
+
+
+def ratio(record: dict[str, Any]) -> str:
+    """'×1.09 (0.95–1.20)', '×1.00 (baseline)', or '–'."""
+    if record.get("verdict") == "baseline":
+        return "×1.00 (baseline)"
+    if record.get("speedup") is None:
+        return "–"
+    low, high = record.get("speedup_min"), record.get("speedup_max")
+    rng = f" ({low:.2f}–{high:.2f})" if low is not None and high is not None else ""
+    return f"×{record['speedup']:.2f}{rng}"
+
+
+def memory(record: dict[str, Any]) -> str:
+    if record.get("peak_memory_mb") is None:
+        return "–"
+    text = f"{record['peak_memory_mb']:,.0f} MB"
+    if record.get("memory_note"):
+        return f"{text} (no measurable difference)"
+    if record.get("memory_change_mb") is not None:
+        return f"{text} ({record['memory_change_mb']:+,.0f} MB vs baseline)"
+    return text
+
+
+def quality(record: dict[str, Any]) -> str:
+    if record.get("verdict") == "baseline":
+        return "reference"
+    if record.get("psnr_db") is None and record.get("ssim") is not None:
+        return "identical"
+    if record.get("psnr_db") is None:
+        return "–"
+    return f"{record['psnr_db']:.1f} dB · SSIM {record['ssim']:.3f}"
+
+
+def caption(record: dict[str, Any]) -> str:
+    """One line under an image: configuration · latency · speedup · verdict."""
+    if record["status"] != "ok":
+        return f"{record['config']} · {record['status']}: {record.get('error') or ''}"
+    parts = [record["config"], seconds(record["latency_s"]), ratio(record)]
+    if record.get("verdict") not in (None, "baseline"):
+        parts.append(record["verdict"])
+    return " · ".join(parts)
+
+
+TABLE = (
+    ("Configuration", lambda r: r["config"]),
+    ("Latency", lambda r: seconds(r.get("latency_s"))),
+    ("Speedup (range)", ratio),
+    ("Verdict", lambda r: r.get("verdict") or r["status"]),
+    ("Peak memory", memory),
+    ("Image vs baseline", quality),
+)
+
+
+def readable_rows(
+    records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] = ()
+) -> list[dict[str, str]]:
+    """Records as rows of words and rounded numbers with units, for the UI and Markdown."""
+    rows = []
+    for r in records:
+        row = {title: fn(r) for title, fn in (*first, *TABLE)}
+        if r["status"] not in ("ok",):
+            row.update(
+                {
+                    "Latency": f"{r['status']}: {r.get('error') or ''}",
+                    "Speedup (range)": "",
+                    "Verdict": r["status"],
+                    "Peak memory": "",
+                    "Image vs baseline": "",
+                }
+            )
+        rows.append(row)
+    return rows
+
+
+def host_note(records: list[dict[str, Any]]) -> str | None:
+    """One sentence when any measurement of these records ran on a busy host."""
+    busy = [r for r in records if r.get("host_busy")]
+    if not busy:
+        return None
+    worst = max((r.get("host_busy_pct") or 0, r.get("host_steal_pct") or 0) for r in busy)
+    return (
+        f"⚠ The host was busy while this was measured (other processes {worst[0]:.0f}% of the CPU, steal "
+        f"{worst[1]:.0f}%): these figures are unreliable. Measure again when the machine is quiet."
+    )
+
+
+def markdown(records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] = ()) -> str:
+    """Records as a Markdown table (with a busy-host warning under it when there is one)."""
+    rows = readable_rows(records, first)
+    if not rows:
+        return "_no results_"
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(row[h]).replace("|", "\\|") for h in head) + " |" for row in rows]
+    note = host_note(records)
+    return "\n".join(lines + ([f"\n{note}"] if note else []))
+
+
+def to_csv(records: list[dict[str, Any]]) -> str:
+    """Records as CSV, the shared keys as columns (lists as JSON)."""
+    columns = [k for k in KEYS] + sorted({k for r in records for k in r} - set(KEYS))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in r.items()})
+    return buf.getvalue()
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    """Print a command's result: JSON for programs, the text for people."""
+    print(json.dumps(data, indent=2, default=str) if as_json else text)

@@ -1,0 +1,57 @@
+"""The shared vocabulary: every key a run's record has, with its unit and meaning, in CSV column order."""
+
+from __future__ import annotations
+
+from studio.measure.host import BUSY_PCT
+
+# key -> (unit, meaning). The order is the order of CSV columns.
+KEYS: dict[str, tuple[str, str]] = {
+    "run_id": ("", "the run's id in the run log"),
+    "config": ("", "the configuration: technique names joined by '+', or 'baseline'"),
+    "status": ("", "ok, failed, cancelled, interrupted, running or skipped"),
+    "applied": ("", "the techniques actually applied, in order"),
+    "latency_s": ("s", "median wall time of one pipeline call (warm-ups excluded)"),
+    "latency_spread_s": ("s", "max - min of the timed calls"),
+    "rounds": ("", "timed calls (one per interleaved round in a sweep)"),
+    "speedup": ("x", "median over rounds of baseline time / this configuration's time, same round"),
+    "speedup_min": ("x", "lowest per-round speedup"),
+    "speedup_max": ("x", "highest per-round speedup"),
+    "verdict": ("", "faster, slower or within noise (from the per-round range); baseline for the baseline"),
+    "steps_per_s": ("1/s", "denoising steps per second at the median latency"),
+    "first_call_s": ("s", "the first call's time (it pays for traces and compiles)"),
+    "pays_off_after": ("images", "after how many images the first call's extra cost is repaid"),
+    "recompiles": ("", "graphs traced or compiled for this pipeline so far"),
+    "peak_memory_mb": (
+        "MB",
+        "peak memory of the process during a call: CUDA allocator peak, or peak RSS on CPU",
+    ),
+    "memory_kind": ("", "cuda_allocated (exact) or cpu_rss (process resident set, coarse)"),
+    "memory_change_mb": (
+        "MB",
+        "memory a call adds above what was in use, minus the baseline's; "
+        "null when below what the probe resolves",
+    ),
+    "memory_note": ("", "'no measurable difference' when memory_change_mb is null against a baseline"),
+    "psnr_db": ("dB", "image difference from the baseline's image (null: identical or no baseline)"),
+    "ssim": ("", "structural similarity to the baseline's image, 1 = identical"),
+    "fidelity": ("", "tiny-shapes: share of the prompt's colour, shape and position the image shows"),
+    "host_busy_pct": ("%", "share of all cores other processes used while this was measured"),
+    "host_steal_pct": ("%", "share of CPU time the hypervisor gave to other guests meanwhile"),
+    "host_busy": (
+        "",
+        f"true when either of the two above exceeded {BUSY_PCT:g}%: the figures are unreliable",
+    ),
+    "warmup_unsettled": ("", "true when the first timed call was much slower than the rest"),
+    "device": ("", "the device the run used"),
+    "seed": ("", "the seed of the run"),
+    "image_path": ("", "where the first image was saved"),
+    "warnings": ("", "sentences the user should read"),
+    "error": ("", "why the run failed or was cancelled"),
+}
+
+
+def docs_table() -> str:
+    """The keys as a Markdown table for docs/api.md."""
+    lines = ["| key | unit | meaning |", "|---|---|---|"]
+    lines += [f"| `{k}` | {unit or '–'} | {meaning} |" for k, (unit, meaning) in KEYS.items()]
+    return "\n".join(lines)

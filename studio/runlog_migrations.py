@@ -1,0 +1,116 @@
+"""The run log's schema: sqlite-utils migrations m001, m002, ..., applied in order by `RunLog`.
+
+A database records each migration applied by its name (the `_sqlite_migrations` table), so a migration keeps
+its name and place once released; a change to the schema is a new migration at the end.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database, Migrations
+
+migrations = Migrations("diffusion-studio")
+
+
+@migrations()
+def m001_create_runs(db: Database) -> None:
+    db["groups"].create(
+        {
+            "id": int,
+            "created_at": str,
+            "finished_at": str,
+            "kind": str,
+            "model": str,
+            "prompt": str,
+            "seed": int,
+            "settings": str,
+            "status": str,
+            "error": str,
+        },
+        pk="id",
+    )
+    db["runs"].create(
+        {
+            "id": int,
+            "created_at": str,
+            "finished_at": str,
+            "status": str,
+            "error": str,
+            "group_id": int,
+            "config_label": str,
+            "model": str,
+            "device": str,
+            "hardware": str,
+            "dtype": str,
+            "requested": str,
+            "applied": str,
+            "params": str,
+            "prompt": str,
+            "negative_prompt": str,
+            "seed": int,
+            "steps": int,
+            "width": int,
+            "height": int,
+            "guidance": float,
+            "scheduler": str,
+            "num_images": int,
+            "warmup": int,
+            "repeats": int,
+            "latency_median": float,
+            "latency_min": float,
+            "latency_max": float,
+            "latency_all": str,
+            "warmup_seconds": str,
+            "first_call_seconds": float,
+            "load_seconds": float,
+            "switch_seconds": float,
+            "step_median": float,
+            "step_seconds": str,
+            "steps_per_second": float,
+            "peak_memory": int,
+            "memory_added": int,
+            "memory_kind": str,
+            "image_path": str,
+            "image_paths": str,
+            "baseline_run_id": int,
+            "max_abs_diff": float,
+            "psnr": float,
+            "ssim": float,
+            "fidelity": str,
+            "versions": str,
+            "stats": str,
+        },
+        pk="id",
+        foreign_keys=[("group_id", "groups", "id")],
+    )
+    db["runs"].create_index(["created_at"])
+    db["runs"].create_index(["model", "status"])
+
+
+@migrations()
+def m002_sweep_figures(db: Database) -> None:
+    """Per-round speedups and their verdict (interleaved sweeps), host noise, per-call memory."""
+    for column, kind in (
+        ("speedup", float),
+        ("speedup_min", float),
+        ("speedup_max", float),
+        ("verdict", str),
+        ("host_busy_pct", float),
+        ("host_steal_pct", float),
+        ("warmup_unsettled", int),
+        ("memory_added_all", str),
+    ):
+        db["runs"].add_column(column, kind)
+
+
+@migrations()
+def m003_run_owner(db: Database) -> None:
+    """Which process computes a running run (host, pid, its start time), so only a dead owner's runs are
+    marked interrupted."""
+    for column, kind in (("owner_host", str), ("owner_pid", int), ("owner_started", float)):
+        db["runs"].add_column(column, kind)
+
+
+@migrations()
+def m004_settings_column(db: Database) -> None:
+    """A run's technique settings are called settings everywhere, the run log included."""
+    db.execute("ALTER TABLE runs RENAME COLUMN params TO settings")

@@ -1,0 +1,109 @@
+"""What the event handlers share: engine errors as `gr.Error`, the stop check of a run (Cancel button or
+a closed client), the session a request belongs to, and the Generate form's model defaults and
+technique groups."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+import gradio as gr
+from gradio.context import LocalContext
+
+from pipelines.registry import resolve
+from studio import report
+from studio.errors import Cancelled, StudioError, describe
+from studio.optimizations import REGISTRY
+from studio.ui.cancel import Cancellations
+
+log = logging.getLogger(__name__)
+DEFAULT_MODEL = "tiny-shapes"
+GROUPS = ("speed", "memory", "precision")
+
+
+def engine_errors(fn: Callable) -> Callable:
+    """Turn engine errors into gr.Error (the same sentence for browser and client users)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except StudioError as exc:
+            raise gr.Error(describe(exc), print_exception=False) from exc
+        except Exception as exc:
+            log.exception("unexpected error in %s", fn.__name__)
+            raise gr.Error(
+                f"Internal error ({type(exc).__name__}: {describe(exc)}). See the server log."
+            ) from exc
+
+    return wrapper
+
+
+def techniques_by_group(device: str) -> dict[str, list[dict]]:
+    """The techniques that get a box in Generate (not weights precision, which has its own control),
+    by group."""
+    rows = [
+        t
+        for t in report.availability(device)
+        if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"
+    ]
+    return {g: [t for t in rows if t["group"] == g] for g in GROUPS}
+
+
+def ticked_by_group(opts: list[str]) -> list[list[str]]:
+    """Which of `opts` to tick in each of Generate's technique groups, in the order of GROUPS."""
+    groups = techniques_by_group("auto")
+    return [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
+
+
+def client_gone_check() -> Callable[[], bool]:
+    """A check, for the running event, that its client is still listening.
+
+    When a browser tab or a `gradio_client` closes its stream, Gradio marks the queued event
+    not alive (`Queue.clean_events`) but cannot stop a function already running in a thread;
+    the engine asks this between denoising steps and stops the run. Call it in the handler's
+    thread (it reads the event from Gradio's context).
+    """
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return lambda: False
+
+    def gone() -> bool:
+        for job in queue.active_jobs:
+            for event in job or ():
+                if event._id == event_id:
+                    return not event.alive
+        return False
+
+    return gone
+
+
+def session_of(request: gr.Request | None) -> str:
+    """The session a request belongs to ("api" for a client without one)."""
+    return request.session_hash if request and request.session_hash else "api"
+
+
+def stop_check(cancels: Cancellations, request: gr.Request | None) -> Callable[[], str | None]:
+    """The stop check of a new run: the session's Cancel button, or its client gone."""
+    return cancels.begin(session_of(request), client_gone=client_gone_check())
+
+
+def model_name(model: str, custom: str) -> str:
+    """The model a form names: the custom hub id or directory when given, else the dropdown's."""
+    return (custom or "").strip() or model
+
+
+def model_defaults(model: str, custom: str):
+    """A model's own steps, guidance, size and example prompt, for the form when the model changes."""
+    try:
+        spec = resolve(model_name(model, custom))
+    except StudioError:
+        return [gr.update()] * 5
+    return spec.steps, spec.guidance, spec.width, spec.height, spec.example_prompt
+
+
+def cancelled_note(exc: Cancelled) -> str:
+    """The neutral note a cancelled run shows instead of an error."""
+    return f"{describe(exc)} The run is logged as cancelled."

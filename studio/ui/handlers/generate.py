@@ -1,0 +1,139 @@
+"""Generate's handlers: the API's `/generate` and the form's own Generate, `/cancel`, and the
+'Retry with …' offer after an out-of-memory failure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gradio as gr
+
+from studio import report
+from studio.engine import Studio
+from studio.errors import Cancelled, OutOfMemory
+from studio.request import build_request
+from studio.ui import views
+from studio.ui.cancel import Cancellations
+from studio.ui.handlers.common import cancelled_note, engine_errors, model_name, session_of, stop_check
+
+
+def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
+    """Generate's event functions, closed over one Studio and the sessions' cancel flags."""
+    memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
+
+    def run_generate(req, request: gr.Request | None, progress: gr.Progress):
+        progress(0, desc="loading / configuring")
+        memory_advice.pop(session_of(request), None)
+        try:
+            result = studio.generate(
+                req,
+                on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
+                should_stop=stop_check(cancels, request),
+            )
+        except OutOfMemory as exc:
+            memory_advice[session_of(request)] = exc.advice[:2]
+            raise
+        except Cancelled as exc:
+            return gr.update(), cancelled_note(exc), None
+        for warning in result.warnings:
+            gr.Warning(warning)
+        metrics = report.single_record(result)
+        return result.images[0], views.generate_card(metrics), metrics
+
+    @engine_errors
+    def generate(
+        model,
+        custom_model,
+        device,
+        precision,
+        optimizations,
+        prompt,
+        negative_prompt,
+        seed,
+        steps,
+        guidance,
+        width,
+        height,
+        scheduler,
+        settings,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ):
+        req = build_request(
+            model_name(model, custom_model),
+            device,
+            precision,
+            optimizations,
+            prompt,
+            negative_prompt,
+            seed,
+            steps,
+            guidance,
+            width,
+            height,
+            scheduler,
+            settings,
+        )
+        return run_generate(req, request, progress)
+
+    @engine_errors
+    def generate_form(
+        model,
+        custom_model,
+        device,
+        precision,
+        speed,
+        memory,
+        precision_opts,
+        prompt,
+        negative_prompt,
+        seed,
+        steps,
+        guidance,
+        width,
+        height,
+        scheduler,
+        settings,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ):
+        """The form's own Generate: the ticked boxes are this event's inputs, read when it is clicked."""
+        opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
+        req = build_request(
+            model_name(model, custom_model),
+            device,
+            precision,
+            opts,
+            prompt,
+            negative_prompt,
+            seed,
+            steps,
+            guidance,
+            width,
+            height,
+            scheduler,
+            settings,
+        )
+        return run_generate(req, request, progress)
+
+    def retry_offer(request: gr.Request):
+        """After a failed generate: a 'Retry with …' button when it ran out of memory."""
+        advice = memory_advice.pop(session_of(request), ())
+        if not advice:
+            return gr.update(visible=False), []
+        return gr.update(visible=True, value=f"Retry with {' + '.join(advice)}"), list(advice)
+
+    def apply_advice(advice, memory):
+        """Tick the advised memory techniques in Generate's memory group."""
+        return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
+
+    def cancel(request: gr.Request):
+        stopping = cancels.cancel(session_of(request))
+        return "Stopping after the current step…" if stopping else "Nothing is running."
+
+    return {
+        "generate": generate,
+        "generate_form": generate_form,
+        "retry_offer": retry_offer,
+        "apply_advice": apply_advice,
+        "cancel": cancel,
+    }

@@ -1,0 +1,71 @@
+"""History's handlers: `/history` (the run log, filtered, with its CSV), `/load_config` (a logged run back
+into Generate's form), a click on a History row, and `/export_db`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import gradio as gr
+
+from pipelines.registry import SPECS
+from studio import report
+from studio.engine import Studio
+from studio.request import validate_history, validate_run_id
+from studio.ui import exports, views
+from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors, ticked_by_group
+
+
+def build_history_handlers(studio: Studio) -> dict[str, Callable]:
+    """History's event functions, closed over one Studio (its run log)."""
+
+    @engine_errors
+    def history(model, device, status, technique, since, limit):
+        f = validate_history(model, device, status, technique, since, None, limit or 200)
+        rows = studio.runlog.runs(
+            model=f.model,
+            device=f.device,
+            status=f.status,
+            technique=f.technique,
+            since=f.since,
+            until=f.until,
+            limit=f.limit,
+        )
+        records = [report.log_record(r) for r in rows]
+        return views.history_outputs(records, exports.csv_file(records))
+
+    @engine_errors
+    def load_config(run_id):
+        """A logged run's configuration, ready in Generate's form (precision and technique groups
+        included)."""
+        row = studio.runlog.get_run(validate_run_id(run_id))
+        model = row["model"] if row["model"] in SPECS else DEFAULT_MODEL
+        custom = "" if row["model"] in SPECS else row["model"]
+        settings = json.dumps(row["settings"]) if row.get("settings") else ""
+        return (
+            model,
+            custom,
+            row["dtype"],
+            *ticked_by_group(row["requested"] or []),
+            row["prompt"],
+            row["negative_prompt"],
+            row["seed"],
+            row["steps"],
+            row["guidance"],
+            row["width"],
+            row["height"],
+            row["scheduler"],
+            settings,
+            gr.update(selected="generate"),
+        )
+
+    def load_selected(table, evt: gr.SelectData):
+        """A click on a History row loads that run into Generate."""
+        return load_config(table.iloc[evt.index[0]]["Run"])
+
+    return {
+        "history": history,
+        "load_config": load_config,
+        "load_selected": load_selected,
+        "export_db": lambda: exports.database_copy(studio),
+    }

@@ -1,0 +1,42 @@
+"""The System and Big models handlers: `/system` (what this machine can run) and `/shard` (a model saved
+as sharded safetensors under the studio's home)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from studio import report
+from studio import settings as studio_settings
+from studio.engine import Studio
+from studio.request import validate_shard_target
+from studio.scale.shard import shard_model
+from studio.ui import views
+from studio.ui.handlers.common import engine_errors, model_name
+
+
+def build_system_handlers(studio: Studio) -> dict[str, Callable]:
+    """The System and Big models event functions, closed over one Studio."""
+
+    @engine_errors
+    def shard(model, custom_model, name, max_shard_size):
+        model, name = validate_shard_target(model_name(model, custom_model), name)
+        data = shard_model(model, studio_settings.home() / "sharded" / name, max_shard_size)
+        rows = [
+            {
+                "component": c["name"],
+                "file": s["file"],
+                "MB": round(s["bytes"] / 1e6, 3),
+                "tensors": s["tensors"],
+            }
+            for c in data["components"]
+            for s in c["shards"]
+        ]
+        return data, pd.DataFrame(rows, columns=["component", "file", "MB", "tensors"])
+
+    def system():
+        data = report.system_facts(studio)
+        return data, *views.system_tables(data)
+
+    return {"shard": shard, "system": system}

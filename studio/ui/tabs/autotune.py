@@ -1,0 +1,87 @@
+"""The Auto-tune tab: the fastest configuration within a quality floor (`/autotune`), and a button that
+applies the winner in Generate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from studio import report
+from studio.ui.fields import RawNumber
+from studio.ui.widgets import generation_queue, model_inputs, sweep_counts
+
+
+def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> None:
+    """Build the tab; `generate` is what the Generate tab returned, for the winner to fill in."""
+    gr.Markdown(
+        "The fastest configuration whose image stays within a quality floor of the baseline's: each "
+        "technique "
+        "alone (techniques with settings over a small grid), then the survivors combined greedily, then the "
+        "winner confirmed against the baseline in its own interleaved rounds. Only a winner the confirmation "
+        "measured faster beyond noise is offered."
+    )
+    model, custom, device, prompt, seed, steps, _guidance, width, height = model_inputs("tune")
+    names = [t["name"] for t in report.availability() if t["unavailable"] is None]
+    with gr.Row():
+        techniques = gr.Dropdown(
+            names,
+            value=[],
+            multiselect=True,
+            label="Techniques to search (empty: all that can help)",
+            scale=3,
+        )
+        include_compile = gr.Checkbox(
+            False, label="include torch.compile (minutes per configuration on a CPU)"
+        )
+    with gr.Row():
+        min_psnr = RawNumber(30, label="Min PSNR vs baseline (dB)")
+        min_ssim = RawNumber(0.95, label="Min SSIM")
+        fidelity_drop = RawNumber(0.03, label="Max prompt-fidelity drop (tiny-shapes)")
+        warmup, rounds = sweep_counts("tune", 3)
+        confirm = RawNumber(5, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm")
+    with gr.Row():
+        go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn")
+        apply = gr.Button("Apply the winner in Generate", interactive=False, elem_id="tune-apply")
+    with gr.Column(visible=False, elem_id="tune-results") as results:
+        md = gr.Markdown(elem_id="tune-md")
+        table = gr.Dataframe(
+            label="Every configuration measured", wrap=True, interactive=False, elem_id="tune-table"
+        )
+        with gr.Row():
+            quality = gr.ScatterPlot(
+                x="latency_s",
+                y="psnr_db",
+                color="config",
+                title="Latency (s) vs PSNR (dB, capped at 100)",
+                tooltip=["config", "latency_s", "psnr_db"],
+                height=260,
+            )
+            memory = gr.ScatterPlot(
+                x="latency_s",
+                y="peak_memory_mb",
+                color="config",
+                title="Latency (s) vs peak memory (MB)",
+                tooltip=["config", "latency_s", "peak_memory_mb"],
+                height=260,
+            )
+        with gr.Accordion("Result as the API returns it", open=False):
+            data = gr.JSON(label="Result")
+    winner = gr.State(None)
+    inputs = [model, custom, device, prompt, seed, steps, width, height, techniques, include_compile]
+    inputs += [min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm]
+    go.click(
+        handlers["autotune"],
+        inputs,
+        [results, md, table, quality, memory, data, winner, apply],
+        api_name="autotune",
+        show_progress_on=[go],
+        **generation_queue(),
+    )
+    apply.click(
+        handlers["apply_winner"],
+        winner,
+        [generate["precision"], *generate["boxes"], generate["settings"], tabs],
+        queue=False,
+        api_visibility="private",
+    )

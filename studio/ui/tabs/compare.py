@@ -1,0 +1,127 @@
+"""The Compare and Ladder tabs: configurations against the baseline in interleaved rounds (`/compare`),
+and the diffusers documentation's speed ladder on this machine (`/ladder`)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from pipelines.schedulers import SCHEDULERS
+from studio import report
+from studio.ui.widgets import generation_queue, model_inputs, sweep_counts
+
+PRESETS = (
+    "bf16",
+    "channels_last",
+    "bf16,channels_last",
+    "classic_attention",
+    "attention_slicing",
+    "autocast",
+    "jit_trace_unet",
+    "bf16,channels_last,jit_trace_unet",
+    "vae_slicing",
+    "vae_tiling",
+    "torch_compile",
+)
+
+
+def compare_tab(handlers: dict) -> None:
+    gr.Markdown(
+        "The baseline and each configuration are timed in interleaved rounds (A B C, A B C, …), so a "
+        "slower or faster minute of the machine hits them all alike. A speedup is the median of the "
+        "per-round ratios, shown with its range; a range that crosses ×1.00 reads *within noise*."
+    )
+    model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("cmp")
+    with gr.Row():
+        scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
+        warmup, rounds = sweep_counts("cmp", 5)
+    available = {t["name"] for t in report.availability() if t["unavailable"] is None}
+    presets = [p for p in PRESETS if set(p.split(",")) <= available]
+    configs = gr.CheckboxGroup(
+        presets, value=presets[:2], label="Configurations (the baseline always runs)", elem_id="cmp-configs"
+    )
+    custom_configs = gr.Textbox(
+        label="More configurations, one per line", placeholder="bf16,channels_last,sdpa", lines=2
+    )
+    go = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+    with gr.Column(visible=False, elem_id="cmp-results") as results:
+        headline = gr.Markdown(elem_id="cmp-headline")
+        gallery = gr.Gallery(
+            label="Side by side",
+            columns=4,
+            height="auto",
+            object_fit="contain",
+            format="png",
+            elem_id="cmp-gallery",
+            allow_preview=True,
+        )
+        table = gr.Dataframe(label="Results", elem_id="cmp-table", wrap=True, interactive=False)
+        with gr.Accordion("Details: first call, quality, host", open=False):
+            details = gr.Dataframe(wrap=True, interactive=False, elem_id="cmp-details")
+        lat = gr.BarPlot(
+            x="configuration",
+            y="latency (s)",
+            title="Latency per image (median)",
+            height=220,
+            x_label_angle=0,
+        )
+        with gr.Row(equal_height=False):
+            choice = gr.Dropdown([], label="Slider: baseline vs", scale=1)
+            slider = gr.ImageSlider(
+                label="Baseline | configuration", format="png", type="pil", elem_id="cmp-slider", scale=2
+            )
+        with gr.Row():
+            csv_file = gr.File(label="CSV")
+            md_file = gr.File(label="Markdown table")
+        with gr.Accordion("Rows as the API returns them", open=False):
+            rows = gr.JSON(label="Rows")
+    images = gr.State({})
+    inputs = [model, custom, device, prompt, seed, steps, guidance, width, height, scheduler]
+    inputs += [configs, custom_configs, warmup, rounds]
+    outputs = [
+        results,
+        headline,
+        gallery,
+        table,
+        details,
+        lat,
+        choice,
+        slider,
+        images,
+        csv_file,
+        md_file,
+        rows,
+    ]
+    go.click(
+        handlers["compare"], inputs, outputs, api_name="compare", show_progress_on=[go], **generation_queue()
+    )
+    choice.change(
+        lambda c, imgs: (imgs["baseline"], imgs[c]) if c in imgs else None,
+        [choice, images],
+        slider,
+        api_visibility="private",
+    )
+
+
+def ladder_tab(handlers: dict) -> None:
+    gr.Markdown(
+        "The diffusers documentation's speed ladder on this machine: each step adds one technique to the "
+        "previous ones, all steps timed in interleaved rounds. Steps that cannot run here are shown as "
+        "skipped, with the reason."
+    )
+    model, custom, device, prompt, seed, steps, _guidance, width, height = model_inputs("lad")
+    with gr.Row():
+        warmup, rounds = sweep_counts("lad", 5)
+    go = gr.Button("Run the ladder", variant="primary", elem_id="ladder-btn")
+    with gr.Column(visible=False, elem_id="ladder-results") as results:
+        md = gr.Markdown(elem_id="ladder-md")
+        table = gr.Dataframe(label="Ladder", wrap=True, interactive=False, elem_id="ladder-table")
+        with gr.Accordion("Rows as the API returns them", open=False):
+            rows = gr.JSON(label="Rows")
+    go.click(
+        handlers["ladder"],
+        [model, custom, device, prompt, seed, steps, width, height, warmup, rounds],
+        [results, md, table, rows],
+        api_name="ladder",
+        show_progress_on=[go],
+        **generation_queue(),
+    )

@@ -1,0 +1,97 @@
+"""The Generate tab: the form, its Generate, Cancel and 'Retry with …' buttons, and the API's `/generate`
+and `/cancel`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from pipelines.schedulers import SCHEDULERS
+from studio import report
+from studio.optimizations import REGISTRY
+from studio.request import PRECISIONS
+from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
+
+
+def generate_tab(handlers: dict) -> dict[str, Any]:
+    """Build the tab; returns the components other tabs fill in (`targets`: what a logged run sets)."""
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("gen")
+            with gr.Row():
+                usable = {t["name"] for t in report.availability() if t["unavailable"] is None}
+                precision = gr.Radio(
+                    [p for p in PRECISIONS if p == "fp32" or p in usable],
+                    value="fp32",
+                    label="Weights precision",
+                    elem_id="gen-precision",
+                )
+                scheduler = gr.Dropdown(
+                    list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True
+                )
+                negative = gr.Textbox(label="Negative prompt")
+            with gr.Row():
+                go = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                stop = gr.Button("Cancel", elem_id="cancel-btn")
+                retry = gr.Button("Retry with …", visible=False, elem_id="retry-memory-btn")
+        with gr.Column(scale=2):
+            image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
+            card = gr.Markdown(elem_id="metrics-card")
+    with gr.Accordion("Optimizations", open=True):
+        boxes = technique_groups()
+        settings = gr.Textbox(
+            "", label="Technique settings (JSON)", elem_id="gen-settings", placeholder=settings_placeholder()
+        )
+    with gr.Accordion("Metrics (as the API returns them)", open=False):
+        metrics = gr.JSON(label="Metrics")
+    # The form and the API name the same fields around the techniques, which the form reads from its
+    # boxes and the API from one list.
+    request_fields = [prompt, negative, seed, steps, guidance, width, height, scheduler, settings]
+    form = [model, custom, device, precision, *boxes, *request_fields]
+    generation = generation_queue()
+    event = go.click(
+        handlers["generate_form"],
+        form,
+        [image, card, metrics],
+        api_visibility="private",
+        show_progress_on=[image],
+        **generation,
+    )
+    # The API's /generate takes the techniques as one list (a hidden field the form never reads).
+    api_list = gr.Dropdown(
+        sorted(REGISTRY),
+        value=[],
+        multiselect=True,
+        visible=False,
+        label="optimizations",
+        allow_custom_value=True,
+    )  # an unknown name reaches validation, which says why
+    gr.Button(visible=False).click(
+        handlers["generate"],
+        [model, custom, device, precision, api_list, *request_fields],
+        [image, card, metrics],
+        api_name="generate",
+        **generation,
+    )
+    stop.click(handlers["cancel"], None, card, queue=False, api_name="cancel")
+    advice = gr.State([])
+    event.failure(handlers["retry_offer"], None, [retry, advice], queue=False, api_visibility="private")
+    retry.click(
+        handlers["apply_advice"], [advice, boxes[1]], [retry, boxes[1]], queue=False, api_visibility="private"
+    ).then(
+        handlers["generate_form"],
+        form,
+        [image, card, metrics],
+        show_progress_on=[image],
+        api_visibility="private",
+        **generation,
+    )
+    return {
+        "model": model,
+        "custom": custom,
+        "precision": precision,
+        "boxes": boxes,
+        "settings": settings,
+        "targets": [model, custom, precision, *boxes, *request_fields],
+    }

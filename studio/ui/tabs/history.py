@@ -1,0 +1,48 @@
+"""The History tab: the run log filtered (`/history`), as a plot and a CSV, the database to download
+(`/export_db`), and a logged run loaded back into Generate (`/load_config`, or a click on a row)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from studio.optimizations import REGISTRY
+from studio.ui.fields import RawNumber
+
+STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
+
+
+def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.Tab) -> None:
+    """Build the tab, refreshed whenever `tab` is selected; a loaded run fills `generate["targets"]`."""
+    with gr.Row():
+        model = gr.Textbox(label="Model")
+        device = gr.Textbox(label="Device")
+        status = gr.Dropdown(list(STATUSES), value="", label="Status", allow_custom_value=True)
+        technique = gr.Dropdown(["", *REGISTRY], value="", label="Technique", allow_custom_value=True)
+        since = gr.Textbox(label="Since (ISO date)", placeholder="2026-11-01")
+        limit = RawNumber(200, label="Rows", precision=0, minimum=1, maximum=5000)
+    refresh = gr.Button("Refresh", elem_id="history-btn")
+    gr.Markdown("Click a row to load that run's configuration into Generate.")
+    table = gr.Dataframe(label="Runs", wrap=True, max_height=360, interactive=False, elem_id="history-table")
+    plot = gr.LinePlot(
+        x="time",
+        y="latency (s)",
+        color="configuration",
+        title="Latency per image over time",
+        x_axis_format="%m-%d %H:%M",
+        x_label_angle=0,
+        height=260,
+    )
+    with gr.Row():
+        csv_file = gr.File(label="CSV of these runs")
+        db_btn = gr.DownloadButton("Download the database")
+    filters = [model, device, status, technique, since, limit]
+    refresh.click(handlers["history"], filters, [table, plot, csv_file], api_name="history")
+    tab.select(handlers["history"], filters, [table, plot, csv_file], api_visibility="private")
+    db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
+    run_id = RawNumber(visible=False, precision=0, label="run_id")
+    gr.Button(visible=False).click(
+        handlers["load_config"], run_id, [*generate["targets"], tabs], api_name="load_config"
+    )
+    table.select(handlers["load_selected"], table, [*generate["targets"], tabs], api_visibility="private")

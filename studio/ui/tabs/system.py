@@ -1,0 +1,47 @@
+"""The System tab (what this machine can run, `/system`) and the Big models tab (a model saved as
+sharded safetensors, `/shard`)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from pipelines.registry import SPECS
+from studio.ui.handlers.common import DEFAULT_MODEL
+from studio.ui.widgets import generation_queue
+
+
+def system_tab(handlers: dict, tab: gr.Tab) -> None:
+    """Build the tab, refreshed whenever `tab` is selected."""
+    md = gr.Markdown(elem_id="system-md")
+    techniques = gr.Dataframe(
+        label="Techniques on this machine", wrap=True, interactive=False, elem_id="system-table"
+    )
+    with gr.Accordion("As the API returns it", open=False):
+        info = gr.JSON(label="System")
+    gr.Button("Refresh", elem_id="system-btn").click(
+        handlers["system"], None, [info, md, techniques], api_name="system"
+    )
+    tab.select(handlers["system"], None, [info, md, techniques], api_visibility="private")
+
+
+def shard_tab(handlers: dict) -> None:
+    gr.Markdown(
+        "Save a model's components as sharded safetensors (seed: *Working with big models*). The folder is "
+        "created under the studio's home, in `sharded/<name>`; load it back by typing its path in Generate's "
+        "model field (its parent must be in `STUDIO_MODEL_ROOTS`, which the report says)."
+    )
+    with gr.Row():
+        model = gr.Dropdown(list(SPECS), value=DEFAULT_MODEL, label="Model", allow_custom_value=True)
+        custom = gr.Textbox(label="…or a hub id / local directory")
+        name = gr.Textbox("tiny-shapes-sharded", label="Folder name", elem_id="shard-name")
+        size = gr.Textbox("1MB", label="Max shard size", placeholder="500KB, 1MB, 5GB", elem_id="shard-size")
+    go = gr.Button("Save sharded", variant="primary", elem_id="shard-btn")
+    table = gr.Dataframe(label="Shards", wrap=True, elem_id="shard-table")
+    report = gr.JSON(label="Report (as the API returns it)")
+    go.click(
+        handlers["shard"],
+        [model, custom, name, size],
+        [report, table],
+        api_name="shard",
+        **generation_queue(),
+    )

@@ -1,0 +1,107 @@
+"""Form pieces several tabs share: the model inputs, Generate's technique boxes and their settings'
+placeholder, a sweep's warm-up and round counts, and the one queue every generating event shares."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gradio as gr
+
+from pipelines.registry import SPECS
+from studio import devices
+from studio.optimizations import REGISTRY
+from studio.ui.fields import RawNumber
+from studio.ui.handlers.common import DEFAULT_MODEL, GROUPS, model_defaults, techniques_by_group
+
+
+def generation_concurrency() -> int:
+    """One generation at a time per device: 1 on CPU or a single GPU, one per GPU otherwise."""
+    hw = devices.detect()
+    return max(1, len(hw.gpus)) if hw.cuda_functional else 1
+
+
+def generation_queue() -> dict[str, Any]:
+    """The event settings of everything that generates: one shared queue, `generation_concurrency()`
+    events at once."""
+    return {"concurrency_id": "generation", "concurrency_limit": generation_concurrency()}
+
+
+def model_inputs(prefix: str):
+    """Model, custom model, device, prompt, seed, steps, guidance, width and height; the model's own
+    defaults fill the form when the model changes."""
+    spec = SPECS[DEFAULT_MODEL]
+    with gr.Row():
+        model = gr.Dropdown(
+            list(SPECS),
+            value=DEFAULT_MODEL,
+            label="Model",
+            elem_id=f"{prefix}-model",
+            scale=2,
+            allow_custom_value=True,
+        )
+        custom = gr.Textbox(
+            label="…or a hub id / local directory", placeholder="owner/name or ./path", scale=2
+        )
+        device = gr.Dropdown(
+            ["auto", *devices.detect().device_names],
+            value="auto",
+            label="Device",
+            scale=1,
+            allow_custom_value=True,
+        )
+    prompt = gr.Textbox(spec.example_prompt, label="Prompt", lines=2, elem_id=f"{prefix}-prompt")
+    with gr.Row():
+        seed = RawNumber(1, label="Seed (-1 = random)", precision=0)
+        steps = RawNumber(spec.steps, label="Steps", precision=0, elem_id=f"{prefix}-steps")
+        guidance = RawNumber(spec.guidance, label="Guidance")
+        width = RawNumber(spec.width, label="Width", precision=0, step=8, elem_id=f"{prefix}-width")
+        height = RawNumber(spec.height, label="Height", precision=0, step=8, elem_id=f"{prefix}-height")
+    model.change(
+        model_defaults, [model, custom], [steps, guidance, width, height, prompt], api_visibility="private"
+    )
+    return model, custom, device, prompt, seed, steps, guidance, width, height
+
+
+def technique_groups() -> list[gr.CheckboxGroup]:
+    """One box group per role; techniques that cannot run here are listed under it with the reason."""
+    groups = techniques_by_group("auto")
+    boxes = []
+    with gr.Row(equal_height=False):
+        for group in GROUPS:
+            usable = [t for t in groups[group] if t["unavailable"] is None]
+            with gr.Column(min_width=260, elem_id=f"group-{group}"):
+                boxes.append(
+                    gr.CheckboxGroup(
+                        [(f"{t['label']} ({t['name']})", t["name"]) for t in usable],
+                        label=group.title(),
+                        elem_id=f"opts-{group}",
+                    )
+                )
+                missing = [t for t in groups[group] if t["unavailable"] is not None]
+                if missing:
+                    with gr.Accordion(f"Not available here ({len(missing)})", open=False):
+                        gr.Markdown("\n".join(f"- **{t['name']}**: {t['unavailable']}" for t in missing))
+    return boxes
+
+
+def settings_placeholder() -> str:
+    """An example of the technique settings JSON, from the first techniques that have settings."""
+    example = {name: dict(list(opt.defaults.items())[:1]) for name, opt in REGISTRY.items() if opt.defaults}
+    first = dict(list(example.items())[:2])
+    return json.dumps(first) if first else ""
+
+
+def sweep_counts(prefix: str, rounds: int):
+    """A sweep's warm-up calls per configuration and its number of interleaved rounds."""
+    warmup = RawNumber(
+        1, label="Warm-up calls per configuration", precision=0, minimum=0, elem_id=f"{prefix}-warmup"
+    )
+    rounds_box = RawNumber(
+        rounds,
+        label="Rounds (each configuration once per round)",
+        precision=0,
+        minimum=1,
+        elem_id=f"{prefix}-rounds",
+    )
+    return warmup, rounds_box
