@@ -43,6 +43,12 @@ class ModelCost:
     cpu_factor: float = 20.0
 
 
+CALIBRATION_PROMPTS = (
+    "a photo of an astronaut riding a horse on mars",
+    "a watercolor painting of a lighthouse on a cliff at sunset",
+    "a close-up portrait of an old man with a grey beard, studio lighting",
+    "a bowl of fruit on a wooden table, still life",
+)
 SD15_COST = ModelCost(setup=10.0, step=0.08, pixels=512 * 512)
 SDXL_COST = ModelCost(setup=20.0, step=0.25, pixels=1024 * 1024)
 UNKNOWN_COST = ModelCost(setup=25.0, step=0.30, pixels=1024 * 1024)
@@ -68,6 +74,8 @@ class PipelineSpec:
     note: str = ""
     load_kwargs: dict = field(default_factory=dict)
     cost: ModelCost = UNKNOWN_COST
+    # Prompts that techniques quantizing activations calibrate on (the studio's own, never a dataset).
+    calibration_prompts: tuple[str, ...] = CALIBRATION_PROMPTS
     # Model-specific behaviour, as "module:function" names resolved when used (so this file imports no model):
     # prompt_warning(prompt) -> a sentence about words the model ignores, or None;
     # prompt_fidelity(PIL image, prompt) -> {"score": ..., ...} how much of the prompt the image shows,
@@ -98,6 +106,12 @@ SPECS: dict[str, PipelineSpec] = {
             guidance=6.0,
             local=True,
             example_prompt="a big red circle on the left, on a white background",
+            calibration_prompts=(
+                "a big red circle on the left, on a white background",
+                "a small blue square at the top, on a black background",
+                "a big yellow star in the centre, on a grey background",
+                "a small green triangle on the right, on a white background",
+            ),
             note="Trained in this repo on procedural shapes; runs anywhere in well under a second.",
             prompt_warning="pipelines.tiny_shapes.language:vocabulary_warning",
             prompt_fidelity="pipelines.tiny_shapes.analyze:fidelity",

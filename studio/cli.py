@@ -31,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     request_args(cmp_)
     rounds_arg(cmp_, 5)
     cmp_.add_argument(
-        "--config", action="append", default=[], help="'baseline' or 'bf16,channels_last' (repeat)"
+        "--config",
+        action="append",
+        default=[],
+        help="'baseline', 'bf16,channels_last' or 'deepcache[interval=2]' (repeat)",
     )
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
     request_args(tune)

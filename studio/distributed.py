@@ -62,7 +62,7 @@ def cmd_compare(args: argparse.Namespace, state: PartialState, where: dict[str, 
         args,
         state,
         where["device"],
-        lambda r: [dataclasses.replace(r, opts=o) for o in compare.parse_configs(args.config, r)],
+        lambda r: compare.parse_configs(args.config, r),
     )
     if planned is None:
         return 2

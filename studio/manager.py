@@ -233,6 +233,7 @@ class PipelineManager:
             hw=devices.detect(),
             family=request.spec.family,
             target=frozenset(target),
+            calibration_prompts=request.spec.calibration_prompts,
             technique_settings=dict(request.settings),
             state=entry.state,
             stats=entry.stats,

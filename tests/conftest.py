@@ -1,4 +1,4 @@
-"""Shared fixtures: the bundled model, a studio on a temporary database, fake GPUs."""
+"""Shared fixtures: the bundled model, a studio or a run log on a temporary database, fake GPUs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(
     Path(__file__).resolve().parents[1] / ".pytest_cache" / "inductor"
 )
 os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton")
+# The studio's home for what tests do not point elsewhere (OpenVINO's conversions, mostly): never the
+# checkout's ./studio-data, which belongs to the user's `make run`.
+os.environ["STUDIO_HOME"] = str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "studio-home")
 
 import pytest
 import torch
@@ -88,6 +91,14 @@ def studio(tmp_path):
     from studio.engine import Studio
 
     return Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")
+
+
+@pytest.fixture
+def runlog(tmp_path):
+    """An empty run log at runs.db in the test's directory, where the `studio` fixture keeps its own."""
+    from studio.runlog import RunLog
+
+    return RunLog(tmp_path / "runs.db")
 
 
 @pytest.fixture

@@ -24,36 +24,32 @@ def record(**kw):
     return {**base, **kw}
 
 
-def test_run_lifecycle_and_json_columns(tmp_path):
-    log = RunLog(tmp_path / "runs.db")
-    run_id = log.start_run(record())
-    assert log.get_run(run_id)["status"] == "running"
-    log.finish_run(run_id, "ok", latency_median=0.5, applied=["bf16"], latency_all=[0.5, 0.6])
-    row = log.get_run(run_id)
+def test_run_lifecycle_and_json_columns(runlog):
+    run_id = runlog.start_run(record())
+    assert runlog.get_run(run_id)["status"] == "running"
+    runlog.finish_run(run_id, "ok", latency_median=0.5, applied=["bf16"], latency_all=[0.5, 0.6])
+    row = runlog.get_run(run_id)
     assert row["status"] == "ok" and row["applied"] == ["bf16"] and row["latency_all"] == [0.5, 0.6]
     assert row["opt_bf16"] == 1 and row["opt_fp16"] == 0
     assert row["finished_at"] >= row["created_at"]
 
 
-def test_filters(tmp_path):
-    log = RunLog(tmp_path / "runs.db")
-    a = log.start_run(record())
-    b = log.start_run(record(model="sd15", requested=[]))
-    log.finish_run(a, "ok")
-    log.finish_run(b, "failed", error="boom")
-    assert [r["id"] for r in log.runs(model="sd15")] == [b]
-    assert [r["id"] for r in log.runs(status="ok")] == [a]
-    assert [r["id"] for r in log.runs(technique="bf16")] == [a]
-    assert [r["id"] for r in log.runs()] == [b, a]
+def test_filters(runlog):
+    a = runlog.start_run(record())
+    b = runlog.start_run(record(model="sd15", requested=[]))
+    runlog.finish_run(a, "ok")
+    runlog.finish_run(b, "failed", error="boom")
+    assert [r["id"] for r in runlog.runs(model="sd15")] == [b]
+    assert [r["id"] for r in runlog.runs(status="ok")] == [a]
+    assert [r["id"] for r in runlog.runs(technique="bf16")] == [a]
+    assert [r["id"] for r in runlog.runs()] == [b, a]
     with pytest.raises(ValueError):
-        log.runs(technique="nope")
+        runlog.runs(technique="nope")
 
 
-def test_migrations_are_idempotent_and_survive_reopen(tmp_path):
-    path = tmp_path / "runs.db"
-    log = RunLog(path)
-    run_id = log.start_run(record())
-    again = RunLog(path)
+def test_migrations_are_idempotent_and_survive_reopen(runlog):
+    run_id = runlog.start_run(record())
+    again = RunLog(runlog.path)
     assert again.get_run(run_id)["prompt"] == "a red circle"
     assert [m.name for m in migrations.pending(again.db)] == []
     assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -116,11 +112,10 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert RunLog(path).integrity_ok()
 
 
-def test_groups_and_csv(tmp_path):
-    log = RunLog(tmp_path / "runs.db")
-    gid = log.start_group("compare", model="tiny-shapes", settings={"configs": ["baseline", "bf16"]})
-    rid = log.start_run(record(group_id=gid))
-    log.finish_run(
+def test_groups_and_csv(runlog):
+    gid = runlog.start_group("compare", model="tiny-shapes", settings={"configs": ["baseline", "bf16"]})
+    rid = runlog.start_run(record(group_id=gid))
+    runlog.finish_run(
         rid,
         "ok",
         applied=["bf16"],
@@ -133,10 +128,10 @@ def test_groups_and_csv(tmp_path):
         verdict="faster",
         host_busy_pct=3.0,
     )
-    log.finish_group(gid)
-    assert log.get_group(gid)["settings"] == {"configs": ["baseline", "bf16"]}
-    assert log.get_group(gid)["status"] == "ok"
-    rows = log.runs(group_id=gid)
+    runlog.finish_group(gid)
+    assert runlog.get_group(gid)["settings"] == {"configs": ["baseline", "bf16"]}
+    assert runlog.get_group(gid)["status"] == "ok"
+    rows = runlog.runs(group_id=gid)
     assert [r["id"] for r in rows] == [rid]
     records = [report.log_record(r) for r in rows]
     assert (
@@ -151,8 +146,7 @@ def test_groups_and_csv(tmp_path):
     assert '"[""bf16""]"' in text, "lists are JSON in one cell"
 
 
-def test_a_run_still_running_reads_as_a_record_without_figures(tmp_path):
-    log = RunLog(tmp_path / "runs.db")
-    record_ = report.log_record(log.get_run(log.start_run(record())))
+def test_a_run_still_running_reads_as_a_record_without_figures(runlog):
+    record_ = report.log_record(runlog.get_run(runlog.start_run(record())))
     assert record_["status"] == "running" and record_["latency_s"] is None and record_["rounds"] is None
     assert record_["peak_memory_mb"] is None and record_["host_busy"] is False

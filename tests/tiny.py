@@ -1,20 +1,40 @@
 """The one request helper for tests on the bundled model: a checked tiny-shapes request and one
-measured call."""
+measured call; the techniques' tests' step count and the optional packages some techniques need."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
+
+import pytest
 
 from studio.measure import bench
 from studio.request import GenerationRequest, validate_request
 
 PROMPT = "a big red circle on the left, on a white background"
+STEPS = 6  # what the techniques' tests (tests/optimizations) run unless they say otherwise
+
+# The technique -> the optional package (requirements-extras.txt) it needs.
+MODULES = {"token_merging": "tomesd", "int8_dynamic": "torchao"}
+needs_tomesd = pytest.mark.skipif(
+    importlib.util.find_spec("tomesd") is None, reason="tomesd is not installed"
+)
+needs_torchao = pytest.mark.skipif(
+    importlib.util.find_spec("torchao") is None, reason="torchao is not installed"
+)
 
 
 def request(opts: Any = (), settings: dict | None = None, steps: int = 4, **kw: Any) -> GenerationRequest:
     """tiny-shapes, seed 3, `steps` steps at the model's 64x64, with `opts` and their `settings`."""
     args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": steps, **kw}
     return validate_request(opts=list(opts), settings=settings, **args)
+
+
+def technique_request(
+    opts: Any = (), settings: dict | None = None, steps: int = STEPS, **kw: Any
+) -> GenerationRequest:
+    """`request` at the techniques' tests' STEPS."""
+    return request(opts, settings, steps=steps, **kw)
 
 
 def run(manager: Any, req: GenerationRequest):

@@ -16,6 +16,7 @@ from studio.optimizations import (  # noqa: F401
     quantization,
     runtime,
     static_quantization,
+    openvino,
     tokens,
 )
 

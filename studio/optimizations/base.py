@@ -40,6 +40,7 @@ class Context:
     family: str = "sd"
     target: frozenset[str] = frozenset()
     technique_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calibration_prompts: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -161,6 +162,8 @@ def _requirement_reason(req: str, hw: Hardware, device: str, family: str) -> str
         want = int(req.removeprefix("gpus>="))
         have = len(hw.gpus) if hw.cuda_functional else 0
         return None if have >= want else f"needs at least {want} CUDA GPUs; {have} functional here"
+    if req == "cpu":
+        return None if dtype == "cpu" else f"runs on the CPU; this run is on {device}"
     if req == "cpu-x86":
         if dtype != "cpu":
             return f"runs on the CPU (oneDNN int8 kernels); this run is on {device}"

@@ -57,9 +57,13 @@ class PerShapeModule(torch.nn.Module):
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
         raise NotImplementedError
 
+    def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        """What makes a new graph: the inputs' shapes and dtypes (subclasses may add to it)."""
+        return tuple((tuple(t.shape), t.dtype) for t in inputs)
+
     def graph_for(self, inputs: tuple[torch.Tensor, ...]) -> Any:
         """The graph for these inputs' shapes and dtypes, built on first sight."""
-        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        key = self.graph_key(inputs)
         graph = self._graphs.get(key)
         if graph is None:
             start = time.perf_counter()

@@ -40,6 +40,7 @@ import torch
 from studio import checks, devices
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.calibration import denoising_trajectory
 from studio.optimizations.compile import counting_backend, freezing
 from studio.optimizations.inductor_cache import recovering
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet, restore_unet
@@ -58,9 +59,6 @@ class Int8StaticSettings(Settings):
             "calibration_steps", checks.whole("int8_static calibration_steps", self.calibration_steps, 1, 50)
         )
         self._set("vae", checks.boolean("int8_static vae", self.vae))
-
-
-CALIBRATION_SEED = 0
 
 
 def _pt2e() -> tuple[Any, Any]:
@@ -126,15 +124,7 @@ class Int8StaticUNet(PerShapeUNet):
     def calibrate(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> None:
         """Run `model` along a short denoising trajectory of this call's shape and text embeddings."""
         sample, _, context = inputs
-        scheduler = type(self._scheduler()).from_config(self._scheduler().config)
-        scheduler.set_timesteps(self._calibration_steps)
-        generator = torch.Generator().manual_seed(CALIBRATION_SEED)
-        latents = torch.randn(sample.shape, generator=generator, dtype=torch.float32).to(sample)
-        latents = latents * scheduler.init_noise_sigma
-        for t in scheduler.timesteps:
-            step_input = scheduler.scale_model_input(latents, t)
-            prediction = model(step_input, torch.as_tensor(t, device=sample.device), context)
-            latents = scheduler.step(prediction, t, latents).prev_sample
+        denoising_trajectory(model, sample, context, self._scheduler(), self._calibration_steps)
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
         return quantize_and_compile(

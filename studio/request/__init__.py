@@ -15,11 +15,13 @@ from studio.request.generation import (
     GenerationRequest,
     build_request,
     check_opts,
+    parse_config,
     parse_opts,
     parse_setting_args,
     parse_settings,
     request_from_args,
     validate_request,
+    with_config,
 )
 from studio.request.queries import HistoryFilter, validate_history, validate_run_id, validate_shard_target
 from studio.request.sweeps import (
@@ -56,7 +58,9 @@ __all__ = [
     "estimated_seconds",
     "max_request_seconds",
     "parse_opts",
+    "parse_config",
     "parse_setting_args",
+    "with_config",
     "parse_settings",
     "request_from_args",
     "validate_autotune",

@@ -4,6 +4,7 @@ or touches an accelerator."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -92,6 +93,33 @@ def parse_opts(value: Any) -> list[str]:
     return names
 
 
+CONFIG_ITEM = re.compile(r"([^+,\s\[\]]+)(?:\[([^\[\]]*)\])?")
+
+
+def parse_config(value: Any) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """A configuration as Compare takes it, written the way results label it:
+    'openvino[mode=hybrid_int8,inference_precision=auto]+cfg_cutoff[after=0.5]' -> the technique names and
+    the settings given in brackets (checked later, with the request). A list is names only."""
+    if not isinstance(value, str):
+        return parse_opts(value), {}
+    names: list[str] = []
+    settings: dict[str, dict[str, str]] = {}
+    rest = value
+    for match in CONFIG_ITEM.finditer(value):
+        name, body = match.group(1).strip(), match.group(2)
+        rest = rest.replace(match.group(0), " ", 1)
+        if name != "baseline" and name not in names:
+            names.append(name)
+        for pair in filter(None, (body or "").split(",")):
+            key, sep, setting = pair.partition("=")
+            if not sep or not key.strip():
+                raise ValidationError(f"In {value!r}, {pair!r} must look like setting=value.")
+            settings.setdefault(name, {})[key.strip()] = setting.strip()
+    if rest.strip(" +,"):
+        raise ValidationError(f"{value!r} is not a configuration such as 'bf16+deepcache[interval=2]'.")
+    return names, settings
+
+
 def _check_settings(opts: list[str], settings: Any) -> dict[str, dict[str, Any]]:
     """Each technique's settings, built into its settings object (which checks them); only for
     requested ones."""
@@ -117,6 +145,17 @@ def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, 
     if dtype not in spec.dtypes:
         raise ValidationError(f"{spec.id} supports {', '.join(spec.dtypes)}, not {dtype}.")
     return tuple(o.name for o in ordered(names))
+
+
+def with_config(request: GenerationRequest, config: Any) -> GenerationRequest:
+    """`request` with another configuration (see `parse_config`): its techniques, checked for this model
+    and device, and their settings (the configuration's own over the request's)."""
+    names, given = parse_config(config)
+    opts = check_opts(names, request.spec, request.device)
+    merged = {name: {**request.settings.get(name, {}), **given.get(name, {})} for name in names}
+    return dataclasses.replace(
+        request, opts=opts, settings=_check_settings(names, {k: v for k, v in merged.items() if v})
+    )
 
 
 def validate_request(

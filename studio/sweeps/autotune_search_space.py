@@ -35,6 +35,12 @@ GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for technique
     "cfg_cutoff": [{"after": 0.3}, {"after": 0.5}, {"after": 0.75}],
     "token_merging": [{"ratio": 0.3}, {"ratio": 0.5}],
     "threads": [{"num_threads": n} for n in sorted({1, physical_cores(), os.cpu_count() or 1})],
+    "openvino": [
+        {"mode": "fp32"},
+        {"mode": "fp32", "inference_precision": "auto"},
+        {"mode": "int8_weights", "inference_precision": "auto"},
+        {"mode": "hybrid_int8", "inference_precision": "auto"},
+    ],
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from studio import report
 from studio.engine import Studio
 from studio.measure.bench import StopFn
-from studio.request import GenerationRequest, check_opts, parse_opts
+from studio.request import GenerationRequest, with_config
 from studio.run_data import RunResult
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
 
@@ -24,13 +24,14 @@ class CompareResult:
     sweep: SweepResult
 
 
-def parse_configs(configs: list[Any], request: GenerationRequest) -> list[tuple[str, ...]]:
-    """Validate every configuration before anything runs; the baseline comes first, once."""
-    parsed: list[tuple[str, ...]] = [()]
+def parse_configs(configs: list[Any], request: GenerationRequest) -> list[GenerationRequest]:
+    """Validate every configuration before anything runs ('openvino[mode=hybrid_int8]+cfg_cutoff' carries
+    its own settings); the baseline comes first, once."""
+    parsed = [dataclasses.replace(request, opts=(), settings={})]
     for config in configs:
-        opts = check_opts(parse_opts(config), request.spec, request.device)
-        if opts not in parsed:
-            parsed.append(opts)
+        configured = with_config(request, config)
+        if all(configured.config_label != p.config_label for p in parsed):
+            parsed.append(configured)
     return parsed
 
 
@@ -56,10 +57,7 @@ def run_compare(
     should_stop: StopFn | None = None,
 ) -> CompareResult:
     """The baseline and each configuration in interleaved rounds; one `compare` group in the run log."""
-    entries = [
-        Entry("+".join(opts) or "baseline", dataclasses.replace(request, opts=opts))
-        for opts in parse_configs(configs, request)
-    ]
+    entries = [Entry(r.config_label, r) for r in parse_configs(configs, request)]
     sweep = run_sweep(
         studio, "compare", entries, warmup=warmup, rounds=rounds, progress=progress, should_stop=should_stop
     )

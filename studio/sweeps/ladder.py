@@ -1,9 +1,10 @@
 """The diffusers documentation's speed ladder, on this machine: cumulative techniques, timed interleaved.
 
 original (fp32, classic attention) -> cuDNN autotuner -> autocast -> fp16 (bf16 where fp16 does not apply)
--> channels last -> traced UNet -> memory-efficient attention. A step that cannot run here is shown as
-skipped with the reason, not dropped. The plan is made once (`plan`), before anything runs, and used by
-the single-process and the distributed ladder alike: a rung that fails does not change the later ones.
+-> channels last -> traced UNet -> memory-efficient attention, and on CPUs the OpenVINO runtime. A step that
+cannot run here is shown as skipped with the reason, not dropped. The plan is made once (`plan`), before
+anything runs, and used by the single-process and the distributed ladder alike: a rung that fails does not
+change the later ones.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from studio import devices, report
 from studio.engine import Studio
 from studio.measure.bench import StopFn
-from studio.optimizations import REGISTRY, unavailable_reason
+from studio.optimizations import REGISTRY, conflicts_of, unavailable_reason
 from studio.request import GenerationRequest, check_opts
 from studio.sweeps.compare import DEFAULT_ROUNDS, records_of
 from studio.sweeps.runner import Entry, Progress, run_sweep
@@ -37,6 +38,8 @@ RUNGS = (
     Rung("channels last", add=("channels_last",)),
     Rung("traced UNet", add=("jit_trace_unet",)),
     Rung("memory-efficient attention", add=("xformers",), remove=("classic_attention",), fallback=("sdpa",)),
+    # On a CPU, the runtime users reach for instead: it replaces what came before that it conflicts with.
+    Rung("OpenVINO runtime", add=("openvino",), remove=tuple(sorted(conflicts_of("openvino")))),
 )
 
 

@@ -1,10 +1,22 @@
-"""The optimization registry: names, requirements, conflicts, availability reasons."""
+"""The optimization registry: names, requirements, conflicts, availability reasons (a missing optional
+package makes a technique unavailable with a sentence saying so, and the others still run)."""
 
+import numpy as np
 import pytest
 
 from studio import devices
-from studio.errors import ConflictError, ValidationError
-from studio.optimizations import REGISTRY, check_conflicts, conflicts_of, get, ordered, unavailable_reason
+from studio.errors import ConflictError, UnavailableError, ValidationError
+from studio.optimizations import (
+    REGISTRY,
+    base,
+    check_conflicts,
+    conflicts_of,
+    get,
+    ordered,
+    unavailable_reason,
+)
+from tests.tiny import MODULES, run
+from tests.tiny import technique_request as request
 
 SEED_NAMES = {
     "cudnn_benchmark",
@@ -105,3 +117,35 @@ def test_apply_order_puts_layout_before_graph_capture():
         < names.index("sdpa")
         < names.index("jit_trace_unet")
     )
+
+
+def _missing(monkeypatch, *modules):
+    real = base._module_available
+    monkeypatch.setattr(base, "_module_available", lambda name: name not in modules and real(name))
+
+
+def test_missing_packages_make_techniques_unavailable_with_a_reason(monkeypatch, manager, baseline):
+    _missing(monkeypatch, "tomesd", "torchao")
+    from studio import devices
+
+    hw = devices.detect()
+    for name, module in MODULES.items():
+        sentence = f"{name} needs the {module} package, which is not installed."
+        assert unavailable_reason(REGISTRY[name], hw, "cpu") == sentence
+        with pytest.raises(UnavailableError, match=sentence.replace(".", r"\.")):
+            request([name])
+    for name in ("deepcache", "fused_qkv", "threads", "torch_compile", "sdpa"):
+        assert unavailable_reason(REGISTRY[name], hw, "cpu") is None, name
+    images, prepared = run(manager, request(["fused_qkv", "deepcache", "threads"]))
+    assert {"fused_qkv", "deepcache", "threads"} <= set(prepared.applied) and np.isfinite(images).all()
+    assert np.array_equal(run(manager, request())[0], baseline)
+
+
+def test_missing_xformers_is_named_once_cuda_is_there(monkeypatch, fake_gpus):
+    _missing(monkeypatch, "xformers")
+    hw = fake_gpus(1, major=8)
+    sentence = "xformers needs the xformers package, which is not installed."
+    assert unavailable_reason(REGISTRY["xformers"], hw, "cuda:0") == sentence
+    with pytest.raises(UnavailableError, match=sentence.replace(".", r"\.")):
+        request(["xformers"], device="cuda:0")
+    assert unavailable_reason(REGISTRY["sdpa"], hw, "cuda:0") is None

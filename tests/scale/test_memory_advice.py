@@ -28,9 +28,8 @@ def log_run(runlog: RunLog, opts: list[str], peak: int, device: str = "cpu", siz
     runlog.finish_run(run_id, "ok", peak_memory=peak, latency_median=1.0)
 
 
-def test_advice_ranks_measured_savings_first_and_knows_what_fits_a_gpu(tmp_path, fake_gpus):
+def test_advice_ranks_measured_savings_first_and_knows_what_fits_a_gpu(runlog, fake_gpus):
     fake_gpus(1)  # one 24 GB GPU
-    runlog = RunLog(tmp_path / "runs.db")
     for peak in (30 * GB, 32 * GB):
         log_run(runlog, [], peak, device="cuda:0")
     log_run(runlog, ["model_cpu_offload"], 10 * GB, device="cuda:0")

@@ -169,6 +169,25 @@ def test_a_traced_configuration_is_traced_once_in_its_own_pipeline(studio, monke
             pass
 
 
+def test_a_compare_can_set_one_technique_two_ways(studio):
+    """Configurations carry their own settings, written as results label them; each is its own run."""
+    result = run_compare(
+        studio,
+        request(steps=8),
+        ["deepcache[interval=2]", "deepcache[interval=5]", "deepcache[interval=2]"],
+        rounds=2,
+    )
+    assert [r["config"] for r in result.records] == [
+        "baseline",
+        "deepcache[interval=2]",
+        "deepcache[interval=5]",
+    ]
+    runs = {r["config_label"]: r for r in studio.runlog.runs(group_id=result.group_id)}
+    assert runs["deepcache[interval=5]"]["settings"] == {"deepcache": {"interval": 5}}
+    two, five = (r.request.settings["deepcache"]["interval"] for r in result.results[1:])
+    assert (two, five) == (2, 5) and result.results[1].arrays.tobytes() != result.results[2].arrays.tobytes()
+
+
 # ---- 4. group lifecycle ------------------------------------------------------------------------------------
 
 

@@ -159,6 +159,12 @@ def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
     from playwright.sync_api import expect
 
     table = page.locator("#history-table")
+    expect(table).to_contain_text("baseline", timeout=60_000)  # filled when the tab opens
+    technique = page.get_by_role("combobox", name="Technique", exact=True)  # as a user narrows a long log
+    technique.fill("channels_last")
+    technique.press("Enter")
+    page.locator("#history-btn").click()
+    expect(table).not_to_contain_text("baseline", timeout=60_000)
     expect(table).to_contain_text("channels_last", timeout=60_000)
     _no_horizontal_scroll(page)
     _shot(page, "history")
@@ -190,13 +196,12 @@ def test_cancel_is_neutral_and_resets_the_card(page):
     _shot(page, "cancelled")
 
 
-def test_out_of_memory_offers_a_retry_with_memory_techniques(page, tmp_path, monkeypatch):
+def test_out_of_memory_offers_a_retry_with_memory_techniques(page, studio, monkeypatch):
     """Last in this module: it points the page at an app of its own."""
     import torch
     from diffusers import UNet2DConditionModel
     from playwright.sync_api import expect
 
-    from studio.engine import Studio
     from studio.ui import build_demo
 
     real, calls = UNet2DConditionModel.forward, []
@@ -208,7 +213,7 @@ def test_out_of_memory_offers_a_retry_with_memory_techniques(page, tmp_path, mon
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(UNet2DConditionModel, "forward", oom_once)
-    demo = build_demo(Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out"))
+    demo = build_demo(studio)
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True)
     try:
         page.goto(url, wait_until="load")

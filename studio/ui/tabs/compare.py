@@ -40,7 +40,9 @@ def compare_tab(handlers: dict) -> None:
         presets, value=presets[:2], label="Configurations (the baseline always runs)", elem_id="cmp-configs"
     )
     custom_configs = gr.Textbox(
-        label="More configurations, one per line", placeholder="bf16,channels_last,sdpa", lines=2
+        label="More configurations, one per line",
+        placeholder="bf16,channels_last,sdpa\nopenvino[mode=hybrid_int8]",
+        lines=2,
     )
     go = gr.Button("Compare", variant="primary", elem_id="compare-btn")
     with gr.Column(visible=False, elem_id="cmp-results") as results:

@@ -1,10 +1,11 @@
-"""The validation boundary: every bad input gets a specific sentence before any model work."""
+"""The validation boundary (studio.request.generation): every bad input gets a specific sentence before any
+model work."""
 
 import pytest
 
 from studio.errors import ConflictError, UnavailableError, ValidationError
 from studio.optimizations.memory import parse_max_memory
-from studio.request import parse_opts, validate_request
+from studio.request import parse_config, parse_opts, validate_request, with_config
 
 
 def ok(**kw):
@@ -118,6 +119,38 @@ def test_hub_ids_are_accepted_without_loading():
     assert ok(model="someone/some-model", width=512, height=512).spec.source == "someone/some-model"
     with pytest.raises(ValidationError):
         ok(model="../../etc/passwd")
+
+
+@pytest.mark.parametrize(
+    "text, names, settings",
+    [
+        ("bf16,channels_last jit_trace_unet", ["bf16", "channels_last", "jit_trace_unet"], {}),
+        ("baseline", [], {}),
+        (
+            "openvino[mode=hybrid_int8,inference_precision=auto]+cfg_cutoff[after=0.5]",
+            ["openvino", "cfg_cutoff"],
+            {
+                "openvino": {"mode": "hybrid_int8", "inference_precision": "auto"},
+                "cfg_cutoff": {"after": "0.5"},
+            },
+        ),
+    ],
+)
+def test_a_configuration_is_written_as_results_label_it(text, names, settings):
+    assert parse_config(text) == (names, settings)
+
+
+@pytest.mark.parametrize("text", ["deepcache[interval]", "deepcache]x", "x[[a=1]]", "deepcache[=2]"])
+def test_a_malformed_configuration_is_refused_with_an_example(text):
+    with pytest.raises(ValidationError, match="setting=value|is not a configuration such as"):
+        parse_config(text)
+
+
+def test_a_configuration_replaces_the_techniques_and_adds_its_settings():
+    base = validate_request(model="tiny-shapes", prompt="a red circle", opts=["deepcache"])
+    assert with_config(base, "bf16+deepcache[interval=2]").config_label == "bf16+deepcache[interval=2]"
+    with pytest.raises(ValidationError, match="deepcache interval"):
+        with_config(base, "deepcache[interval=0]")
 
 
 def test_parse_helpers():

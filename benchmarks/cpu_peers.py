@@ -1,0 +1,134 @@
+"""On CPUs, against OpenVINO: the peer's configurations and the studio's own, side by side, through Compare.
+
+    .venv/bin/python -m benchmarks.cpu_peers sd15 [--rounds 3]   # sd15-arch 256x256, 10 steps, guidance 7.5
+    .venv/bin/python -m benchmarks.cpu_peers tiny [--rounds 7]   # tiny-shapes 64x64, 20 steps, + fidelity
+
+Each group is one Compare (one run-log group): warm-up calls, then interleaved rounds (A B C, A B C, ...);
+a speedup is the median of the per-round ratios, with their range. OpenVINO's rows are the studio's
+`openvino` technique (OpenVINO's `convert_model` and NNCF, the recipe optimum-intel uses), so both sides
+run on the same prompt, seed, scheduler, threads and timer. Groups:
+- keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), and the studio's compiled UNet;
+- quantized: OpenVINO hybrid int8, OpenVINO 8-bit weights, and the studio's int8_static (oneDNN);
+- bf16 (CPUs with AMX or AVX512-BF16 only): OpenVINO with its default precision, and the studio's bf16.
+Each line gives the median seconds per image, x vs PyTorch fp32 and x vs the group's OpenVINO row, PSNR of
+the image against PyTorch fp32's, the first call (conversion, calibration, compilation) and, on tiny-shapes,
+prompt fidelity on 48 fixed prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+
+from studio import devices
+from studio.engine import Studio
+from studio.measure import protocol
+from studio.request import validate_request
+from studio.sweeps.compare import run_compare
+
+COMPILED = "channels_last+torch_compile[dynamic=false,freezing=true]"
+GROUPS = {
+    "keep the math": ("openvino", ["openvino", COMPILED]),
+    "quantized": (
+        "openvino[mode=hybrid_int8]",
+        ["openvino[mode=hybrid_int8]", "openvino[mode=int8_weights]", "int8_static"],
+    ),
+    "bf16": (
+        "openvino[inference_precision=auto]",
+        [
+            "openvino[inference_precision=auto]",
+            "openvino[inference_precision=auto,mode=hybrid_int8]",
+            "bf16",
+        ],
+    ),
+}
+# Left out on sd15-arch unless --all: each configuration keeps a copy of the ~4 GB model for the sweep, and
+# these two add ~25 min and ~8 GB on a 2-core, 24 GB machine (fp32 compile measured x0.76 there before).
+SD15_OPTIONAL = {COMPILED, "openvino[mode=int8_weights]"}
+MODELS = {
+    "sd15": {"model": "sd15-arch", "prompt": "a photo", "steps": 10, "width": 256, "height": 256},
+    "tiny": {"model": "tiny-shapes", "prompt": "a big red circle on the left, on a white background"},
+}
+
+
+def cpu_line() -> str:
+    hw = devices.detect()
+    flags = sorted(hw.cpu_flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8"})
+    return (
+        f"{hw.cpu_model} ({hw.cpu_count} cores, {torch.get_num_threads()} torch threads; {' '.join(flags)})"
+    )
+
+
+def fidelity_of(studio: Studio, request) -> float | None:
+    """Mean prompt fidelity (colour, shape, position) on the bundled model's 48 fixed prompts, seed 0."""
+    if request.model != "tiny-shapes":
+        return None
+    import dataclasses
+
+    from pipelines.tiny_shapes.evaluate import eval_prompts, score
+
+    prompts = eval_prompts()
+    images = [studio.generate(dataclasses.replace(request, prompt=p, seed=0)).images[0] for p in prompts]
+    return statistics.mean(score(images, prompts).values())
+
+
+def run_group(name: str, peer: str, configs: list[str], which: str, rounds: int) -> None:
+    home = tempfile.mkdtemp(prefix="bench-peers-")
+    studio = Studio(db_path=f"{home}/runs.db", outputs=f"{home}/out")
+    request = validate_request(seed=1, **MODELS[which])
+    result = run_compare(studio, request, configs, warmup=1, rounds=rounds)
+    times = {r.request.config_label: r.metrics["latency_all"] for r in result.results if r is not None}
+    print(f"\n{name} (group {result.group_id}, {rounds} rounds):", flush=True)
+    for record, run in zip(result.records, result.results, strict=True):
+        if run is None:
+            print(f"  {record['config']:58} failed: {record['error']}")
+            continue
+        label = run.request.config_label
+        vs_peer = protocol.speedup(times[peer], times[label]) if peer in times else None
+        fidelity = fidelity_of(studio, run.request)
+        print(
+            f"  {label:58} {record['latency_s']:7.3f} s  x{record['speedup']:.2f} "
+            f"({record['speedup_min']:.2f}-{record['speedup_max']:.2f}, {record['verdict']})  "
+            + (
+                f"vs OpenVINO x{vs_peer.median:.2f} ({vs_peer.low:.2f}-{vs_peer.high:.2f})  "
+                if vs_peer
+                else ""
+            )
+            + (f"PSNR {record['psnr_db']:.1f} dB  " if record.get("psnr_db") is not None else "PSNR -  ")
+            + f"first call {record['first_call_s']:.1f} s"
+            + (f"  fidelity {fidelity:.1%}" if fidelity is not None else "")
+            + (f"  host busy {record['host_busy_pct']:.0f}%" if record.get("host_busy") else ""),
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("which", choices=sorted(MODELS))
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--group", action="append", choices=sorted(GROUPS), default=None)
+    parser.add_argument("--all", action="store_true", help="sd15: also the configurations in SD15_OPTIONAL")
+    args = parser.parse_args()
+    rounds = args.rounds or (3 if args.which == "sd15" else 7)
+    print(f"CPU: {cpu_line()}; torch {torch.__version__}", flush=True)
+    hw = devices.detect()
+    for name in args.group or list(GROUPS):
+        if name == "bf16" and not {"avx512_bf16", "amx_bf16"} & hw.cpu_flags:
+            print(f"\n{name}: skipped, this CPU has no bf16 instructions (OpenVINO's default is f32 here)")
+            continue
+        peer, configs = GROUPS[name]
+        if args.which == "sd15" and not args.all:
+            configs = [c for c in configs if c not in SD15_OPTIONAL]
+        run_group(name, peer, configs, args.which, rounds)
+
+
+if __name__ == "__main__":
+    main()

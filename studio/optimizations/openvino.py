@@ -1,0 +1,245 @@
+"""The `openvino` technique: the UNet, the VAE decoder and the text encoder run by OpenVINO's CPU runtime.
+
+Applied at request time like every technique: each part is swapped for a stand-in that, on the first call
+of each input shape, converts the part (or reads the conversion from the disk cache), compresses or
+quantizes it as the `mode` setting says, and compiles it for the CPU; the PyTorch parts are kept and put
+back on revert. Modes (see `openvino_models`): "fp32" (fp32 weights; with `inference_precision` "f32" the math
+of PyTorch's fp32 to rounding), "int8_weights" (8-bit weights) and "hybrid_int8" (8-bit weights plus static
+int8 of the convolutions, calibrated on the model's calibration prompts along a denoising trajectory of the
+call's own size and steps). `inference_precision` "auto" lets OpenVINO choose (bf16 on CPUs with AMX or
+AVX512-BF16): faster there, and the image changes a little.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from studio import checks
+from studio.optimizations import openvino_models as ovm
+from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.calibration import denoising_trajectory
+from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet, restore_unet
+
+PRECISIONS = ("f32", "auto")
+
+
+@dataclass(frozen=True)
+class OpenVINOSettings(Settings):
+    """`mode`: fp32, int8_weights or hybrid_int8; `inference_precision`: f32 or auto (OpenVINO's choice, bf16
+    on AMX CPUs); `vae`, `text_encoder`: run those through OpenVINO too."""
+
+    mode: str = "fp32"
+    inference_precision: str = "f32"
+    vae: bool = True
+    text_encoder: bool = True
+
+    def __post_init__(self) -> None:
+        self._set("mode", checks.one_of("openvino mode", self.mode, ovm.MODES))
+        self._set(
+            "inference_precision",
+            checks.one_of("openvino inference_precision", self.inference_precision, PRECISIONS),
+        )
+        self._set("vae", checks.boolean("openvino vae", self.vae))
+        self._set("text_encoder", checks.boolean("openvino text_encoder", self.text_encoder))
+
+
+def _runner(model: Any, precision: str) -> Any:
+    """A callable running the compiled model on torch tensors, returning its first output as a tensor."""
+    request = ovm.compile_for_cpu(model, precision).create_infer_request()
+
+    def run(*inputs: torch.Tensor) -> torch.Tensor:
+        arrays = [t.detach().contiguous().cpu().numpy() for t in inputs]
+        return torch.from_numpy(request.infer(arrays, share_inputs=False)[0].copy())
+
+    return run
+
+
+class OpenVINOPart(PerShapeModule):
+    """A pipeline part run by OpenVINO: converted, compressed and compiled once per input shape."""
+
+    counter = "compile"
+    part = ""
+
+    def __init__(self, module: torch.nn.Module, settings: OpenVINOSettings, stats: dict[str, Any]):
+        super().__init__(module, stats)
+        self._settings = settings
+        self._weights = ovm.fingerprint(module)
+
+    def traced(self) -> torch.nn.Module:
+        """The module as `convert_model` sees it: positional tensors in, one tensor out."""
+        return self.original
+
+    def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+        return model if self._settings.mode == "fp32" else ovm.compress_weights(model)
+
+    def key_parts(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "weights": self._weights,
+            "inputs": [[list(t.shape), str(t.dtype)] for t in inputs],
+            "mode": self._settings.mode,
+        }
+
+    def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
+        key = ovm.cache_key(**self.key_parts(inputs))
+        model = ovm.cached_model(
+            key, lambda: self.compressed(ovm.convert(self.traced(), inputs), inputs), self._stats
+        )
+        return _runner(model, self._settings.inference_precision)
+
+
+class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
+    """The UNet; in hybrid_int8 mode calibrated on the model's calibration prompts at the call's size and
+    steps (the step count is read from the pipeline's scheduler, set for the running call)."""
+
+    part = "unet"
+
+    def __init__(self, unet, settings, stats, pipe: Any, prompts: tuple[str, ...]):
+        super().__init__(unet, settings, stats)  # PerShapeUNet's part makes `_plain`
+        self._pipe = weakref.ref(pipe)  # no cycle: the part is freed with its pipeline
+        self._prompts = prompts
+
+    def traced(self) -> torch.nn.Module:
+        return self._plain
+
+    def _steps(self) -> int:
+        return len(self._pipe().scheduler.timesteps)
+
+    def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        """In hybrid_int8 mode a graph is calibrated for the call's step count as well as its shapes."""
+        steps = self._steps() if self._settings.mode == "hybrid_int8" else None
+        return (*super().graph_key(inputs), steps)
+
+    def key_parts(self, inputs):
+        parts = super().key_parts(inputs)
+        if self._settings.mode == "hybrid_int8":
+            scheduler = self._pipe().scheduler
+            parts.update(steps=self._steps(), prompts=list(self._prompts), scheduler=type(scheduler).__name__)
+        return parts
+
+    def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+        if self._settings.mode != "hybrid_int8":
+            return super().compressed(model, inputs)
+        return ovm.hybrid_quantize(model, self.calibration(inputs))
+
+    def calibration(self, inputs: tuple[torch.Tensor, ...]) -> list[tuple[Any, ...]]:
+        """The UNet's inputs along a denoising trajectory per calibration prompt, at this call's shape."""
+        sample, timestep, context = inputs
+        records: list[tuple[Any, ...]] = []
+
+        def record(x: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+            t = t.to(timestep.dtype).reshape(timestep.shape)
+            records.append(tuple(v.detach().cpu().numpy().copy() for v in (x, t, c)))
+            return self._plain(x, t, c)
+
+        pipe = self._pipe()
+        with torch.no_grad():
+            for seed, prompt in enumerate(self._prompts):
+                cond, uncond = pipe.encode_prompt(prompt, sample.device, 1, True, None)
+                half = context.shape[0] // 2  # the pipeline's order: unguided first, then guided
+                prompt_context = torch.cat([uncond] * half + [cond] * (context.shape[0] - half))
+                denoising_trajectory(record, sample, prompt_context, pipe.scheduler, self._steps(), seed)
+        return records
+
+
+class OpenVINODecoder(OpenVINOPart):
+    """The VAE's decoder (8-bit weights in the int8 modes; its activations stay float)."""
+
+    part = "vae_decoder"
+
+    def forward(self, sample: torch.Tensor, latent_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        if latent_embeds is not None:
+            raise TypeError(
+                "OpenVINODecoder takes no latent_embeds (spatially conditioned VAEs); set vae=false"
+            )
+        return self.graph_for((sample,))(sample)
+
+
+class _TextHidden(torch.nn.Module):
+    def __init__(self, encoder: torch.nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids):
+        return self.encoder(input_ids, return_dict=False)[0]
+
+
+class OpenVINOTextEncoder(OpenVINOPart):
+    """The text encoder's last hidden state (8-bit weights in the int8 modes)."""
+
+    part = "text_encoder"
+
+    def traced(self) -> torch.nn.Module:
+        return _TextHidden(self.original)
+
+    def forward(self, input_ids, attention_mask=None, output_hidden_states=None, **kwargs):
+        if attention_mask is not None or output_hidden_states:
+            raise TypeError(
+                "openvino's text encoder returns the last hidden state only (no attention mask, no "
+                "clip_skip); set openvino text_encoder=false"
+            )
+        return (self.graph_for((input_ids,))(input_ids),)
+
+
+def apply(pipe: Any, ctx: Context) -> None:
+    settings = ctx.settings("openvino")
+    ovm.openvino()  # unavailable before anything changes
+    if settings.mode != "fp32":
+        ovm.nncf()
+    ctx.state["unet_original"] = pipe.unet
+    pipe.unet = OpenVINOUNet(pipe.unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts)
+    if settings.vae:
+        ctx.state["openvino_decoder"] = pipe.vae.decoder
+        pipe.vae.decoder = OpenVINODecoder(pipe.vae.decoder.eval(), settings, ctx.stats)
+    if settings.text_encoder:
+        ctx.state["openvino_text_encoder"] = pipe.text_encoder
+        pipe.text_encoder = OpenVINOTextEncoder(pipe.text_encoder.eval(), settings, ctx.stats)
+
+
+def revert(pipe: Any, ctx: Context) -> None:
+    restore_unet(pipe, ctx)
+    decoder = ctx.state.pop("openvino_decoder", None)
+    if decoder is not None:
+        pipe.vae.decoder = decoder
+    encoder = ctx.state.pop("openvino_text_encoder", None)
+    if encoder is not None:
+        pipe.text_encoder = encoder
+
+
+register(
+    Optimization(
+        name="openvino",
+        label="OpenVINO runtime (CPU)",
+        group="speed",
+        description=(
+            "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
+            "mode fp32, int8_weights (8-bit weights) or hybrid_int8 (8-bit weights and calibrated int8 "
+            "convolutions); inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on AMX "
+            "CPUs. The first call of each size converts (and calibrates) and is cached on disk."
+        ),
+        requires=("module:openvino", "family:sd", "cpu"),
+        conflicts=(
+            "jit_trace_unet",
+            "torch_compile",
+            "int8_dynamic",
+            "int8_static",
+            "deepcache",
+            "token_merging",
+            "fused_qkv",
+            "channels_last",
+            "attention_slicing",
+            "classic_attention",
+            "bf16",
+            "autocast",
+        ),
+        reversible=False,
+        apply=apply,
+        revert=revert,
+        settings=OpenVINOSettings,
+        order=80,
+    )
+)

@@ -1,0 +1,188 @@
+"""OpenVINO models of a pipeline's parts: conversion, 8-bit weights, hybrid int8, and the disk cache.
+
+A part (UNet, VAE decoder, text encoder) is converted with OpenVINO's own `convert_model` for the exact
+input shapes of a call (static shapes: no shape-dependent branch of the PyTorch code is baked in for
+another size, and the CPU plugin runs static shapes fastest), then optionally compressed with NNCF:
+- "int8_weights": 8-bit weights (per output channel, asymmetric), activations stay float;
+- "hybrid_int8": the recipe optimum-intel uses for diffusion UNets: 8-bit weights for the Linear layers,
+  and static int8 (weights and activations, calibrated) for the convolutions and the attention matmuls,
+  the first convolution kept float.
+Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
+`$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
+library versions, so a later process reads it back in a fraction of that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from studio import settings as studio_settings
+from studio.errors import UnavailableError
+
+log = logging.getLogger(__name__)
+
+MODES = ("fp32", "int8_weights", "hybrid_int8")
+
+
+def openvino() -> Any:
+    """The openvino module, or UnavailableError with the reason."""
+    try:
+        module = importlib.import_module("openvino")
+    except ImportError as exc:
+        raise UnavailableError(f"openvino could not be imported ({exc}).") from exc
+    _without_telemetry()
+    return module
+
+
+def _without_telemetry() -> None:
+    """The studio sends no usage data: OpenVINO's converter and NNCF report to Google Analytics unless the
+    user opted out. The converter gets its own no-op stand-in; NNCF skips telemetry under NNCF_DEV."""
+    os.environ.setdefault("NNCF_DEV", "1")  # read once, when nncf is first imported
+    stub = importlib.import_module("openvino.tools.ovc.telemetry_stub")
+    for name in ("openvino.tools.ovc.convert_impl", "openvino.tools.ovc.telemetry_utils"):
+        importlib.import_module(name).tm = stub
+
+
+def nncf() -> Any:
+    openvino()  # first: telemetry off before nncf is imported
+    try:
+        return importlib.import_module("nncf")
+    except ImportError as exc:
+        raise UnavailableError(
+            f"openvino's int8 modes need nncf, which could not be imported ({exc})."
+        ) from exc
+
+
+def cache_root() -> Path:
+    return studio_settings.home() / "openvino"
+
+
+def fingerprint(module: torch.nn.Module) -> str:
+    """A digest of a module's class, parameter names, shapes and a sample of each tensor's values: the same
+    weights give the same digest, other weights (almost surely) another one, in milliseconds for SD 1.5."""
+    digest = hashlib.sha256(type(module).__qualname__.encode())
+    for name, tensor in module.state_dict().items():
+        flat = tensor.detach().reshape(-1)
+        stride = max(1, flat.numel() // 64)
+        digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
+        digest.update(flat[::stride][:64].to(torch.float64).cpu().numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+def versions() -> dict[str, str]:
+    ov = openvino()
+    out = {"openvino": ov.__version__, "torch": torch.__version__}
+    if importlib.util.find_spec("nncf") is not None:
+        out["nncf"] = importlib.import_module("nncf").__version__
+    return out
+
+
+def cache_key(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps({**parts, "versions": versions()}, sort_keys=True).encode()).hexdigest()[
+        :32
+    ]
+
+
+def cached_model(key: str, build: Callable[[], Any], stats: dict[str, Any]) -> Any:
+    """The OpenVINO model stored under `key`, or `build()` written there first (atomically: a directory
+    renamed into place). An unreadable entry is removed and rebuilt."""
+    ov = openvino()
+    path = cache_root() / key / "model.xml"
+    if path.exists():
+        try:
+            model = ov.Core().read_model(path)
+            stats["openvino_cache_hits"] = stats.get("openvino_cache_hits", 0) + 1
+            return model
+        except RuntimeError as exc:
+            log.warning("openvino cache entry %s is unreadable (%s); rebuilding it", path.parent, exc)
+            shutil.rmtree(path.parent, ignore_errors=True)
+    model = build()
+    stats["openvino_builds"] = stats.get("openvino_builds", 0) + 1
+    path.parent.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=path.parent.parent))
+    try:
+        # compress_to_fp16=False: the stored model computes exactly what the converted one does.
+        ov.save_model(model, scratch / "model.xml", compress_to_fp16=False)
+        os.replace(scratch, path.parent)
+    except OSError as exc:  # another process stored the same entry first, or the disk is full
+        log.warning("openvino cache entry %s not written (%s)", path.parent, exc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return model
+
+
+def convert(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+    """`module(*inputs)` as an OpenVINO model with these inputs' static shapes and dtypes."""
+    ov = openvino()
+    shapes = [
+        (ov.PartialShape(list(t.shape)), ov.Type.f32 if t.is_floating_point() else ov.Type.i64)
+        for t in inputs
+    ]
+    with torch.no_grad():
+        return ov.convert_model(module.eval(), example_input=inputs, input=shapes)
+
+
+def compress_weights(model: Any) -> Any:
+    """8-bit weights (INT8_ASYM, per output channel) for every MatMul and Convolution; no data needed."""
+    return nncf().compress_weights(model)
+
+
+def _constant_behind(op: Any, port: int) -> bool:
+    """Whether `op`'s input `port` is fed by a Constant (through Convert, FakeQuantize or Reshape)."""
+    node = op.input_value(port).get_node()
+    while node.get_type_name() in ("Convert", "FakeQuantize", "Reshape") and node.inputs():
+        node = node.input_value(0).get_node()
+    return node.get_type_name() == "Constant"
+
+
+def hybrid_quantize(model: Any, calibration: list[dict[str, Any]]) -> Any:
+    """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
+    layers), then static int8 calibrated on `calibration` (the model's inputs by name, numpy arrays) for
+    the rest: convolutions and attention's activation-activation MatMuls, SmoothQuant off, `conv_in` float."""
+    lib = nncf()
+    linear = [
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_type_name() == "MatMul" and (_constant_behind(op, 0) or _constant_behind(op, 1))
+    ]
+    first_conv = [
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_type_name() == "Convolution" and "conv_in" in op.get_friendly_name()
+    ]
+    compressed = lib.compress_weights(model, ignored_scope=lib.IgnoredScope(types=["Convolution"]))
+    return lib.quantize(
+        compressed,
+        lib.Dataset(calibration),
+        subset_size=len(calibration),
+        model_type=lib.ModelType.TRANSFORMER,
+        ignored_scope=lib.IgnoredScope(names=linear + first_conv, validate=False),
+        advanced_parameters=lib.AdvancedQuantizationParameters(
+            smooth_quant_alphas=lib.AdvancedSmoothQuantParameters(matmul=-1)
+        ),
+    )
+
+
+def compile_for_cpu(model: Any, precision: str) -> Any:
+    """Compile for the CPU with torch's thread count, one stream, latency first. `precision` "f32" keeps
+    fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16, f32 elsewhere)."""
+    ov = openvino()
+    config: dict[str, Any] = {
+        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": "1",
+        "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+    }
+    if precision == "f32":
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+    return ov.Core().compile_model(model, "CPU", config)

@@ -1,0 +1,129 @@
+"""The `openvino` technique on the bundled model: OpenVINO's CPU runtime for the UNet, VAE decoder and text
+encoder, in fp32 (the same image), with 8-bit weights and with calibrated hybrid int8 (close, and the image
+still shows what was asked); conversions cached on disk; exact revert; no usage data sent."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from studio.errors import ValidationError
+from studio.manager import PipelineManager
+from studio.measure.quality import max_abs_diff, psnr
+from studio.optimizations import REGISTRY, unavailable_reason
+from tests import tiny
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
+    reason="openvino and nncf are optional (requirements-extras.txt) and not installed here",
+)
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    path = tmp_path_factory.mktemp("studio-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STUDIO_HOME", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def manager(home):
+    return PipelineManager()
+
+
+@pytest.fixture(scope="module")
+def baseline(manager):
+    return tiny.run(manager, tiny.request(steps=STEPS))[0]
+
+
+def openvino(**settings):
+    return tiny.request(["openvino"], {"openvino": settings} if settings else None, steps=STEPS)
+
+
+def cache_entries(home: Path) -> set[str]:
+    root = home / "openvino"
+    return {p.name for p in root.iterdir()} if root.exists() else set()
+
+
+def test_fp32_draws_the_same_image_builds_once_per_shape_and_reverts(manager, baseline, home):
+    images, prepared = tiny.run(manager, openvino())
+    assert max_abs_diff(images, baseline) < 1e-4, "fp32 with f32 precision keeps PyTorch's fp32 math"
+    stats = prepared.ctx.stats
+    assert stats["compile_count"] == 3, "the UNet, the VAE decoder and the text encoder, once each"
+    assert stats["openvino_builds"] == 3 and len(cache_entries(home)) == 3
+    images_again, prepared = tiny.run(manager, openvino())
+    assert np.array_equal(images_again, images) and prepared.ctx.stats["compile_count"] == 3, "no rebuild"
+    assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline), "revert is exact"
+
+
+def test_a_new_process_reads_the_conversion_from_disk(baseline, home):
+    tiny.run(PipelineManager(), openvino())  # the entries exist (this module's manager or this call)
+    fresh = PipelineManager()
+    images, prepared = tiny.run(fresh, openvino())
+    assert prepared.ctx.stats["openvino_cache_hits"] == 3 and "openvino_builds" not in prepared.ctx.stats
+    assert max_abs_diff(images, baseline) < 1e-4
+
+
+def test_an_unreadable_cache_entry_is_rebuilt(baseline, home):
+    tiny.run(PipelineManager(), openvino(vae=False, text_encoder=False))
+    for entry in cache_entries(home):
+        xml = home / "openvino" / entry / "model.xml"
+        xml.write_text(xml.read_text()[:200])  # truncated, as by a full disk
+    images, prepared = tiny.run(PipelineManager(), openvino(vae=False, text_encoder=False))
+    assert prepared.ctx.stats["openvino_builds"] == 1 and max_abs_diff(images, baseline) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "mode, min_psnr", [("int8_weights", 38.0), ("hybrid_int8", 26.0)]
+)  # measured here (AMX Xeon): 46.3 dB and 30.5-31.1 dB
+def test_int8_modes_stay_close_and_keep_what_the_image_shows(manager, baseline, mode, min_psnr):
+    images, prepared = tiny.run(manager, openvino(mode=mode))
+    assert 0 < max_abs_diff(images, baseline) and psnr(images, baseline) >= min_psnr, psnr(images, baseline)
+    assert tiny.fidelity(images)["detected"] == tiny.fidelity(baseline)["detected"]
+    assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
+
+
+def test_hybrid_calibration_is_keyed_by_size_and_steps(home):
+    manager = PipelineManager()
+    before = cache_entries(home)
+    tiny.run(manager, tiny.request(["openvino"], {"openvino": {"mode": "hybrid_int8"}}, steps=6))
+    after_six = cache_entries(home)
+    tiny.run(manager, tiny.request(["openvino"], {"openvino": {"mode": "hybrid_int8"}}, steps=8))
+    new_unets = cache_entries(home) - after_six
+    assert len(after_six - before) >= 1 and len(new_unets) == 1, "8 steps calibrates a UNet of its own"
+
+
+def test_conversion_sends_no_usage_data(monkeypatch, home):
+    import openvino_telemetry
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("OpenVINO telemetry was started")
+
+    monkeypatch.setattr(openvino_telemetry.Telemetry, "__init__", refuse)
+    tiny.run(PipelineManager(), tiny.request(["openvino"], steps=2, width=72, height=72))
+
+
+def test_bad_settings_are_refused_before_anything_runs():
+    with pytest.raises(ValidationError, match="openvino mode"):
+        openvino(mode="int4")
+    with pytest.raises(ValidationError, match="openvino inference_precision"):
+        openvino(inference_precision="fp8")
+    with pytest.raises(ValidationError, match="openvino settings must be a mapping"):
+        openvino(threads=2)
+
+
+def test_it_says_why_when_it_cannot_run(monkeypatch):
+    from studio import devices
+
+    hw = devices.detect()
+    assert "runs on the CPU" in unavailable_reason(REGISTRY["openvino"], hw, "cuda:0")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a)
+    )
+    assert "needs the openvino package" in unavailable_reason(REGISTRY["openvino"], hw, "cpu")
