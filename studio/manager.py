@@ -114,13 +114,15 @@ class PipelineManager:
         )
 
     def model_bytes(self, request: GenerationRequest) -> int:
-        """The bytes of weights and buffers a copy of `request`'s pipeline holds (loads it if needed)."""
+        """The bytes of weights and buffers a copy of `request`'s pipeline holds with its techniques applied
+        (loads it if needed): the weights, and the further copies some techniques keep."""
         entry, _ = self._entry(request)
-        return sum(
+        weights = sum(
             t.numel() * t.element_size()
             for m in _modules(entry.base)
             for t in [*m.parameters(), *m.buffers()]
         )
+        return int(weights * (1 + sum(get(o).weight_copies for o in request.opts)))
 
     @contextlib.contextmanager
     def own_pipelines(self, name: str) -> Iterator[None]:

@@ -106,6 +106,9 @@ class Optimization:
     step_tensors: tuple[str, ...] = ()
     dtype: torch.dtype | None = None
     places_modules: bool = False
+    # Further copies of the pipeline's weights the technique holds while applied (a runtime's own converted
+    # model): what a sweep must count to keep a copy of the pipeline for it.
+    weight_copies: float = 0.0
     settings: type[Settings] = Settings
 
     @property

@@ -237,6 +237,7 @@ register(
             "autocast",
         ),
         reversible=False,
+        weight_copies=1.0,  # OpenVINO's compiled parts hold their own weights (fp32: as many bytes again)
         apply=apply,
         revert=revert,
         settings=OpenVINOSettings,

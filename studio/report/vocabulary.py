@@ -7,7 +7,11 @@ from studio.measure.host import BUSY_PCT
 # key -> (unit, meaning). The order is the order of CSV columns.
 KEYS: dict[str, tuple[str, str]] = {
     "run_id": ("", "the run's id in the run log"),
-    "config": ("", "the configuration: technique names joined by '+', or 'baseline'"),
+    "config": (
+        "",
+        "the configuration: technique names joined by '+', each with the settings given for it in brackets "
+        "('deepcache[interval=2]'), or 'baseline'; Compare accepts configurations written this way",
+    ),
     "status": ("", "ok, failed, cancelled, interrupted, running or skipped"),
     "applied": ("", "the techniques actually applied, in order"),
     "latency_s": ("s", "median wall time of one pipeline call (warm-ups excluded)"),

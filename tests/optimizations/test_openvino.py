@@ -79,8 +79,8 @@ def test_an_unreadable_cache_entry_is_rebuilt(baseline, home):
 
 
 @pytest.mark.parametrize(
-    "mode, min_psnr", [("int8_weights", 38.0), ("hybrid_int8", 26.0)]
-)  # measured here (AMX Xeon): 46.3 dB and 30.5-31.1 dB
+    "mode, min_psnr", [("int8_weights", 36.0), ("hybrid_int8", 24.0)]
+)  # measured on an AMX Xeon: 43-46 dB and 30.5-32 dB; the bounds leave room for other CPUs
 def test_int8_modes_stay_close_and_keep_what_the_image_shows(manager, baseline, mode, min_psnr):
     images, prepared = tiny.run(manager, openvino(mode=mode))
     assert 0 < max_abs_diff(images, baseline) and psnr(images, baseline) >= min_psnr, psnr(images, baseline)
