@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -36,26 +37,23 @@ MODES = ("fp32", "int8_weights", "hybrid_int8")
 
 
 def openvino() -> Any:
-    """The openvino module, or UnavailableError with the reason."""
+    """The openvino module, or UnavailableError with the reason.
+
+    The studio sends no usage data. OpenVINO's converter (already when `openvino` is imported) and NNCF
+    report to Google Analytics through `openvino_telemetry`, and write a client id under the home directory,
+    unless the user opted out; both fall back to no-op stand-ins when that package cannot be imported, which
+    is what blocking it here does, before either is imported.
+    """
+    if "openvino" not in sys.modules:
+        sys.modules.setdefault("openvino_telemetry", None)  # None: `import openvino_telemetry` fails
     try:
-        module = importlib.import_module("openvino")
+        return importlib.import_module("openvino")
     except ImportError as exc:
         raise UnavailableError(f"openvino could not be imported ({exc}).") from exc
-    _without_telemetry()
-    return module
-
-
-def _without_telemetry() -> None:
-    """The studio sends no usage data: OpenVINO's converter and NNCF report to Google Analytics unless the
-    user opted out. The converter gets its own no-op stand-in; NNCF skips telemetry under NNCF_DEV."""
-    os.environ.setdefault("NNCF_DEV", "1")  # read once, when nncf is first imported
-    stub = importlib.import_module("openvino.tools.ovc.telemetry_stub")
-    for name in ("openvino.tools.ovc.convert_impl", "openvino.tools.ovc.telemetry_utils"):
-        importlib.import_module(name).tm = stub
 
 
 def nncf() -> Any:
-    openvino()  # first: telemetry off before nncf is imported
+    openvino()  # first: usage reporting blocked before nncf is imported
     try:
         return importlib.import_module("nncf")
     except ImportError as exc:
