@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -150,15 +151,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     f = validate_history(
         args.model, args.device, args.status, args.technique, args.since, args.until, args.limit
     )
-    rows = RunLog(settings.db_path()).runs(
-        model=f.model,
-        device=f.device,
-        status=f.status,
-        technique=f.technique,
-        since=f.since,
-        until=f.until,
-        limit=f.limit,
-    )
+    rows = RunLog(settings.db_path()).runs(**dataclasses.asdict(f))
     records = [report.log_record(r) for r in rows]
     first = (
         ("Run", lambda r: str(r["run_id"])),

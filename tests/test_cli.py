@@ -90,6 +90,16 @@ def test_python_dash_m_studio_is_the_same_cli(tmp_path):
     assert not (tmp_path / "runs.db").exists()
 
 
+def test_a_compare_configuration_carries_its_settings_and_a_malformed_one_is_refused(cli):
+    status, out, err = cli(
+        "compare", "--prompt", PROMPT, *SMALL, "--config", "deepcache[interval=2]", "--rounds", "1", "--json"
+    )
+    assert status == 0, err
+    assert [r["config"] for r in json.loads(out)["rows"]] == ["baseline", "deepcache[interval=2]"]
+    status, out, err = cli("compare", "--prompt", PROMPT, *SMALL, "--config", "deepcache[interval]", "--json")
+    assert status != 0 and "must look like setting=value" in err
+
+
 def test_generate_compare_history_share_one_database_and_one_vocabulary(cli):
     status, out, err = cli(
         "generate", "--prompt", PROMPT, *SMALL, "--opt", "bf16", "--opt", "channels_last", "--json"

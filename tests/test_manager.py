@@ -39,6 +39,13 @@ def baseline(manager):
     return run(manager, request())[0]
 
 
+def test_a_sweep_counts_the_weight_copies_a_technique_keeps(manager):
+    """OpenVINO's compiled parts hold their own weights: a pipeline with it needs twice the bytes."""
+    plain = manager.model_bytes(request())
+    assert plain > 0 and manager.model_bytes(request(["channels_last"])) == plain
+    assert manager.model_bytes(request(["openvino"])) == 2 * plain
+
+
 def test_vae_tiling_changes_little_and_reverts(manager):
     big = request(width=128, height=128)
     ref = run(manager, big)[0]

@@ -3,6 +3,7 @@ into Generate's form), a click on a History row, and `/export_db`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 
@@ -22,15 +23,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
     @engine_errors
     def history(model, device, status, technique, since, limit):
         f = validate_history(model, device, status, technique, since, None, limit or 200)
-        rows = studio.runlog.runs(
-            model=f.model,
-            device=f.device,
-            status=f.status,
-            technique=f.technique,
-            since=f.since,
-            until=f.until,
-            limit=f.limit,
-        )
+        rows = studio.runlog.runs(**dataclasses.asdict(f))
         records = [report.log_record(r) for r in rows]
         return views.history_outputs(records, exports.csv_file(records))
 
