@@ -26,6 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from benchmarks.speed_floors import eval_fidelity
 from studio import devices
 from studio.engine import Studio
 from studio.measure import protocol
@@ -67,15 +68,9 @@ def cpu_line() -> str:
 
 def fidelity_of(studio: Studio, request) -> float | None:
     """Mean prompt fidelity (colour, shape, position) on the bundled model's 48 fixed prompts, seed 0."""
-    if request.model != "tiny-shapes":
-        return None
-    import dataclasses
-
-    from pipelines.tiny_shapes.evaluate import eval_prompts, score
-
-    prompts = eval_prompts()
-    images = [studio.generate(dataclasses.replace(request, prompt=p, seed=0)).images[0] for p in prompts]
-    return statistics.mean(score(images, prompts).values())
+    return (
+        statistics.mean(eval_fidelity(studio, request).values()) if request.model == "tiny-shapes" else None
+    )
 
 
 def run_group(name: str, peer: str, configs: list[str], which: str, rounds: int) -> None:

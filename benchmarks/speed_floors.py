@@ -26,6 +26,7 @@ bf16 and int8 matmul peaks, and each configuration's UNet call split by kind of 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -62,14 +63,15 @@ def _request(config: str, model: str, prompt: str, **kw):
     )
 
 
-def _fidelity(studio: Studio, config: str) -> dict[str, float]:
-    """Prompt fidelity of a configuration on the 48 fixed prompts (seed 0), through the engine's own call
-    path, so call-stage techniques and step hooks (cfg_cutoff) act as they do for users."""
+def eval_fidelity(studio: Studio, request) -> dict[str, float]:
+    """Prompt fidelity of `request`'s configuration on the bundled model's 48 fixed prompts (seed 0), through
+    the engine's own call path, so call-stage techniques and step hooks (cfg_cutoff) act as they do for
+    users."""
     from pipelines.tiny_shapes.evaluate import eval_prompts, score
 
     prompts, images = eval_prompts(), []
     for prompt in prompts:
-        req = _request(config, "tiny-shapes", prompt, seed=0, steps=20)
+        req = dataclasses.replace(request, prompt=prompt, seed=0)
         with studio.manager.acquire(req) as prepared:
             out = bench.run_once(prepared, req).images[0]
         images.append(Image.fromarray((out * 255).round().clip(0, 255).astype(np.uint8)))
@@ -98,7 +100,7 @@ def tiny(rounds: int, configs: list[str]) -> None:
         "seed 0:"
     )
     for c in configs:
-        acc = _fidelity(studios[c], c)
+        acc = eval_fidelity(studios[c], requests[c])
         med = statistics.median(times[c])
         ratio = protocol.speedup(times[configs[0]], times[c])
         print(
