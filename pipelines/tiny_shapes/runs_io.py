@@ -86,7 +86,8 @@ class ThreadGovernor:
     """
 
     def __init__(self, max_threads: int = 2) -> None:
-        self.max_threads = max_threads
+        # never more threads than the cores this process may run on (``taskset -c 1`` -> 1)
+        self.max_threads = min(max_threads, len(os.sched_getaffinity(0)))
         self._last = self._sample()
         torch.set_num_threads(1)  # start safe; update() raises it when the CPU turns out to be free
 

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 import torch
+from diffusers import UNet2DConditionModel
+from transformers import CLIPTextModel
 
 from . import models
 from .build import ASSET_DIR, make_tokenizer, save_trained
@@ -106,12 +108,22 @@ class Trainer:
     def _resume(self) -> None:
         state = load_checkpoint(UNET_DIR / "ckpt.pt")
         if state is None:
+            if self.args.init_from is not None:
+                self._init_from(self.args.init_from)
             return
         for name, module in self._modules().items():
             module.load_state_dict(state[name])
         self.opt.load_state_dict(state["opt"])
         self.prompts.rng.setstate(state["prompt_rng"])
         self.step = state["step"]
+
+    def _init_from(self, folder: Path) -> None:
+        """Start from a saved pipeline's UNet and text encoder (fresh optimiser, EMA = the weights)."""
+        unet = UNet2DConditionModel.from_pretrained(folder, subfolder="unet")
+        text = CLIPTextModel.from_pretrained(folder, subfolder="text_encoder")
+        for name, source in (("unet", unet), ("ema_unet", unet), ("text", text), ("ema_text", text)):
+            self._modules()[name].load_state_dict(source.state_dict())
+        logger.info("initialised the UNet and the text encoder from %s", folder)
 
     def checkpoint(self) -> None:
         """Write the resumable state."""
@@ -236,6 +248,12 @@ def main() -> None:
         type=float,
         default=None,
         help="time budget: fit the step count (and LR schedule) to it as training goes",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="without a checkpoint, start from this pipeline folder's UNet and text encoder",
     )
     parser.add_argument("--out", type=Path, default=None, help="pipeline folder (default assets/tiny-shapes)")
     args = parser.parse_args()

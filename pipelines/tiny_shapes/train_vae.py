@@ -25,7 +25,7 @@ import torch
 from diffusers import AutoencoderKL
 from PIL import Image
 
-from . import models
+from . import ASSET_DIR, models
 from .runs_io import (
     RUNS_DIR,
     ThreadGovernor,
@@ -87,8 +87,15 @@ def decoder_loss(vae: torch.nn.Module, z: torch.Tensor, x: torch.Tensor) -> tupl
 
 
 def load_vae() -> AutoencoderKL:
-    """The newest trained VAE: the decoder-only checkpoint if there is one, else the joint one."""
+    """The newest trained VAE: the decoder-only checkpoint, else the joint one, else the shipped one.
+
+    Without any checkpoint (a fresh checkout) the VAE in ``assets/tiny-shapes`` is used: its encoder
+    is the one the shipped UNet was trained on, so training can continue from the shipped weights.
+    """
     path = DECODER_CKPT if DECODER_CKPT.exists() else VAE_DIR / "ckpt.pt"
+    if not path.exists():
+        logger.info("no VAE checkpoint in %s: using the shipped VAE", VAE_DIR)
+        return AutoencoderKL.from_pretrained(ASSET_DIR, subfolder="vae").eval().requires_grad_(False)
     vae = models.make_vae()
     vae.load_state_dict(torch.load(path, weights_only=False)["model"])
     return vae.eval().requires_grad_(False)
