@@ -16,3 +16,14 @@ SCHEDULERS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "pndm": ("PNDMScheduler", {}),
     "lms": ("LMSDiscreteScheduler", {}),
 }
+
+# name -> the sampler's name in AUTOMATIC1111's `parameters` text (what its users read and paste)
+A1111_SAMPLERS: dict[str, str] = {
+    "ddim": "DDIM",
+    "euler": "Euler",
+    "euler_a": "Euler a",
+    "dpmpp_2m": "DPM++ 2M",
+    "unipc": "UniPC",
+    "pndm": "PLMS",
+    "lms": "LMS",
+}

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         hist.add_argument(flag)
     hist.add_argument("--limit", type=int, default=20)
     hist.add_argument("--json", action="store_true")
+    show = sub.add_parser("show", help="the settings and figures a PNG carries (the studio's or A1111's)")
+    show.add_argument("image", help="a PNG file")
+    show.add_argument("--json", action="store_true")
     add_shard_parser(sub)
     return parser
 
@@ -162,6 +165,18 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from studio.report import image_metadata
+
+    found = image_metadata.read(args.image)
+    if found.settings is None:
+        print(found.message, file=sys.stderr)
+        return 1
+    data = {"source": found.source, "message": found.message, "settings": found.settings}
+    emit(data, args.json, image_metadata.describe(found))
+    return 0
+
+
 COMMANDS = {
     "system": cmd_system,
     "optimizations": cmd_optimizations,
@@ -169,6 +184,7 @@ COMMANDS = {
     "compare": cmd_compare,
     "autotune": cmd_autotune,
     "history": cmd_history,
+    "show": cmd_show,
     "shard": cmd_shard,
 }
 

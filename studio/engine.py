@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import settings
+from studio import report, settings
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.measure import bench, quality
 from studio.measure.host import HostMonitor
 from studio.recompile_storm import graph_builds, storm_warnings
+from studio.report import image_metadata
 from studio.request import GenerationRequest
 from studio.run_data import Computed, Pending, RunResult, run_metrics, run_record
 from studio.runlog import RunLog
@@ -94,15 +95,23 @@ class Studio:
         if interrupted:
             log.warning("marked %d unfinished run(s) from a previous process as interrupted", interrupted)
 
-    def _save(self, run_id: int | None, images: list[Image.Image], warnings: list[str]) -> list[str]:
-        """Write the images as PNG; a failed write (full disk, read-only) becomes a warning, the images
-        are still returned to the caller."""
+    def _save(self, result: RunResult, columns: dict[str, Any], baseline: RunResult | None) -> list[str]:
+        """Write the images as PNG, each carrying its run (`report.image_metadata`); a failed write (full
+        disk, read-only) becomes a warning, the images are still returned to the caller."""
+        run_id, warnings = result.run_id, result.warnings
         stem = f"run-{run_id:06d}" if run_id is not None else f"unlogged-{time.time_ns()}"
+        record = report.run_record(result, baseline)
+        texts = [
+            image_metadata.chunks(image_metadata.embedded(columns, record, i))
+            for i in range(len(result.images))
+        ]
+        for img, text in zip(result.images, texts, strict=True):
+            img.info.update(text)  # Gradio copies an image's text into the PNG it serves
         paths = []
         try:
-            for i, img in enumerate(images):
+            for i, (img, text) in enumerate(zip(result.images, texts, strict=True)):
                 path = self.outputs / f"{stem}-{i}.png"
-                img.save(path)
+                img.save(path, pnginfo=image_metadata.png_info(text))
                 paths.append(str(path))
         except OSError as exc:
             log.error("could not save the images of run %s: %s", run_id, exc)
@@ -127,10 +136,9 @@ class Studio:
     ) -> Pending:
         """Log a run as `running` before any compute (a crash leaves a trace); what to warn about it."""
         warnings = prompt_warnings(request)
-        run_id = self._log(
-            warnings, lambda: self.runlog.start_run(run_record(request, warmup, repeats, group_id))
-        )
-        return Pending(run_id, request, warnings)
+        columns = run_record(request, warmup, repeats, group_id)
+        run_id = self._log(warnings, lambda: self.runlog.start_run(columns))
+        return Pending(run_id, request, warnings, columns)
 
     def compute(
         self,
@@ -217,9 +225,10 @@ class Studio:
     ) -> RunResult:
         """Log a run computed elsewhere (another process of a distributed sweep) and save its images."""
         record = run_record(request, warmup, repeats, group_id)
-        run_id = self.runlog.start_run({**record, "hardware": hardware or record["hardware"]})
+        columns = {**record, "hardware": hardware or record["hardware"]}
+        run_id = self.runlog.start_run(columns)
         try:
-            return self.finish(Pending(run_id, request, []), computed, baseline, extra)
+            return self.finish(Pending(run_id, request, [], columns), computed, baseline, extra)
         except Exception as exc:
             self.runlog.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
             raise
@@ -237,14 +246,25 @@ class Studio:
         """
         request, warnings = pending.request, pending.warnings
         measured = computed.measured
-        images = _to_pil(measured.images)
-        paths = self._save(pending.run_id, images, warnings)
         metrics = run_metrics(request, computed, extra)
         warnings.extend(storm_warnings(computed.stats))
         host = computed.host
         if host is not None and host.note():
             warnings.append(host.note())
         qual = self._quality(request, measured.images, baseline)
+        result = RunResult(
+            pending.run_id,
+            request,
+            metrics,
+            _to_pil(measured.images),
+            [],
+            measured.images,
+            qual,
+            computed.applied,
+            warnings,
+        )
+        columns = pending.columns or run_record(request, 0, 1, None)
+        paths = result.image_paths = self._save(result, columns, baseline)
         if pending.run_id is not None:
             self._log(
                 warnings,
@@ -259,9 +279,7 @@ class Studio:
                     **qual,
                 ),
             )
-        return RunResult(
-            pending.run_id, request, metrics, images, paths, measured.images, qual, computed.applied, warnings
-        )
+        return result
 
     def _advise(self, exc: OutOfMemory, request: GenerationRequest) -> None:
         """Add to an out-of-memory error the memory techniques to retry with, ranked by the run log."""

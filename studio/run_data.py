@@ -63,6 +63,7 @@ class Pending:
     run_id: int | None
     request: GenerationRequest
     warnings: list[str] = field(default_factory=list)
+    columns: dict[str, Any] = field(default_factory=dict)  # its run-log columns (`run_record`)
 
 
 def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: int | None) -> dict[str, Any]:

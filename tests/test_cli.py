@@ -202,3 +202,23 @@ def test_autotune_prints_the_answer_and_logs_one_group(cli):
     assert len(runs) == len(data["rows"]) + sweeps - 1 and {r["status"] for r in runs} == {"ok"}
     status, _, err = cli("autotune", "--prompt", PROMPT, "--min-ssim", "2")
     assert status == 2 and "min_ssim must be a finite number between 0 and 1" in err
+
+
+def test_show_prints_what_a_png_carries_and_says_when_it_carries_nothing(cli, tmp_path):
+    status, out, err = cli("generate", "--prompt", PROMPT, *SMALL, "--opt", "vae_slicing", "--json")
+    assert status == 0, err
+    image = json.loads(out)["image_path"]
+    status, out, err = cli("show", image)
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("Settings of run 1 (vae_slicing)")
+    assert f"prompt: {PROMPT}" in lines and "seed 1, 2 steps, 32x32, guidance 6.0, scheduler default" in lines
+    assert any(line.startswith("latency ") for line in lines)
+    status, out, err = cli("show", image, "--json")
+    data = json.loads(out)
+    assert data["source"] == "diffusion-studio" and data["settings"]["requested"] == ["vae_slicing"]
+    from PIL import Image
+
+    Image.new("RGB", (4, 4)).save(tmp_path / "plain.png")
+    status, out, err = cli("show", str(tmp_path / "plain.png"))
+    assert status == 1 and out == "" and "carries no generation settings" in err

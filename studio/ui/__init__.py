@@ -1,7 +1,7 @@
 """The Gradio Blocks app: Generate, Compare, Ladder, Auto-tune, History, Big models and System.
 
 `build_demo()` returns the Blocks; `launch_kwargs()` the launch settings (theme, css,
-queue sizes and file limits live there in Gradio 6). Endpoints: `/generate`, `/cancel`,
+queue sizes and file limits live there in Gradio 6). Endpoints: `/generate`, `/cancel`, `/read_image`,
 `/compare`, `/ladder`, `/autotune`, `/history`, `/load_config`, `/export_db`, `/shard`, `/system`.
 Each tab is built in `studio.ui.tabs`, its events handled in `studio.ui.handlers`.
 """

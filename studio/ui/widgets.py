@@ -52,7 +52,7 @@ def model_inputs(prefix: str):
         )
     prompt = gr.Textbox(spec.example_prompt, label="Prompt", lines=2, elem_id=f"{prefix}-prompt")
     with gr.Row():
-        seed = RawNumber(1, label="Seed (-1 = random)", precision=0)
+        seed = RawNumber(1, label="Seed (-1 = random)", precision=0, elem_id=f"{prefix}-seed")
         steps = RawNumber(spec.steps, label="Steps", precision=0, elem_id=f"{prefix}-steps")
         guidance = RawNumber(spec.guidance, label="Guidance")
         width = RawNumber(spec.width, label="Width", precision=0, step=8, elem_id=f"{prefix}-width")

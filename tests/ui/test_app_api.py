@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gradio_client import Client
+from gradio_client import Client, handle_file
 from PIL import Image
 
 from studio.runlog import RunLog
@@ -242,6 +242,24 @@ def test_load_config_returns_a_logged_runs_settings(client):
         PROMPT,
     )
     assert list(out[8:11]) == [42, 3, 6.0]
+
+
+def test_the_served_png_carries_its_run_and_read_image_reads_it(client, tmp_path):
+    image, _, metrics = client.predict(
+        **generate_args(optimizations=["vae_slicing"], seed=5), api_name="/generate"
+    )
+    found = client.predict(handle_file(image), api_name="/read_image")
+    assert found["found"] and found["source"] == "diffusion-studio"
+    settings = found["settings"]
+    assert (settings["run_id"], settings["seed"], settings["requested"]) == (
+        metrics["run_id"],
+        5,
+        ["vae_slicing"],
+    )
+    assert settings["latency_s"] == metrics["latency_s"]
+    Image.new("RGB", (8, 8)).save(tmp_path / "plain.png")
+    plain = client.predict(handle_file(str(tmp_path / "plain.png")), api_name="/read_image")
+    assert plain["found"] is False and "carries no generation settings" in plain["message"]
 
 
 def test_shard_saves_small_shards_that_load_back_and_generate(client, server):

@@ -107,6 +107,34 @@ def test_unavailable_techniques_are_listed_with_the_reason(page):
     expect(page.locator("#group-speed")).to_contain_text("needs CUDA", timeout=10_000)
 
 
+def test_load_from_image_fills_the_form_and_says_what_it_found(page, server, tmp_path):
+    """The PNG the first test's Generate wrote (seed 1, channels_last, a blue square), dropped back."""
+    from playwright.sync_api import expect
+
+    image = sorted((server.home / "outputs").glob("run-*.png"))[0]
+    page.locator("#gen-prompt textarea").fill("something else")
+    page.locator("#gen-seed input").fill("99")
+    page.get_by_text("Load from image").click()
+    page.locator("#load-image input[type=file]").set_input_files(str(image))
+    note = page.locator("#load-image-note")
+    expect(note).to_contain_text("saved by the studio", timeout=30_000)
+    expect(page.locator("#gen-prompt textarea")).to_have_value(
+        "a big blue square at the top, on a white background"
+    )
+    expect(page.locator("#gen-seed input")).to_have_value("1")
+    assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()
+    page.locator("#load-image").scroll_into_view_if_needed()
+    _shot(page, "load-from-image")
+    plain = tmp_path / "plain.png"
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(plain)
+    page.locator("#load-image button[aria-label='Clear']").first.click()
+    page.locator("#load-image input[type=file]").set_input_files(str(plain))
+    expect(note).to_contain_text("carries no generation settings", timeout=30_000)
+    expect(page.locator("#gen-seed input")).to_have_value("1")
+
+
 def test_compare_shows_captioned_images_and_a_readable_table(page):
     _tab(page, "Compare")
     assert not page.locator("#cmp-results").is_visible(), "nothing is shown before there are results"

@@ -1,17 +1,19 @@
 """What the event handlers share: engine errors as `gr.Error`, the stop check of a run (Cancel button or
-a closed client), the session a request belongs to, and the Generate form's model defaults and
-technique groups."""
+a closed client), the session a request belongs to, and the Generate form: its model defaults, technique
+groups and the values that fill it from a logged run or an image."""
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
 from gradio.context import LocalContext
 
-from pipelines.registry import resolve
+from pipelines.registry import SPECS, resolve
 from studio import report
 from studio.errors import Cancelled, StudioError, describe
 from studio.optimizations import REGISTRY
@@ -55,6 +57,28 @@ def ticked_by_group(opts: list[str]) -> list[list[str]]:
     """Which of `opts` to tick in each of Generate's technique groups, in the order of GROUPS."""
     groups = techniques_by_group("auto")
     return [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
+
+
+def form_values(columns: dict[str, Any]) -> tuple:
+    """Generate's form (`targets`) from run-log columns: a logged run, or the settings a PNG carries. A
+    column that is absent (another tool's `parameters` name no techniques) leaves its field as it is."""
+    keep = gr.update()
+
+    def get(name: str) -> Any:
+        return columns[name] if columns.get(name) is not None else keep
+
+    model_id = columns.get("model")
+    if model_id is None:
+        model, custom = keep, keep
+    else:
+        model, custom = (model_id, "") if model_id in SPECS else (DEFAULT_MODEL, model_id)
+    requested = columns.get("requested")
+    boxes = ticked_by_group(requested) if requested is not None else [keep] * len(GROUPS)
+    settings = (
+        keep if "settings" not in columns else json.dumps(columns["settings"]) if columns["settings"] else ""
+    )
+    fields = ("prompt", "negative_prompt", "seed", "steps", "guidance", "width", "height", "scheduler")
+    return (model, custom, get("dtype"), *boxes, *(get(f) for f in fields), settings)
 
 
 def client_gone_check() -> Callable[[], bool]:

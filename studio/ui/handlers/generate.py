@@ -1,5 +1,5 @@
-"""Generate's handlers: the API's `/generate` and the form's own Generate, `/cancel`, and the
-'Retry with …' offer after an out-of-memory failure."""
+"""Generate's handlers: the API's `/generate` and the form's own Generate, `/cancel`, the 'Retry with …'
+offer after an out-of-memory failure, and a PNG's settings back into the form (`/read_image`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,18 @@ import gradio as gr
 from studio import report
 from studio.engine import Studio
 from studio.errors import Cancelled, OutOfMemory
+from studio.report import image_metadata
 from studio.request import build_request
 from studio.ui import views
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.common import cancelled_note, engine_errors, model_name, session_of, stop_check
+from studio.ui.handlers.common import (
+    cancelled_note,
+    engine_errors,
+    form_values,
+    model_name,
+    session_of,
+    stop_check,
+)
 
 
 def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
@@ -126,6 +134,26 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """Tick the advised memory techniques in Generate's memory group."""
         return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
 
+    def load_image(path):
+        """A PNG's settings into Generate's form, and a sentence on what was found (never an error)."""
+        found = image_metadata.read(path) if path else None
+        if found is None or found.settings is None:
+            message = found.message if found else "Drop a PNG file to load its settings."
+            return (*[gr.update()] * len(form_values({})), message)
+        return (*form_values(found.settings), found.message)
+
+    def read_image(path):
+        """The API's `/read_image`: the settings a PNG carries, as run-log column names."""
+        if not path:
+            raise gr.Error("Give a PNG file (gradio_client: handle_file(path)).", print_exception=False)
+        found = image_metadata.read(path)
+        return {
+            "found": found.settings is not None,
+            "source": found.source,
+            "message": found.message,
+            "settings": found.settings,
+        }
+
     def cancel(request: gr.Request):
         stopping = cancels.cancel(session_of(request))
         return "Stopping after the current step…" if stopping else "Nothing is running."
@@ -136,4 +164,6 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         "retry_offer": retry_offer,
         "apply_advice": apply_advice,
         "cancel": cancel,
+        "load_image": load_image,
+        "read_image": read_image,
     }

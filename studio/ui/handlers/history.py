@@ -4,17 +4,15 @@ into Generate's form), a click on a History row, and `/export_db`."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 
 import gradio as gr
 
-from pipelines.registry import SPECS
 from studio import report
 from studio.engine import Studio
 from studio.request import validate_history, validate_run_id
 from studio.ui import exports, views
-from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors, ticked_by_group
+from studio.ui.handlers.common import engine_errors, form_values
 
 
 def build_history_handlers(studio: Studio) -> dict[str, Callable]:
@@ -32,25 +30,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         """A logged run's configuration, ready in Generate's form (precision and technique groups
         included)."""
         row = studio.runlog.get_run(validate_run_id(run_id))
-        model = row["model"] if row["model"] in SPECS else DEFAULT_MODEL
-        custom = "" if row["model"] in SPECS else row["model"]
-        settings = json.dumps(row["settings"]) if row.get("settings") else ""
-        return (
-            model,
-            custom,
-            row["dtype"],
-            *ticked_by_group(row["requested"] or []),
-            row["prompt"],
-            row["negative_prompt"],
-            row["seed"],
-            row["steps"],
-            row["guidance"],
-            row["width"],
-            row["height"],
-            row["scheduler"],
-            settings,
-            gr.update(selected="generate"),
-        )
+        return (*form_values(row), gr.update(selected="generate"))
 
     def load_selected(table, evt: gr.SelectData):
         """A click on a History row loads that run into Generate."""

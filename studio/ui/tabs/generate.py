@@ -1,5 +1,5 @@
-"""The Generate tab: the form, its Generate, Cancel and 'Retry with …' buttons, and the API's `/generate`
-and `/cancel`."""
+"""The Generate tab: the form, its Generate, Cancel and 'Retry with …' buttons, "Load from image", and the
+API's `/generate`, `/cancel` and `/read_image`."""
 
 from __future__ import annotations
 
@@ -43,6 +43,16 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         settings = gr.Textbox(
             "", label="Technique settings (JSON)", elem_id="gen-settings", placeholder=settings_placeholder()
         )
+    with gr.Accordion("Load from image", open=False):
+        with gr.Row(equal_height=False):
+            png = gr.File(
+                label="A PNG saved by the studio (or by A1111): its settings fill the form",
+                file_types=[".png"],
+                type="filepath",
+                height=120,
+                elem_id="load-image",
+            )
+            loaded = gr.Markdown(elem_id="load-image-note")
     with gr.Accordion("Metrics (as the API returns them)", open=False):
         metrics = gr.JSON(label="Metrics")
     # The form and the API name the same fields around the techniques, which the form reads from its
@@ -87,11 +97,14 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         api_visibility="private",
         **generation,
     )
+    targets = [model, custom, precision, *boxes, *request_fields]
+    png.upload(handlers["load_image"], png, [*targets, loaded], api_visibility="private")
+    gr.Button(visible=False).click(handlers["read_image"], png, gr.JSON(visible=False), api_name="read_image")
     return {
         "model": model,
         "custom": custom,
         "precision": precision,
         "boxes": boxes,
         "settings": settings,
-        "targets": [model, custom, precision, *boxes, *request_fields],
+        "targets": targets,
     }
