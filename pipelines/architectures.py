@@ -96,13 +96,28 @@ def _tokenizer(source: str) -> CLIPTokenizer:
     return CLIPTokenizer.from_pretrained(source, subfolder="tokenizer")
 
 
+def models(name: str) -> dict[str, torch.nn.Module]:
+    """The architecture's models with random weights, in the order the seeded builders create them (under
+    `torch.device("meta")` nothing is allocated: `pipelines.shapes` counts their parameters so)."""
+    if name == "sd15":
+        return {
+            "vae": AutoencoderKL(**VAE, sample_size=512, scaling_factor=0.18215),
+            "text_encoder": CLIPTextModel(CLIPTextConfig(**CLIP_L)),
+            "unet": UNet2DConditionModel(**SD15_UNET),
+        }
+    return {
+        "vae": AutoencoderKL(**VAE, sample_size=1024, scaling_factor=0.13025),
+        "text_encoder": CLIPTextModel(CLIPTextConfig(**CLIP_L)),
+        "text_encoder_2": CLIPTextModelWithProjection(CLIPTextConfig(**CLIP_G)),
+        "unet": UNet2DConditionModel(**SDXL_UNET),
+    }
+
+
 def build_sd15(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionPipeline:
     torch.manual_seed(0)
     pipe = StableDiffusionPipeline(
-        vae=AutoencoderKL(**VAE, sample_size=512, scaling_factor=0.18215),
-        text_encoder=CLIPTextModel(CLIPTextConfig(**CLIP_L)),
+        **models("sd15"),
         tokenizer=_tokenizer(tokenizer_source),
-        unet=UNet2DConditionModel(**SD15_UNET),
         scheduler=PNDMScheduler(**BETAS, skip_prk_steps=True, steps_offset=1),
         safety_checker=None,
         feature_extractor=None,
@@ -114,12 +129,9 @@ def build_sd15(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionPipe
 def build_sdxl(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionXLPipeline:
     torch.manual_seed(0)
     pipe = StableDiffusionXLPipeline(
-        vae=AutoencoderKL(**VAE, sample_size=1024, scaling_factor=0.13025),
-        text_encoder=CLIPTextModel(CLIPTextConfig(**CLIP_L)),
-        text_encoder_2=CLIPTextModelWithProjection(CLIPTextConfig(**CLIP_G)),
+        **models("sdxl"),
         tokenizer=_tokenizer(tokenizer_source),
         tokenizer_2=_tokenizer(tokenizer_source),
-        unet=UNet2DConditionModel(**SDXL_UNET),
         scheduler=EulerDiscreteScheduler(**BETAS, timestep_spacing="leading", steps_offset=1),
     )
     return pipe.to(dtype=dtype)

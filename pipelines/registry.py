@@ -1,25 +1,34 @@
 """One registry of pipeline specs, and resolution of user-given model names.
 
 A model name is a registry id (`tiny-shapes`, `sd15`, ...), a local diffusers
-directory, or a Hugging Face hub id (`owner/name`).
+directory, a local single-file `.safetensors` checkpoint (original SD 1.x/2.x or
+SDXL layout), or a Hugging Face hub id (`owner/name`). What may be loaded from
+where is checked in `pipelines.sources`.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pipelines.errors import ValidationError
+from pipelines.sources import (
+    ASSETS,
+    HUB_ID,
+    SDXL_KEY,
+    UNET,
+    check_allowed,
+    pipeline_folder,
+    refuse_pickle,
+    safetensors_file,
+    same_architecture,
+)
+from pipelines.sources import ROOT as ROOT
+from pipelines.sources import allowed_roots as allowed_roots
 
-ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT / "assets"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 FAMILIES = {
     "StableDiffusionPipeline": "sd",
     "StableDiffusionXLPipeline": "sdxl",
@@ -82,6 +91,10 @@ class PipelineSpec:
     # or None.
     prompt_warning: str | None = None
     prompt_fidelity: str | None = None
+    # A single-file checkpoint (`source` is the .safetensors file) and the local diffusers folder its
+    # component configs come from (None: diffusers infers the model type and fetches them from the hub).
+    single_file: bool = False
+    single_file_config: str | None = None
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The spec's `name` hook as a function, or None when this model has none."""
@@ -180,45 +193,21 @@ SPECS: dict[str, PipelineSpec] = {
 }
 
 
-def cost_of(model_id: str) -> ModelCost:
-    """The assumed cost of a model: its spec's for a registry id; hub ids and local directories get the SDXL
-    cost when their name says xl, a conservative default otherwise."""
+def cost_of(model_id: str | PipelineSpec) -> ModelCost:
+    """The assumed cost of a model: its spec's for a registry id or a single-file checkpoint (its
+    template's); hub ids and local directories get the SDXL cost when their name says xl, a conservative
+    default otherwise."""
+    if isinstance(model_id, PipelineSpec):
+        if model_id.single_file:
+            return model_id.cost
+        model_id = model_id.id
     if model_id in SPECS:
         return SPECS[model_id].cost
     return SDXL_COST if "xl" in model_id.lower() else UNKNOWN_COST
 
 
-def allowed_roots() -> list[Path]:
-    """Directories local models may be loaded from (`STUDIO_MODEL_ROOTS`, else assets/ and the cwd)."""
-    extra = os.environ.get("STUDIO_MODEL_ROOTS")
-    roots = [Path(p) for p in extra.split(os.pathsep) if p] if extra else [Path.cwd()]
-    return [ASSETS.resolve(), *(r.resolve() for r in roots)]
-
-
-def _allowlist() -> set[str] | None:
-    raw = os.environ.get("STUDIO_MODEL_ALLOWLIST")
-    return {x.strip() for x in raw.split(",") if x.strip()} if raw else None
-
-
 def _local_spec(path: Path) -> PipelineSpec:
-    resolved = path.resolve()
-    if not any(resolved.is_relative_to(root) for root in allowed_roots()):
-        raise ValidationError(
-            f"Local model directory {str(path)!r} is outside the allowed roots; "
-            "add its parent to STUDIO_MODEL_ROOTS to allow it."
-        )
-    index = resolved / "model_index.json"
-    if not index.is_file():
-        raise ValidationError(f"{str(path)!r} is not a diffusers pipeline directory (no model_index.json).")
-    try:
-        cls = json.loads(index.read_text()).get("_class_name", "DiffusionPipeline")
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise ValidationError(f"{str(path)!r} has an unreadable model_index.json: {exc}") from None
-    if not isinstance(cls, str) or not cls.isidentifier():
-        raise ValidationError(
-            f"{str(path)!r} asks for custom pipeline code ({cls!r}); the studio never runs code shipped "
-            "with a model."
-        )
+    resolved, cls = pipeline_folder(path, "Local model directory")
     return PipelineSpec(
         id=str(resolved),
         source=str(resolved),
@@ -229,29 +218,78 @@ def _local_spec(path: Path) -> PipelineSpec:
     )
 
 
-def resolve(name: str) -> PipelineSpec:
-    """Turn a model name from a request into a spec, or raise ValidationError saying why not."""
+def _single_file_spec(path: Path, config: Any) -> PipelineSpec:
+    """A spec for a local single-file checkpoint: the bundled model's own defaults and hooks when the file is
+    the bundled architecture, else SD 1.5's or SDXL's (from the checkpoint's keys or the config folder)."""
+    resolved, header = safetensors_file(path, "Local model file")
+    if not any(key.startswith(UNET) for key in header):
+        raise ValidationError(
+            f"{str(path)!r} holds no UNet (no model.diffusion_model.* weights): a single-file model is a "
+            "Stable Diffusion 1.x/2.x or SDXL checkpoint; a VAE file goes in vae."
+        )
+    if config:
+        if not isinstance(config, str):
+            raise ValidationError(f"single_file_config must be a folder path, not {config!r}.")
+        check_allowed(config, "single_file_config")
+        folder, cls = pipeline_folder(Path(config), "single_file_config")
+        config = str(folder)
+        bundled = next((s for s in SPECS.values() if s.local and s.source == config), None)
+    else:  # the folder of the registry model whose architecture the file has, if any; else diffusers' default
+        bundled = next((s for s in SPECS.values() if s.local and same_architecture(header, s.source)), None)
+        config = bundled.source if bundled else None
+        inferred = "StableDiffusionXLPipeline" if SDXL_KEY in header else "StableDiffusionPipeline"
+        cls = bundled.pipeline_class if bundled else inferred
+    template = bundled or SPECS["sdxl" if FAMILIES.get(cls) == "sdxl" else "sd15"]
+    return replace(
+        template,
+        id=str(resolved),
+        source=str(resolved),
+        pipeline_class=cls,
+        label=resolved.name,
+        family=FAMILIES.get(cls, "other"),
+        local=True,
+        single_file=True,
+        single_file_config=config,
+        note=f"Single-file checkpoint; configs from {config or 'the hub (diffusers infers the model)'}.",
+    )
+
+
+def resolve(name: str, single_file_config: str | None = None) -> PipelineSpec:
+    """Turn a model name from a request into a spec, or raise ValidationError saying why not.
+
+    Args:
+        name: a registry id, a local diffusers folder, a local .safetensors checkpoint or a hub id.
+        single_file_config: for a .safetensors checkpoint, a local diffusers folder of the same architecture
+            whose configs (and tokenizer, scheduler) it loads with; by default the bundled model's folder when
+            the file is the bundled architecture, else diffusers fetches the configs from the hub.
+    """
     name = (name or "").strip()
     if not name:
         raise ValidationError(
-            "No model given; choose one of: " + ", ".join(SPECS) + ", a hub id or a local directory."
+            "No model given; choose one of: " + ", ".join(SPECS) + ", a hub id, a local directory or a "
+            ".safetensors file."
         )
-    allow = _allowlist()
-    if allow is not None and name not in allow:
-        raise ValidationError(
-            f"Model {name!r} is not in STUDIO_MODEL_ALLOWLIST ({', '.join(sorted(allow))})."
-        )
-    if name in SPECS:
-        return SPECS[name]
+    refuse_pickle(name)
+    check_allowed(name)
     path = Path(name).expanduser()
-    if name.startswith((".", "/", "~")) or path.is_dir():
-        return _local_spec(path)
-    if HUB_ID.match(name) and ".." not in name:
-        return PipelineSpec(id=name, source=name, label=name, family="other")
-    raise ValidationError(
-        f"Unknown model {name!r}: use a registry id ({', '.join(SPECS)}), a hub id like 'owner/name', "
-        "or a local diffusers directory."
-    )
+    if name in SPECS:
+        spec = SPECS[name]
+    elif path.suffix == ".safetensors" or path.is_file():
+        return _single_file_spec(path, single_file_config)
+    elif name.startswith((".", "/", "~")) or path.is_dir():
+        spec = _local_spec(path)
+    elif HUB_ID.match(name) and ".." not in name:
+        spec = PipelineSpec(id=name, source=name, label=name, family="other")
+    else:
+        raise ValidationError(
+            f"Unknown model {name!r}: use a registry id ({', '.join(SPECS)}), a hub id like 'owner/name', "
+            "a local diffusers directory or a local .safetensors checkpoint."
+        )
+    if single_file_config:
+        raise ValidationError(
+            f"single_file_config is for a single-file .safetensors model; {name!r} brings its own configs."
+        )
+    return spec
 
 
 def with_family(spec: PipelineSpec, pipeline_class: str) -> PipelineSpec:

@@ -29,7 +29,7 @@ FILES = ("app.py", "requirements.txt")
 TREES = ("studio", "pipelines", "assets")
 SKIP_DIRS = {"__pycache__", "runs", ".pytest_cache", ".ruff_cache"}
 SKIP_SUFFIXES = {".pyc", ".pt", ".pth", ".ckpt", ".bin", ".npy"}
-GRADIO_PIN = re.compile(r"^\s*gradio\s*==\s*([\w.]+)\s*$", re.MULTILINE)
+GRADIO_PIN = re.compile(r"^\s*gradio\s*(?:\[[\w,\s-]*\])?\s*==\s*([\w.]+)\s*$", re.MULTILINE)
 
 
 def _tree(root: Path, top: str) -> list[tuple[Path, str]]:
@@ -85,7 +85,7 @@ def front_matter(readme: Path) -> dict[str, Any]:
 
 
 def gradio_pin(requirements: Path) -> str | None:
-    """The exact gradio version pinned in a requirements file (`gradio==X`), or None."""
+    """The exact gradio version pinned in a requirements file (`gradio==X`, extras allowed), or None."""
     match = GRADIO_PIN.search(requirements.read_text(encoding="utf-8"))
     return match.group(1) if match else None
 

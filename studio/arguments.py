@@ -20,6 +20,11 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler")
     p.add_argument("--device", default="auto")
     p.add_argument("--setting", action="append", default=[], help="technique.setting=value")
+    p.add_argument("--batch", type=int, default=1, help="images per prompt (one pipeline call)")
+    p.add_argument("--vae", help="a VAE to swap in: an AutoencoderKL folder, a .safetensors file or a hub id")
+    p.add_argument(
+        "--single-file-config", help="for a .safetensors model: the diffusers folder its configs come from"
+    )
     p.add_argument(
         "--warmup", type=int, default=None, help="untimed calls per configuration first (default 1)"
     )

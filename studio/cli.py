@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="'baseline', 'bf16,channels_last' or 'deepcache[interval=2]' (repeat)",
     )
+    cmp_.add_argument(
+        "--axis",
+        help="a second axis (X/Y): steps, size, scheduler, batch, or a setting such as deepcache.interval",
+    )
+    cmp_.add_argument("--values", default="", help="the axis values, e.g. '1,2,4,8' ('auto' for batch)")
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
     request_args(tune)
     rounds_arg(tune, 3)
@@ -52,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--fidelity-drop", type=float, default=0.03, help="tiny-shapes: max prompt-fidelity loss"
     )
     tune.add_argument("--confirm-rounds", type=int, default=5, help="interleaved baseline/winner rounds")
+    prof = sub.add_parser("profile", help="where the time of one denoising step goes (logged as a run)")
+    request_args(prof)
+    prof.add_argument(
+        "--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`"
+    )
     hist = sub.add_parser("history", help="runs from the log")
     for flag in ("--model", "--device", "--status", "--technique", "--since", "--until"):
         hist.add_argument(flag)
@@ -103,16 +113,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from studio import report
     from studio.engine import Studio
     from studio.request import request_from_args
+    from studio.request.axes import parse_axis
+    from studio.sweeps import xy
     from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
 
     request = request_from_args(args)
-    result = run_compare(
-        Studio(),
-        request,
-        args.config,
-        warmup=1 if args.warmup is None else args.warmup,
-        rounds=DEFAULT_ROUNDS if args.rounds is None else args.rounds,
-    )
+    warmup = 1 if args.warmup is None else args.warmup
+    rounds = DEFAULT_ROUNDS if args.rounds is None else args.rounds
+    axis = parse_axis(args.axis, args.values, request)
+    if axis is not None:
+        result = xy.run_xy(Studio(), request, args.config, axis, warmup=warmup, rounds=rounds)
+        emit(xy.as_json(result), args.json, xy.markdown(result))
+        return 0
+    result = run_compare(Studio(), request, args.config, warmup=warmup, rounds=rounds)
     emit({"group_id": result.group_id, "rows": result.records}, args.json, report.markdown(result.records))
     return 0
 
@@ -143,6 +156,21 @@ def cmd_autotune(args: argparse.Namespace) -> int:
         confirm_rounds=checked.confirm_rounds,
     )
     emit(autotune.as_json(result), args.json, autotune.markdown(result))
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from studio.engine import Studio
+    from studio.report import profile_text
+    from studio.request import request_from_args
+    from studio.request.profile import validate_profile
+
+    request = validate_profile(request_from_args(args, args.opt))  # refused before the run log is opened
+    run = Studio().profile(request)
+    for warning in run.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    data = run.as_json()
+    emit(data, args.json, f"run {run.run_id}: {profile_text.markdown(data)}")
     return 0
 
 
@@ -183,6 +211,7 @@ COMMANDS = {
     "generate": cmd_generate,
     "compare": cmd_compare,
     "autotune": cmd_autotune,
+    "profile": cmd_profile,
     "history": cmd_history,
     "show": cmd_show,
     "shard": cmd_shard,

@@ -22,12 +22,13 @@ from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.measure import bench, quality
 from studio.measure.host import HostMonitor
+from studio.profiling import Profiling
 from studio.recompile_storm import graph_builds, storm_warnings
 from studio.report import image_metadata
 from studio.request import GenerationRequest
 from studio.run_data import Computed, Pending, RunResult, run_metrics, run_record
 from studio.runlog import RunLog
-from studio.scale import memory_advice, zerogpu
+from studio.scale import memory_advice, memory_estimate, zerogpu
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,8 @@ def compute_run(
         )
 
 
-class Studio:
-    """Runs requests and logs them.
+class Studio(Profiling):
+    """Runs requests and logs them (and profiles one step of a request: `Profiling.profile`).
 
     Args:
         db_path: the SQLite run log (default: `settings.db_path()`).
@@ -101,17 +102,13 @@ class Studio:
         run_id, warnings = result.run_id, result.warnings
         stem = f"run-{run_id:06d}" if run_id is not None else f"unlogged-{time.time_ns()}"
         record = report.run_record(result, baseline)
-        texts = [
-            image_metadata.chunks(image_metadata.embedded(columns, record, i))
-            for i in range(len(result.images))
-        ]
-        for img, text in zip(result.images, texts, strict=True):
-            img.info.update(text)  # Gradio copies an image's text into the PNG it serves
+        for i, img in enumerate(result.images):  # Gradio copies an image's text into the PNG it serves
+            img.info.update(image_metadata.chunks(image_metadata.embedded(columns, record, i)))
         paths = []
         try:
-            for i, (img, text) in enumerate(zip(result.images, texts, strict=True)):
+            for i, img in enumerate(result.images):
                 path = self.outputs / f"{stem}-{i}.png"
-                img.save(path, pnginfo=image_metadata.png_info(text))
+                img.save(path, pnginfo=image_metadata.png_info(img.info))
                 paths.append(str(path))
         except OSError as exc:
             log.error("could not save the images of run %s: %s", run_id, exc)
@@ -185,8 +182,10 @@ class Studio:
         """Run one configuration under the timing protocol and log it (failed runs too).
 
         If the run log cannot be written (read-only database, full disk), the run still happens and
-        returns its images; the failure is in `RunResult.warnings` and the server log.
+        returns its images; the failure is in `RunResult.warnings` and the server log. A run predicted not
+        to fit on a GPU of known size is refused before it is logged (`memory_estimate.check_fits`).
         """
+        fit = memory_estimate.check_fits(self.manager, request, self.runlog)
         pending = self.begin(request, warmup=warmup, repeats=repeats, group_id=group_id)
         try:
             with HostMonitor() as host:
@@ -194,6 +193,7 @@ class Studio:
                     request, warmup=warmup, repeats=repeats, on_step=on_step, should_stop=should_stop
                 )
             computed.host = host.result
+            computed.stats["memory_estimate"] = fit.as_json()  # logged: later estimates learn from it
             return self.finish(pending, computed, baseline)
         except Exception as exc:
             self.fail(pending, exc)

@@ -1,6 +1,6 @@
 """PipelineManager: load once, apply and revert a configuration at request time.
 
-Weights are read from disk once per (model, dtype, device map) and kept on the CPU.
+Weights are read from disk once per (model, dtype, device map, VAE) and kept on the CPU.
 A request names a configuration; the manager reverts what is no longer wanted and
 applies what is new on the live pipeline. Removing an irreversible technique
 (trace, compile, offload hooks) rebuilds the working pipeline from the cached
@@ -77,9 +77,17 @@ def _clone(pipe: Any) -> Any:
 
 
 def _cache_key(request: GenerationRequest) -> tuple:
+    """What a loaded pipeline is read with: the model, the load-stage techniques (dtype, device map) and, when
+    given, the single-file checkpoint's config folder and the VAE swapped in."""
     load_opts = tuple(o for o in request.opts if get(o).stage == "load")
     memory = request.settings.get("device_map_balanced", {}).get("max_memory")
-    return (request.spec.id, load_opts, repr(sorted(memory.items(), key=str)) if memory else None)
+    sources = (("single_file_config", request.spec.single_file_config), ("vae", request.vae))
+    return (
+        request.spec.id,
+        load_opts,
+        repr(sorted(memory.items(), key=str)) if memory else None,
+        *((name, value) for name, value in sources if value),
+    )
 
 
 class PipelineManager:
@@ -104,6 +112,12 @@ class PipelineManager:
         """Keys of the pipelines in the cache, least recently used first."""
         with self._lock:
             return list(self._entries)
+
+    def loaded_pipeline(self, request: GenerationRequest) -> Any | None:
+        """The cached pipeline `request` would run on, without loading it (None when it is not loaded)."""
+        with self._lock:
+            entry = self._entries.get(_cache_key(request))
+        return None if entry is None else entry.base
 
     @staticmethod
     def changes_pipeline(request: GenerationRequest, irreversibly: bool = False) -> bool:
@@ -181,7 +195,8 @@ class PipelineManager:
         device_map = "balanced" if "device_map_balanced" in request.opts else None
         memory = request.settings.get("device_map_balanced", {}).get("max_memory")
         start = time.perf_counter()
-        base = self._load(request.spec, dtype=dtype, device_map=device_map, max_memory=memory)
+        vae = {"vae": request.vae} if request.vae else {}  # loaders that know no VAE still serve the rest
+        base = self._load(request.spec, dtype=dtype, device_map=device_map, max_memory=memory, **vae)
         self.disk_loads += 1
         seconds = time.perf_counter() - start
         return LivePipeline(key=key, base=base, pipe=copy.copy(base), load_seconds=seconds)

@@ -72,6 +72,8 @@ def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: 
         "group_id": group_id,
         "config_label": request.config_label,
         "model": request.model,
+        "single_file_config": request.spec.single_file_config,
+        "vae": request.vae,
         "device": request.device,
         "hardware": devices.detect().summary(),
         "dtype": request.dtype_name,

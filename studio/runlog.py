@@ -39,6 +39,7 @@ JSON_COLUMNS = (
     "settings",
     "image_paths",
     "memory_added_all",
+    "profile",
 )
 STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
 

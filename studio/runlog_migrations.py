@@ -114,3 +114,18 @@ def m003_run_owner(db: Database) -> None:
 def m004_settings_column(db: Database) -> None:
     """A run's technique settings are called settings everywhere, the run log included."""
     db.execute("ALTER TABLE runs RENAME COLUMN params TO settings")
+
+
+@migrations()
+def m005_model_sources(db: Database) -> None:
+    """What a run's pipeline was read with beyond the model: the VAE swapped in and, for a single-file
+    checkpoint, the folder its configs came from (both empty for the model as it ships)."""
+    for column in ("vae", "single_file_config"):
+        db["runs"].add_column(column, str)
+
+
+@migrations()
+def m006_profile(db: Database) -> None:
+    """A profiled step's figures (`studio.measure.profile`: time by kind, top operators, FLOPs, peak), as
+    JSON; empty for runs that were not profiles."""
+    db["runs"].add_column("profile", str)

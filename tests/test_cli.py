@@ -222,3 +222,22 @@ def test_show_prints_what_a_png_carries_and_says_when_it_carries_nothing(cli, tm
     Image.new("RGB", (4, 4)).save(tmp_path / "plain.png")
     status, out, err = cli("show", str(tmp_path / "plain.png"))
     assert status == 1 and out == "" and "carries no generation settings" in err
+
+
+def test_profile_prints_the_summary_and_tables_and_logs_a_run(cli, tmp_path):
+    small = ("--seed", "1", "--steps", "3", "--width", "64", "--height", "64")
+    status, out, err = cli("profile", "--prompt", PROMPT, *small, "--opt", "channels_last", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["run_id"] == 1 and data["applied"] == ["channels_last"] and data["flops"] > 0
+    assert sum(k["seconds"] for k in data["kinds"]) == pytest.approx(data["step_s"], abs=1e-5)
+    status, out, err = cli("profile", "--prompt", PROMPT, *small)
+    assert status == 0, err
+    assert out.startswith("run 2: Step 2 of 3 of tiny-shapes (baseline, fp32, 64×64, batch 1) on cpu took")
+    assert "| Kind | Time | Share | FLOPs |" in out
+    assert "| Operator | Kind | Calls | Self CPU | Share |" in out
+    history = {r["run_id"]: r for r in json.loads(cli("history", "--json")[1])}
+    assert history[1]["status"] == "ok" and history[1]["config"] == "channels_last"
+    status, out, err = cli("profile", "--prompt", PROMPT, "--steps", "1")
+    assert status == 2 and out == "" and "at least 2 steps" in err
+    assert len(json.loads(cli("history", "--json")[1])) == 2, "a refused profile is not logged"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.registry import ASSETS
-from studio.errors import ModelLoadError
+from studio.errors import ModelLoadError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.request import validate_request
@@ -77,3 +77,94 @@ def test_missing_hub_model_offline_is_a_clear_error(monkeypatch):
         with PipelineManager().acquire(req):
             pass
     assert "hf_fakeSECRETtoken123" not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def shifted_vae(tmp_path_factory):
+    """The bundled VAE with its decoder's last bias raised by 0.1, as a diffusers folder and as a single
+    file in the original layout (the way VAEs are shared: `encoder.down.0.block.0...`, no prefix)."""
+    import torch
+    from diffusers import AutoencoderKL
+    from safetensors.torch import save_file
+
+    from pipelines.single_file import vae_key
+
+    root = tmp_path_factory.mktemp("vaes")
+    vae = AutoencoderKL.from_pretrained(ASSETS / "tiny-shapes", subfolder="vae", use_safetensors=True)
+    with torch.no_grad():
+        vae.decoder.conv_out.bias += 0.1
+    vae.save_pretrained(root / "shifted")
+    original = {vae_key(k, vae.config): v.contiguous() for k, v in vae.state_dict().items()}
+    save_file(original, root / "shifted.safetensors")
+    return root
+
+
+def test_a_vae_override_changes_the_image_and_only_its_own_pipeline(
+    shifted_vae, monkeypatch, one_torch_thread
+):
+    """Two requests that differ only by their VAE never share a pipeline: the baseline's image is the same
+    before and after, the shifted VAE's is brighter, and its folder and single file draw the same image."""
+    monkeypatch.setenv("STUDIO_MODEL_ROOTS", str(shifted_vae))
+    manager = PipelineManager()
+    base = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2)
+    folder = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2, vae=str(shifted_vae / "shifted"))
+    single = validate_request(
+        model="tiny-shapes", prompt=PROMPT, steps=2, vae=str(shifted_vae / "shifted.safetensors")
+    )
+    assert folder.vae == str((shifted_vae / "shifted").resolve()) and base.vae is None
+    images = {}
+    for name, req in (("base", base), ("folder", folder), ("single", single), ("again", base)):
+        with manager.acquire(req) as prepared:
+            images[name] = bench.run_once(prepared, req).images
+    assert (images["again"] == images["base"]).all()
+    assert (images["single"] == images["folder"]).all()
+    brighter = (images["folder"] - images["base"]).mean()
+    assert 0.03 < brighter < 0.06, f"0.1 on the decoder's [-1, 1] output is 0.05 of the image, not {brighter}"
+    assert [key[3:] for key in manager.loaded()] == [
+        (("vae", folder.vae),),
+        (("vae", single.vae),),
+        (),
+    ]
+
+
+def test_a_vae_is_checked_like_a_model(shifted_vae, tmp_path, monkeypatch):
+    monkeypatch.setenv("STUDIO_MODEL_ROOTS", str(tmp_path))
+    refused = {
+        str(shifted_vae / "shifted"): "VAE directory .* is outside the allowed roots",
+        str(tmp_path / "vae.ckpt"): r"VAE .* is a pickle checkpoint \(.ckpt\)",
+        str(
+            ASSETS / "tiny-shapes" / "unet"
+        ): "is a 'UNet2DConditionModel'; the studio swaps in an AutoencoderKL",
+        str(ASSETS / "tiny-shapes" / "unet" / "diffusion_pytorch_model.safetensors"): "holds no VAE decoder",
+        str(tmp_path): "is not a diffusers VAE folder",
+        "not a name": "Unknown VAE",
+    }
+    for name, message in refused.items():
+        with pytest.raises(ValidationError, match=message):
+            validate_request(model="tiny-shapes", prompt=PROMPT, vae=name)
+    pipeline_folder = validate_request(model="tiny-shapes", prompt=PROMPT, vae=str(ASSETS / "tiny-shapes"))
+    assert pipeline_folder.vae == str(ASSETS / "tiny-shapes"), "a pipeline folder lends its vae/"
+    monkeypatch.setenv("STUDIO_MODEL_ALLOWLIST", "tiny-shapes")
+    with pytest.raises(ValidationError, match="VAE 'owner/some-vae' is not in STUDIO_MODEL_ALLOWLIST"):
+        validate_request(model="tiny-shapes", prompt=PROMPT, vae="owner/some-vae")
+
+
+def test_a_vae_that_cannot_be_loaded_or_does_not_fit_is_a_sentence(tmp_path, monkeypatch):
+    from diffusers import AutoencoderKL
+
+    monkeypatch.setenv("STUDIO_MODEL_ROOTS", str(tmp_path))
+    AutoencoderKL(latent_channels=4, block_out_channels=(8,), norm_num_groups=8).save_pretrained(
+        tmp_path / "sd"
+    )
+    cases = {
+        "nobody/no-such-vae": "Could not load the VAE 'nobody/no-such-vae'",
+        str(tmp_path / "sd"): (
+            "does not fit this model: it has 4 latent channels and downsamples by 1, the model's own VAE 8 "
+            "and 8"
+        ),
+    }
+    for name, message in cases.items():
+        req = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2, vae=name)
+        with pytest.raises(ModelLoadError, match=message):
+            with PipelineManager().acquire(req):
+                pass

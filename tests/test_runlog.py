@@ -68,6 +68,27 @@ def test_a_run_log_from_before_the_settings_column_keeps_its_settings(tmp_path):
     assert row["settings"] == {"deepcache": {"interval": 2}} and "params" not in row
 
 
+def test_runs_record_the_vae_and_config_folder_they_were_loaded_with(tmp_path):
+    """A database from before m005 gains the columns (empty for its runs); a new run records its VAE."""
+    from sqlite_utils import Database
+
+    from pipelines.registry import ASSETS
+    from studio.request import validate_request
+    from studio.run_data import run_record
+
+    path = tmp_path / "runs.db"
+    old = Database(path)
+    migrations.apply(old, stop_before="m005_model_sources")
+    old["runs"].insert({"status": "ok", "model": "tiny-shapes"})
+    old.close()
+    log = RunLog(path)
+    assert (log.runs()[0]["vae"], log.runs()[0]["single_file_config"]) == (None, None)
+    vae = str(ASSETS / "tiny-shapes")
+    request = validate_request(model="tiny-shapes", prompt="a red circle", vae=vae)
+    row = log.get_run(log.start_run(run_record(request, 0, 1, None)))
+    assert (row["vae"], row["single_file_config"]) == (vae, None)
+
+
 def _start_a_run_and_die(path) -> None:
     RunLog(path).start_run(record())  # the process ends with its run still `running`, like a crash
 

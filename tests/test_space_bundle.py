@@ -47,7 +47,8 @@ def test_front_matter_parses_and_names_files_that_exist(bundle):
     out, _ = bundle
     meta = _meta(out)
     assert meta["sdk"] == "gradio" and (out / meta["app_file"]).is_file() and meta["app_file"] == "app.py"
-    pin = re.search(r"^gradio==(\S+)$", (ROOT / "requirements.txt").read_text(), re.MULTILINE).group(1)
+    requirements = (ROOT / "requirements.txt").read_text()
+    pin = re.search(r"^gradio(?:\[[\w,]+\])?==(\S+)$", requirements, re.MULTILINE).group(1)
     assert meta["sdk_version"] == pin
     assert meta["python_version"] == "3.11"
     assert meta["suggested_hardware"].startswith("zero-")

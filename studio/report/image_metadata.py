@@ -56,6 +56,8 @@ def parameters_text(meta: dict[str, Any]) -> str:
         "Seed": meta.get("seed"),
         "Size": f"{meta.get('width')}x{meta.get('height')}",
         "Model": meta.get("model"),
+        "VAE": Path(meta["vae"]).name if meta.get("vae") else None,  # as A1111 writes it: the file's name
+        "Batch size": meta.get("num_images") if (meta.get("num_images") or 1) > 1 else None,
         "Precision": meta.get("dtype"),
         "Optimizations": meta.get("config"),
         "Device": meta.get("device"),
@@ -76,11 +78,13 @@ def chunks(meta: dict[str, Any]) -> dict[str, str]:
     return {TEXT_CHUNK: parameters_text(meta), JSON_CHUNK: json.dumps(meta, default=str)}
 
 
-def png_info(text: dict[str, str]) -> PngImagePlugin.PngInfo:
-    """Text chunks ready for `Image.save(path, pnginfo=...)`."""
+def png_info(text: dict[str, Any]) -> PngImagePlugin.PngInfo:
+    """The text chunks of `text` (an image's `info`: its other entries are left out), ready for
+    `Image.save(path, pnginfo=...)`."""
     info = PngImagePlugin.PngInfo()
-    for key, value in text.items():
-        info.add_text(key, value)
+    for key in (TEXT_CHUNK, JSON_CHUNK):
+        if isinstance(text.get(key), str):
+            info.add_text(key, text[key])
     return info
 
 

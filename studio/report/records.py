@@ -39,6 +39,17 @@ def _memory_change(m: dict[str, Any], base: dict[str, Any] | None) -> tuple[floa
     return round(change, 1), None
 
 
+def _throughput(latency: float | None, batch: int) -> dict[str, Any]:
+    """Batch size, seconds per image and images per second from the latency of one call."""
+    if latency is None or latency <= 0:
+        return {"batch": batch, "seconds_per_image": None, "images_per_s": None}
+    return {
+        "batch": batch,
+        "seconds_per_image": _num(latency / batch, 4),
+        "images_per_s": _num(batch / latency, 3),
+    }
+
+
 def _figures(m: dict[str, Any]) -> dict[str, Any]:
     """The measured figures in the shared vocabulary, from a run's metrics and quality, or from its run-log
     row (both name them as the run log's columns)."""
@@ -53,6 +64,7 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
         "speedup_max": _num(m.get("speedup_max"), 3),
         "verdict": m.get("verdict"),
         "steps_per_s": _num(m.get("steps_per_second"), 2),
+        **_throughput(m.get("latency_median"), m.get("num_images") or 1),
         "first_call_s": _num(m.get("first_call_seconds"), 3),
         "recompiles": graph_builds(stats) or None,
         "peak_memory_mb": None if m.get("peak_memory") is None else _num(m["peak_memory"] / 2**20, 1),
@@ -78,7 +90,7 @@ def run_record(result: Any, baseline: Any = None) -> dict[str, Any]:
         "config": result.label,
         "status": "ok",
         "applied": list(result.applied),
-        **_figures({**m, **result.quality}),
+        **_figures({**m, **result.quality, "num_images": result.request.num_images}),
         "pays_off_after": pays_off_after(m, base),
         "memory_change_mb": change,
         "memory_note": note,
@@ -99,6 +111,7 @@ def single_record(result: Any) -> dict[str, Any]:
         "load_s": _num(m["load_seconds"], 3),
         "switch_s": _num(m["switch_seconds"], 4),
         "device_map": (m.get("stats") or {}).get("hf_device_map"),
+        "memory_estimate": (m.get("stats") or {}).get("memory_estimate"),
     }
 
 

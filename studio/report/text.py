@@ -59,9 +59,17 @@ def caption(record: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def latency(record: dict[str, Any]) -> str:
+    """Per call; with a batch, per image too."""
+    text = seconds(record.get("latency_s"))
+    if (record.get("batch") or 1) > 1 and record.get("seconds_per_image") is not None:
+        text += f" ({seconds(record['seconds_per_image'])} per image, batch {record['batch']})"
+    return text
+
+
 TABLE = (
     ("Configuration", lambda r: r["config"]),
-    ("Latency", lambda r: seconds(r.get("latency_s"))),
+    ("Latency", latency),
     ("Speedup (range)", ratio),
     ("Verdict", lambda r: r.get("verdict") or r["status"]),
     ("Peak memory", memory),

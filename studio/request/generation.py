@@ -7,15 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.registry import PipelineSpec, resolve
 from pipelines.schedulers import SCHEDULERS
+from pipelines.sources import resolve_vae
 from studio import checks, devices
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason
+from studio.request.configs import parse_config, parse_opts
 
 MAX_PROMPT = 2000
 MAX_STEPS = 200
@@ -42,6 +43,7 @@ class GenerationRequest:
     opts: tuple[str, ...] = ()
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     num_images: int = 1
+    vae: str | None = None  # a VAE swapped in: a local folder or .safetensors file, or a hub id
 
     @property
     def model(self) -> str:
@@ -73,51 +75,6 @@ def _side(name: str, value: Any) -> int:
             f"{name} must be a multiple of 8 (the VAE downsamples by 8); try {side // 8 * 8 or 8}."
         )
     return side
-
-
-def parse_opts(value: Any) -> list[str]:
-    """Accept a list of names or a comma/plus separated string; 'baseline' means none."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = re.split(r"[,+\s]+", value)
-    if not isinstance(value, list | tuple | set | frozenset):
-        raise ValidationError(f"optimizations must be a list of names, not {type(value).__name__}.")
-    names = []
-    for item in value:
-        if not isinstance(item, str):
-            raise ValidationError(f"optimization names must be text, not {item!r}.")
-        item = item.strip()
-        if item and item != "baseline" and item not in names:
-            names.append(item)
-    return names
-
-
-CONFIG_ITEM = re.compile(r"([^+,\s\[\]]+)(?:\[([^\[\]]*)\])?")
-
-
-def parse_config(value: Any) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """A configuration as Compare takes it, written the way results label it:
-    'openvino[mode=hybrid_int8,inference_precision=auto]+cfg_cutoff[after=0.5]' -> the technique names and
-    the settings given in brackets (checked later, with the request). A list is names only."""
-    if not isinstance(value, str):
-        return parse_opts(value), {}
-    names: list[str] = []
-    settings: dict[str, dict[str, str]] = {}
-    rest = value
-    for match in CONFIG_ITEM.finditer(value):
-        name, body = match.group(1).strip(), match.group(2)
-        rest = rest.replace(match.group(0), " ", 1)
-        if name != "baseline" and name not in names:
-            names.append(name)
-        for pair in filter(None, (body or "").split(",")):
-            key, sep, setting = pair.partition("=")
-            if not sep or not key.strip():
-                raise ValidationError(f"In {value!r}, {pair!r} must look like setting=value.")
-            settings.setdefault(name, {})[key.strip()] = setting.strip()
-    if rest.strip(" +,"):
-        raise ValidationError(f"{value!r} is not a configuration such as 'bf16+deepcache[interval=2]'.")
-    return names, settings
 
 
 def _check_settings(opts: list[str], settings: Any) -> dict[str, dict[str, Any]]:
@@ -173,11 +130,17 @@ def validate_request(
     opts: Any = None,
     settings: Any = None,
     num_images: Any = 1,
+    vae: Any = None,
+    single_file_config: Any = None,
 ) -> GenerationRequest:
-    """Check one generation request; unspecified sizes, steps and guidance use the model's defaults."""
+    """Check one generation request; unspecified sizes, steps and guidance use the model's defaults.
+
+    `vae` names a VAE to swap in (see `pipelines.sources.resolve_vae`); `single_file_config`, for a
+    .safetensors checkpoint, the local diffusers folder its configs come from (`pipelines.registry.resolve`).
+    """
     if not isinstance(model, str):
         raise ValidationError(f"model must be text, not {type(model).__name__}.")
-    spec = resolve(model)
+    spec = resolve(model, single_file_config or None)
     scheduler = scheduler or spec.scheduler
     if scheduler not in SCHEDULERS:
         raise ValidationError(f"Unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}.")
@@ -199,7 +162,8 @@ def validate_request(
         device=resolved,
         opts=check_opts(names, spec, resolved),
         settings=_check_settings(names, settings),
-        num_images=checks.whole("num_images", num_images, 1, MAX_IMAGES),
+        num_images=checks.whole("batch", num_images, 1, MAX_IMAGES),
+        vae=resolve_vae(vae),
     )
 
 
@@ -235,8 +199,12 @@ def build_request(
     height: Any,
     scheduler: Any,
     settings_json: Any = None,
+    batch: Any = 1,
+    vae: Any = None,
+    single_file_config: Any = None,
 ) -> GenerationRequest:
-    """Validate an endpoint's arguments into a request (precision is a technique like the others)."""
+    """Validate an endpoint's arguments into a request (precision is a technique like the others; `batch`
+    is the images per prompt; `vae` and `single_file_config` as in `validate_request`, empty for none)."""
     if precision not in (None, "", *PRECISIONS):
         raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
     opts = list(optimizations or []) if not isinstance(optimizations, str) else [optimizations]
@@ -255,6 +223,9 @@ def build_request(
         device=device or "auto",
         opts=opts,
         settings=parse_settings(settings_json),
+        num_images=1 if batch in (None, "") else batch,
+        vae=vae,
+        single_file_config=single_file_config,
     )
 
 
@@ -287,4 +258,7 @@ def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> G
         device=device or args.device,
         opts=list(opts),
         settings=parse_setting_args(args.setting),
+        num_images=getattr(args, "batch", 1),
+        vae=getattr(args, "vae", None),
+        single_file_config=getattr(args, "single_file_config", None),
     )

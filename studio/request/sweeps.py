@@ -77,7 +77,7 @@ def validate_counts(warmup: Any, rounds: Any) -> SweepCounts:
 def estimated_seconds(request: GenerationRequest, calls: int) -> float:
     """A rough time for `calls` pipeline calls of `request`: its model's assumed step time, scaled by image
     size and, on a CPU, by the model's CPU factor."""
-    cost = registry.cost_of(request.model)
+    cost = registry.cost_of(request.spec)
     step = cost.step * (request.width * request.height) / cost.pixels * request.num_images
     if request.device == "cpu":
         step *= cost.cpu_factor
@@ -85,28 +85,28 @@ def estimated_seconds(request: GenerationRequest, calls: int) -> float:
 
 
 def check_sweep(
-    request: GenerationRequest,
-    configurations: int,
+    requests: list[GenerationRequest],
     counts: SweepCounts,
     max_configs: int | None = MAX_CONFIGS,
 ) -> None:
     """Refuse, before anything runs, a sweep with no configuration, too many (`max_configs`: None for a sweep
-    whose
-    configurations come from the registry, not from the user), or too long an estimate."""
+    whose configurations come from the registry, not from the user; an X/Y sweep passes its own limit), or
+    too long an estimate (every configuration at its own steps, size and batch)."""
+    configurations = len(requests)
     if configurations < 2:
         raise ValidationError("Choose at least one configuration to compare with the baseline.")
     if max_configs is not None and configurations > max_configs:
         raise ValidationError(
-            f"{configurations} configurations in one sweep; the limit is {MAX_CONFIGS} "
+            f"{configurations} configurations in one sweep; the limit is {max_configs} "
             "(the baseline included). Split it into several."
         )
-    seconds = estimated_seconds(request, configurations * (counts.warmup + counts.rounds))
+    calls = counts.warmup + counts.rounds
+    seconds = sum(estimated_seconds(r, calls) for r in requests)
     if seconds > max_request_seconds():
+        first = requests[0]
         raise ValidationError(
             f"This sweep would take about {seconds / 60:.0f} min ({configurations} configurations x "
-            f"{counts.warmup + counts.rounds} calls x {request.steps} steps at "
-            f"{request.width}x{request.height}); the "
-            f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps "
-            "or "
-            "configurations, or a smaller size."
+            f"{calls} calls, {first.steps} steps at {first.width}x{first.height} for the baseline); the "
+            f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps, "
+            "configurations or axis values, or a smaller size."
         )

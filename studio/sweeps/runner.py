@@ -46,6 +46,7 @@ class Entry:
 
     label: str
     request: GenerationRequest
+    reference: str | None = None  # the label of the entry its speedup is against (None: the sweep's first)
     pending: Pending | None = None
     calls: list[Computed] = field(default_factory=list)
     result: RunResult | None = None
@@ -139,7 +140,7 @@ def run_sweep(
 
     With `group_id` the runs join that group, which the caller opens and closes (an auto-tune's stages).
     """
-    check_sweep(entries[0].request, len(entries), validate_counts(warmup, rounds), max_configs)
+    check_sweep([e.request for e in entries], validate_counts(warmup, rounds), max_configs)
     own = own_pipelines(studio, entries)
     request = entries[0].request
     own_group = group_id is None
@@ -197,14 +198,18 @@ def _measure(
 
     with studio.manager.own_pipelines(name), HostMonitor() as host:
         samples = protocol.interleaved(calls, max(1, rounds), warmup, before)
-    base = entries[0]
-    for entry in entries:
+    by_label = {e.label: e for e in entries}
+    for entry in entries:  # an entry's reference comes before it (the X/Y sweep orders them so)
         if entry.label in samples.dropped:
             continue
+        base = by_label[entry.reference or entries[0].label]
         timed = samples.timed[entry.label]
         entry.calls = entry.calls[len(entry.calls) - len(timed) :]
-        ratio = protocol.speedup(samples.timed[base.label], timed, is_reference=entry is base)
-        extra = {**ratio.fields(), "warmup_unsettled": protocol.unsettled(timed)}
+        extra: dict[str, Any] = {"warmup_unsettled": protocol.unsettled(timed)}
+        if base.label not in samples.dropped:  # else (an X/Y point whose baseline failed) no speedup
+            extra.update(
+                protocol.speedup(samples.timed[base.label], timed, is_reference=entry is base).fields()
+            )
         merged = merge(entry.calls, samples.warmups[entry.label], host.result)
         entry.result = studio.finish(entry.pending, merged, base.result, extra)
     return SweepResult(group_id, entries, host.result, rounds)

@@ -1,9 +1,11 @@
-"""The Gradio Blocks app: Generate, Compare, Ladder, Auto-tune, History, Big models and System.
+"""The Gradio Blocks app: Generate, Compare, Ladder, Auto-tune, History, Profile, Big models and System.
 
 `build_demo()` returns the Blocks; `launch_kwargs()` the launch settings (theme, css,
 queue sizes and file limits live there in Gradio 6). Endpoints: `/generate`, `/cancel`, `/read_image`,
-`/compare`, `/ladder`, `/autotune`, `/history`, `/load_config`, `/export_db`, `/shard`, `/system`.
-Each tab is built in `studio.ui.tabs`, its events handled in `studio.ui.handlers`.
+`/compare`, `/ladder`, `/autotune`, `/history`, `/load_config`, `/export_db`, `/profile`, `/shard`,
+`/system`.
+Each tab is built in `studio.ui.tabs`, its events handled in `studio.ui.handlers`. The MCP tools
+(`generate`, `compare`, `autotune`, `history`, `system`; endpoints `/mcp_*`) are in `studio.ui.mcp_tools`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import gradio as gr
 from studio.engine import Studio
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
+from studio.ui.mcp_tools import hide_form_endpoints, mcp_enabled, register_mcp_tools
 from studio.ui.tabs.autotune import autotune_tab
 from studio.ui.tabs.compare import compare_tab, ladder_tab
 from studio.ui.tabs.generate import generate_tab
 from studio.ui.tabs.history import history_tab
+from studio.ui.tabs.profile import profile_tab
 from studio.ui.tabs.system import shard_tab, system_tab
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
@@ -35,6 +39,7 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
     studio = studio or Studio()
     handlers = build_handlers(studio, Cancellations())
     with gr.Blocks(title="Diffusion Studio") as demo:
+        mcp_tools = register_mcp_tools(studio)  # first: the tools take the plain names (generate, ...)
         gr.Markdown(
             "# Diffusion Studio\nRun diffusers pipelines fast, and measure it honestly.", elem_id="title"
         )
@@ -49,16 +54,20 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
                 autotune_tab(handlers, generate, tabs)
             with gr.Tab("History", id="history") as history:
                 history_tab(handlers, generate, tabs, history)
+            with gr.Tab("Profile", id="profile"):
+                profile_tab(handlers)
             with gr.Tab("Big models", id="shard"):
                 shard_tab(handlers)
             with gr.Tab("System", id="system") as system:
                 system_tab(handlers, system)
+    hide_form_endpoints(demo, mcp_tools)
     demo.queue(max_size=queue_size(), default_concurrency_limit=1)
     return demo
 
 
 def launch_kwargs() -> dict[str, Any]:
-    """Launch settings: theme and css live here in Gradio 6, and the upload limit."""
+    """Launch settings: theme and css live here in Gradio 6, the upload limit, and the MCP server
+    (at /gradio_api/mcp/, unless STUDIO_MCP=0)."""
     auth = os.environ.get("STUDIO_AUTH")
     return {
         "theme": gr.themes.Soft(),
@@ -66,4 +75,5 @@ def launch_kwargs() -> dict[str, Any]:
         "max_file_size": "10mb",
         "auth": tuple(auth.split(":", 1)) if auth and ":" in auth else None,
         "footer_links": ["api", "gradio"],
+        "mcp_server": mcp_enabled(),
     }

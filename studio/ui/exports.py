@@ -26,6 +26,10 @@ def csv_file(records: list[dict[str, Any]], name: str = "runs.csv") -> str:
 
 
 def markdown_file(records: list[dict[str, Any]], name: str = "compare.md") -> str:
+    return text_file(report.markdown(records), name)
+
+
+def text_file(text: str, name: str) -> str:
     target = Path(tempfile.mkdtemp(prefix="studio-export-")) / name
-    target.write_text(report.markdown(records) + "\n")
+    target.write_text(text + "\n")
     return str(target)

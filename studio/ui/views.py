@@ -7,6 +7,7 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
+from PIL import Image
 
 from studio import report
 from studio.sweeps import autotune as autotune_mod
@@ -30,13 +31,40 @@ DETAILS = (
 )
 
 
+# Compare's X/Y outputs when a sweep has no second axis: the X/Y column, grid, two heat maps, two plots hidden
+NO_XY = (gr.update(visible=False), None, None, None, gr.update(visible=False), gr.update(visible=False))
+
+
+def batch_image(images: list[Image.Image]) -> Image.Image:
+    """Generate's image: the image itself, or a batch side by side (up to 4 per row) carrying the first
+    image's settings (Gradio copies an image's text into the PNG it serves)."""
+    if len(images) == 1:
+        return images[0]
+    columns = min(4, len(images))
+    width, height = images[0].size
+    rows = -(-len(images) // columns)
+    sheet = Image.new("RGB", (columns * width + (columns - 1) * 4, rows * height + (rows - 1) * 4), "white")
+    for i, image in enumerate(images):
+        sheet.paste(image, ((i % columns) * (width + 4), (i // columns) * (height + 4)))
+    sheet.info.update({k: v for k, v in images[0].info.items() if isinstance(v, str)})
+    return sheet
+
+
 def generate_card(m: dict[str, Any]) -> str:
     """The metrics card under Generate's image."""
     fidelity = "" if m["fidelity"] is None else f" · prompt fidelity **{m['fidelity']:.0%}**"
     first = "" if m["first_call_s"] is None else f" · first call {report.seconds(m['first_call_s'])}"
+    if m["batch"] == 1:
+        speed = f"**{report.seconds(m['latency_s'])}** per image"
+    else:
+        speed = (
+            f"**{report.seconds(m['latency_s'])}** per call of {m['batch']} images · "
+            f"**{report.seconds(m['seconds_per_image'])}** per image · {m['images_per_s']:.2f} images/s"
+        )
+    estimate = m.get("memory_estimate") or {}
+    estimated = f" (estimated {estimate['peak']:,} MB)" if estimate.get("known") else ""
     lines = [
-        f"**{report.seconds(m['latency_s'])}** per image · {m['steps_per_s']:.1f} steps/s · "
-        f"peak {report.memory(m)}{fidelity}",
+        f"{speed} · {m['steps_per_s']:.1f} steps/s · peak {report.memory(m)}{estimated}{fidelity}",
         f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed "
         f"{m['seed']}"
         f" · load {report.seconds(m['load_s'])}{first}",
@@ -96,8 +124,9 @@ def compare_outputs(result) -> tuple:
     gallery = [(res.images[0], report.caption(r)) for r, res in ok]
     bars = pd.DataFrame([{"configuration": r["config"], "latency (s)": r["latency_s"]} for r, _ in ok])
     choices = [r["config"] for r, _ in ok[1:]]
-    images = {r["config"]: res.images[0] for r, res in ok}
-    slider = (images["baseline"], images[choices[0]]) if choices else None
+    base = ok[0][1].images[0] if ok else None
+    pairs = {r["config"]: (base, res.images[0]) for r, res in ok[1:]}  # the slider's choice -> its two images
+    slider = pairs[choices[0]] if choices else None
     return (
         gr.update(visible=True),
         headline(records),
@@ -107,9 +136,10 @@ def compare_outputs(result) -> tuple:
         bars,
         gr.update(choices=choices, value=choices[0] if choices else None),
         slider,
-        images,
+        pairs,
         exports.csv_file(records, "compare.csv"),
         exports.markdown_file(records, "compare.md"),
+        *NO_XY,
         records,
     )
 
@@ -127,6 +157,7 @@ def compare_cancelled(note: str) -> tuple:
         {},
         None,
         None,
+        *NO_XY,
         None,
     )
 

@@ -41,7 +41,9 @@ def model_inputs(prefix: str):
             allow_custom_value=True,
         )
         custom = gr.Textbox(
-            label="…or a hub id / local directory", placeholder="owner/name or ./path", scale=2
+            label="…or a hub id / local directory / .safetensors file",
+            placeholder="owner/name, ./path or ./model.safetensors",
+            scale=2,
         )
         device = gr.Dropdown(
             ["auto", *devices.detect().device_names],

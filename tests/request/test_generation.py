@@ -66,7 +66,7 @@ def test_opts_are_ordered_and_deduplicated():
         ({"opts": [1]}, "optimization names must be text"),
         ({"scheduler": "magic"}, "Unknown scheduler 'magic'"),
         ({"seed": -5}, "seed must be a whole number"),
-        ({"num_images": 99}, "num_images must be a whole number between 1 and 8"),
+        ({"num_images": 99}, "batch must be a whole number between 1 and 8"),
         (
             {"settings": {"torch_compile": {"mode": "ludicrous"}}, "opts": ["torch_compile"]},
             "torch_compile mode",
@@ -158,3 +158,16 @@ def test_parse_helpers():
     assert parse_max_memory("0=4GB, 1=4GB, cpu=16GB") == {0: "4GB", 1: "4GB", "cpu": "16GB"}
     with pytest.raises(ValidationError, match="max_memory size"):
         parse_max_memory({"0": "lots"})
+
+
+def test_model_sources_are_checked_at_the_boundary():
+    """A VAE and a single-file config folder are checked with the rest of the request (pipelines.sources):
+    nothing is loaded here."""
+    assert ok().vae is None and ok(vae="  ").vae is None
+    assert ok(vae="stabilityai/sd-vae-ft-mse").vae == "stabilityai/sd-vae-ft-mse"
+    with pytest.raises(ValidationError, match="vae must be text"):
+        ok(vae=5)
+    with pytest.raises(ValidationError, match="single_file_config is for a single-file .safetensors model"):
+        ok(single_file_config="assets/tiny-shapes")
+    with pytest.raises(ValidationError, match=r"is a pickle checkpoint \(.ckpt\)"):
+        ok(model="v1-5-pruned-emaonly.ckpt")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 from PIL import Image
 
 from studio.runlog import RunLog
@@ -98,7 +99,7 @@ SHARED = {
 OLD_NAMES = {"latency_median", "peak_memory", "latency", "latency_median_s", "memory_added"}
 
 
-def compare_out(client, configs, rounds=3):
+def compare_out(client, configs, rounds=3, **xy):
     return client.predict(
         "tiny-shapes",
         "",
@@ -114,8 +115,32 @@ def compare_out(client, configs, rounds=3):
         "",
         0,
         rounds,
+        **xy,
         api_name="/compare",
     )
+
+
+def test_a_batch_sweep_over_the_api_gives_the_grid_heat_maps_and_the_best_batch(client):
+    out = compare_out(client, ["vae_slicing"], rounds=2, batch=1, axis="batch", axis_values="1,2")
+    headline, rows, grid, speedup, psnr = out[0], out[-1], out[-6], out[-5], out[-4]
+    assert [(r["x"], r["y"], r["batch"]) for r in rows] == [
+        ("1", "baseline", 1),
+        ("1", "vae_slicing", 1),
+        ("2", "baseline", 2),
+        ("2", "vae_slicing", 2),
+    ]
+    assert all(r["images_per_s"] > 0 for r in rows) and "Best throughput" in headline
+    assert Image.open(grid).size == (170 + 2 * 160, 28 + 2 * 160)  # 2 configurations x 2 batch sizes
+    assert speedup["headers"] == psnr["headers"] == ["Configuration", "batch=1", "batch=2"]
+    assert [row[0] for row in speedup["data"]] == ["baseline", "vae_slicing"]
+    assert speedup["data"][0][1:] == ["×1.00 (baseline)", "×1.00 (baseline)"]
+
+
+def test_generate_with_a_batch_reports_per_image_figures(client):
+    image, card, metrics = client.predict(**generate_args(batch=3, steps=2), api_name="/generate")
+    assert metrics["batch"] == 3 and "per call of 3 images" in card
+    assert metrics["seconds_per_image"] == pytest.approx(metrics["latency_s"] / 3, rel=5e-3)
+    assert Image.open(image).size == (3 * 64 + 2 * 4, 64)  # the batch side by side
 
 
 def test_compare_is_interleaved_and_speaks_the_shared_keys(client, server):
@@ -262,6 +287,35 @@ def test_the_served_png_carries_its_run_and_read_image_reads_it(client, tmp_path
     assert plain["found"] is False and "carries no generation settings" in plain["message"]
 
 
+def test_a_single_file_checkpoint_and_a_vae_override_over_the_api(client, server):
+    """What people have: the bundled model as one original-layout .safetensors file, and a VAE folder."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    from pipelines.single_file import save_single_file
+
+    save_single_file("assets/tiny-shapes", server.home / "tiny.safetensors")
+    vae = AutoencoderKL.from_pretrained("assets/tiny-shapes", subfolder="vae", use_safetensors=True)
+    with torch.no_grad():
+        vae.decoder.conv_out.bias += 0.1
+    vae.save_pretrained(server.home / "brighter-vae")
+    folder, _, _ = client.predict(**generate_args(steps=3), api_name="/generate")
+    single, _, run = client.predict(
+        **generate_args(steps=3, custom_model=str(server.home / "tiny.safetensors")), api_name="/generate"
+    )
+    assert Image.open(single).tobytes() == Image.open(folder).tobytes()
+    brighter, _, _ = client.predict(
+        **generate_args(steps=3, vae=str(server.home / "brighter-vae")), api_name="/generate"
+    )
+    mean = [sum(Image.open(path).convert("L").getdata()) for path in (folder, brighter)]
+    assert mean[1] > mean[0]
+    found = client.predict(handle_file(brighter), api_name="/read_image")["settings"]
+    assert found["vae"] == str(server.home / "brighter-vae")
+    with pytest.raises(AppError, match="pickle"):
+        (server.home / "old.ckpt").write_bytes(b"x")
+        client.predict(**generate_args(custom_model=str(server.home / "old.ckpt")), api_name="/generate")
+
+
 def test_shard_saves_small_shards_that_load_back_and_generate(client, server):
     report = client.predict("tiny-shapes", "", "tiny-1mb", "1MB", api_name="/shard")[0]
     unet = next(c for c in report["components"] if c["name"] == "unet")
@@ -389,3 +443,40 @@ def test_requests_that_cannot_hurt_the_server(client, server, endpoint, args, me
         client.predict(**kwargs, api_name=endpoint) if kwargs else client.predict(*args, api_name=endpoint)
     assert type(info.value).__name__ == "AppError"
     assert "Traceback" not in server.log()[before:]
+
+
+def profile_args(**kw):
+    args = {
+        "model": "tiny-shapes",
+        "custom_model": "",
+        "device": "auto",
+        "precision": "fp32",
+        "optimizations": [],
+        "prompt": PROMPT,
+        "seed": 2,
+        "steps": 3,
+        "guidance": 6.0,
+        "width": 64,
+        "height": 64,
+        "batch": 1,
+        "settings": "",
+    }
+    return {**args, **kw}
+
+
+def test_profile_returns_the_summary_chart_operators_and_a_logged_record(client, server):
+    summary, chart, ops, kinds, record = client.predict(
+        **profile_args(optimizations=["channels_last"]), api_name="/profile"
+    )
+    assert summary.startswith("Step 2 of 3 of tiny-shapes (channels_last, fp32, 64×64, batch 1)")
+    assert "FLOP/s achieved" in summary and "matmul peak" in summary
+    assert chart["columns"] == ["kind", "time (ms)"] and chart["datatypes"]["kind"] == "nominal"
+    assert [row[0] for row in chart["data"]][:3] == ["convolution", "matmul / linear", "attention"]
+    assert ops["headers"] == ["Operator", "Kind", "Calls", "Self CPU", "Share"]
+    assert ops["data"][0][3].endswith(("ms", "µs", " s")) and ops["data"][0][4].endswith("%")
+    assert kinds["headers"] == ["Kind", "Time", "Share", "FLOPs"]
+    assert record["applied"] == ["channels_last"] and 0 < record["peak_fraction"] < 1
+    row = RunLog(server.home / "runs.db").get_run(record["run_id"])
+    assert row["status"] == "ok" and row["profile"]["flops"] == record["flops"] > 0
+    with pytest.raises(AppError, match="at least 2 steps"):
+        client.predict(**profile_args(steps=1), api_name="/profile")

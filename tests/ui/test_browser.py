@@ -151,6 +151,26 @@ def test_compare_shows_captioned_images_and_a_readable_table(page):
     _shot(page, "compare")
 
 
+def test_a_batch_sweep_shows_the_grid_heat_maps_and_throughput(page):
+    """The same tab with the X axis set to batch: the grid, coloured heat maps and the best batch."""
+    from playwright.sync_api import expect
+
+    page.locator("#cmp-axis input").fill("batch")
+    page.locator("#cmp-axis input").press("Enter")
+    page.locator("#cmp-values textarea, #cmp-values input").first.fill("1,2")
+    page.locator("#cmp-rounds input").fill("2")
+    page.locator("#compare-btn").click()
+    expect(page.locator("#cmp-headline")).to_contain_text("Best throughput", timeout=LONG)
+    expect(page.locator("#xy-speedup")).to_contain_text("batch=2", timeout=10_000)
+    assert "×1.00 (baseline)" in page.locator("#xy-speedup").inner_text()
+    _no_horizontal_scroll(page)
+    page.locator("#xy-results").scroll_into_view_if_needed()
+    _shot(page, "compare-xy")
+    page.locator("#xy-grid img").wait_for(timeout=10_000)
+    page.locator("#cmp-axis input").fill("none")
+    page.locator("#cmp-axis input").press("Enter")
+
+
 def test_ladder_rows_are_words_and_rounded_numbers(page):
     _tab(page, "Ladder")
     _small(page, "lad", steps=3)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
+from PIL import Image
 
 from tests.server import Server
 
@@ -107,22 +108,17 @@ def test_concurrent_clients_get_the_images_they_would_get_alone(tmp_path):
     srv = Server(tmp_path).start()
     try:
         client = Client(srv.url, verbose=False)
-        alone = {
-            s: open(client.predict(*gen_args(seed=s), api_name="/generate")[0], "rb").read() for s in range(8)
-        }
+
+        def pixels(c: Client, seed: int) -> bytes:
+            """The image's pixels (each PNG also carries its own run id and timings as text)."""
+            return Image.open(c.predict(*gen_args(seed=seed), api_name="/generate")[0]).tobytes()
+
+        alone = {s: pixels(client, s) for s in range(8)}
         with ThreadPoolExecutor(8) as pool:
             together = dict(
                 zip(
                     range(8),
-                    pool.map(
-                        lambda s: open(
-                            Client(srv.url, verbose=False).predict(*gen_args(seed=s), api_name="/generate")[
-                                0
-                            ],
-                            "rb",
-                        ).read(),
-                        range(8),
-                    ),
+                    pool.map(lambda s: pixels(Client(srv.url, verbose=False), s), range(8)),
                     strict=True,
                 )
             )

@@ -78,7 +78,17 @@ def form_values(columns: dict[str, Any]) -> tuple:
         keep if "settings" not in columns else json.dumps(columns["settings"]) if columns["settings"] else ""
     )
     fields = ("prompt", "negative_prompt", "seed", "steps", "guidance", "width", "height", "scheduler")
-    return (model, custom, get("dtype"), *boxes, *(get(f) for f in fields), settings)
+    sources = [columns.get(c) or "" if c in columns else keep for c in ("vae", "single_file_config")]
+    return (
+        model,
+        custom,
+        get("dtype"),
+        *boxes,
+        *(get(f) for f in fields),
+        settings,
+        get("num_images"),
+        *sources,
+    )
 
 
 def client_gone_check() -> Callable[[], bool]:

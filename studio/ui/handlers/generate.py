@@ -12,6 +12,7 @@ from studio.engine import Studio
 from studio.errors import Cancelled, OutOfMemory
 from studio.report import image_metadata
 from studio.request import build_request
+from studio.scale import memory_estimate
 from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
@@ -45,7 +46,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         for warning in result.warnings:
             gr.Warning(warning)
         metrics = report.single_record(result)
-        return result.images[0], views.generate_card(metrics), metrics
+        return views.batch_image(result.images), views.generate_card(metrics), metrics
 
     @engine_errors
     def generate(
@@ -63,7 +64,10 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         height,
         scheduler,
         settings,
-        request: gr.Request,
+        batch=1,
+        vae="",
+        single_file_config="",
+        request: gr.Request = None,
         progress=gr.Progress(),
     ):
         req = build_request(
@@ -80,6 +84,9 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             height,
             scheduler,
             settings,
+            batch,
+            vae or None,
+            single_file_config or None,
         )
         return run_generate(req, request, progress)
 
@@ -101,6 +108,9 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         height,
         scheduler,
         settings,
+        batch,
+        vae,
+        single_file_config,
         request: gr.Request,
         progress=gr.Progress(),
     ):
@@ -120,6 +130,9 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             height,
             scheduler,
             settings,
+            batch,
+            vae or None,
+            single_file_config or None,
         )
         return run_generate(req, request, progress)
 
@@ -133,6 +146,19 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
     def apply_advice(advice, memory):
         """Tick the advised memory techniques in Generate's memory group."""
         return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
+
+    @engine_errors
+    def estimate(model, custom_model, device, precision, optimizations, *fields):
+        """The API's `/estimate`: the peak memory a /generate with these arguments should reach, before it
+        runs (`studio.scale.memory_estimate`)."""
+        req = build_request(model_name(model, custom_model), device, precision, optimizations, *fields)
+        return memory_estimate.estimate(studio.manager, req, studio.runlog).as_json()
+
+    @engine_errors
+    def estimate_form(model, custom_model, device, precision, speed, memory, precision_opts, *fields):
+        """Generate's "Will it fit?": the estimate as a sentence, from the form as it is."""
+        opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
+        return estimate(model, custom_model, device, precision, opts, *fields)["sentence"]
 
     def load_image(path):
         """A PNG's settings into Generate's form, and a sentence on what was found (never an error)."""
@@ -165,5 +191,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         "apply_advice": apply_advice,
         "cancel": cancel,
         "load_image": load_image,
+        "estimate": estimate,
+        "estimate_form": estimate_form,
         "read_image": read_image,
     }

@@ -1,4 +1,5 @@
-"""The sweeps' handlers: `/compare`, `/ladder`, `/autotune`, and applying an auto-tune winner in Generate."""
+"""The sweeps' handlers: `/compare` (with an optional X axis), `/ladder`, `/autotune`, and applying an
+auto-tune winner in Generate."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from studio.request import (
     validate_autotune,
     validate_counts,
 )
+from studio.request.axes import parse_axis
 from studio.sweeps import ladder as ladder_mod
 from studio.sweeps.autotune import run_autotune
 from studio.sweeps.autotune_search_space import floor_of
 from studio.sweeps.compare import run_compare
-from studio.ui import views
+from studio.sweeps.xy import run_xy
+from studio.ui import views, xy_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     cancelled_note,
@@ -35,9 +38,9 @@ from studio.ui.handlers.common import (
 
 
 def _baseline_request(
-    model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler
+    model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, batch=1
 ) -> GenerationRequest:
-    """A sweep's baseline: fp32, no technique, no negative prompt."""
+    """A sweep's baseline: fp32, no technique, no negative prompt; `batch` images per prompt."""
     return build_request(
         model_name(model, custom_model),
         device,
@@ -51,6 +54,7 @@ def _baseline_request(
         width,
         height,
         scheduler,
+        batch=batch,
     )
 
 
@@ -73,27 +77,30 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         custom_configs,
         warmup,
         rounds,
-        request: gr.Request,
+        batch=1,
+        axis="none",
+        axis_values="",
+        request: gr.Request = None,
         progress=gr.Progress(),
     ):
         req = _baseline_request(
-            model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler
+            model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, batch
         )
         configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
         counts = validate_counts(warmup, rounds)
+        x_axis = parse_axis(axis, axis_values, req)
+        options = {
+            "warmup": counts.warmup,
+            "rounds": counts.rounds,
+            "progress": lambda i, n, label: progress((i, n), desc=label),
+            "should_stop": stop_check(cancels, request),
+        }
         try:
-            result = run_compare(
-                studio,
-                req,
-                configs,
-                warmup=counts.warmup,
-                rounds=counts.rounds,
-                progress=lambda i, n, label: progress((i, n), desc=label),
-                should_stop=stop_check(cancels, request),
-            )
+            if x_axis is not None:
+                return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, **options))
+            return views.compare_outputs(run_compare(studio, req, configs, **options))
         except Cancelled as exc:
             return views.compare_cancelled(cancelled_note(exc))
-        return views.compare_outputs(result)
 
     @engine_errors
     def run_ladder(
@@ -107,10 +114,13 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         height,
         warmup,
         rounds,
-        request: gr.Request,
+        batch=1,
+        request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        req = _baseline_request(model, custom_model, device, prompt, seed, steps, None, width, height, None)
+        req = _baseline_request(
+            model, custom_model, device, prompt, seed, steps, None, width, height, None, batch
+        )
         counts = validate_counts(warmup, rounds)
         try:
             _, records = ladder_mod.run_ladder(
@@ -144,10 +154,13 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         warmup,
         rounds,
         confirm_rounds,
-        request: gr.Request,
+        batch=1,
+        request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        req = _baseline_request(model, custom_model, device, prompt, seed, steps, None, width, height, None)
+        req = _baseline_request(
+            model, custom_model, device, prompt, seed, steps, None, width, height, None, batch
+        )
         checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
         try:
             result = run_autotune(

@@ -40,6 +40,7 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         fidelity_drop = RawNumber(0.03, label="Max prompt-fidelity drop (tiny-shapes)")
         warmup, rounds = sweep_counts("tune", 3)
         confirm = RawNumber(5, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm")
+        batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="tune-batch")
     with gr.Row():
         go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn")
         apply = gr.Button("Apply the winner in Generate", interactive=False, elem_id="tune-apply")
@@ -69,7 +70,7 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
             data = gr.JSON(label="Result")
     winner = gr.State(None)
     inputs = [model, custom, device, prompt, seed, steps, width, height, techniques, include_compile]
-    inputs += [min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm]
+    inputs += [min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm, batch]
     go.click(
         handlers["autotune"],
         inputs,

@@ -1,5 +1,6 @@
-"""The Compare and Ladder tabs: configurations against the baseline in interleaved rounds (`/compare`),
-and the diffusers documentation's speed ladder on this machine (`/ladder`)."""
+"""The Compare and Ladder tabs: configurations against the baseline in interleaved rounds (`/compare`), over
+an optional second axis (X/Y: steps, size, scheduler, batch or a technique setting), and the diffusers
+documentation's speed ladder on this machine (`/ladder`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import gradio as gr
 
 from pipelines.schedulers import SCHEDULERS
 from studio import report
+from studio.request.axes import AXES
+from studio.ui.fields import RawNumber
 from studio.ui.widgets import generation_queue, model_inputs, sweep_counts
 
 PRESETS = (
@@ -22,6 +25,8 @@ PRESETS = (
     "vae_tiling",
     "torch_compile",
 )
+
+AXIS_CHOICES = ("none", *AXES, "deepcache.interval", "cfg_cutoff.after", "token_merging.ratio")
 
 
 def compare_tab(handlers: dict) -> None:
@@ -44,6 +49,18 @@ def compare_tab(handlers: dict) -> None:
         placeholder="bf16,channels_last,sdpa\nopenvino[mode=hybrid_int8]",
         lines=2,
     )
+    with gr.Row():
+        batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="cmp-batch")
+        axis = gr.Dropdown(
+            list(AXIS_CHOICES),
+            value="none",
+            label="X axis (optional): a second axis for every configuration",
+            allow_custom_value=True,
+            elem_id="cmp-axis",
+        )
+        values = gr.Textbox(
+            "", label="X values", placeholder="1,2,4,8 (batch: auto = 1, 2, 4, 8)", elem_id="cmp-values"
+        )
     go = gr.Button("Compare", variant="primary", elem_id="compare-btn")
     with gr.Column(visible=False, elem_id="cmp-results") as results:
         headline = gr.Markdown(elem_id="cmp-headline")
@@ -62,7 +79,7 @@ def compare_tab(handlers: dict) -> None:
         lat = gr.BarPlot(
             x="configuration",
             y="latency (s)",
-            title="Latency per image (median)",
+            title="Latency per call (median)",
             height=220,
             x_label_angle=0,
         )
@@ -71,6 +88,34 @@ def compare_tab(handlers: dict) -> None:
             slider = gr.ImageSlider(
                 label="Baseline | configuration", format="png", type="pil", elem_id="cmp-slider", scale=2
             )
+        with gr.Column(visible=False, elem_id="xy-results") as xy_box:
+            grid = gr.Image(label="Grid: configurations × X", type="pil", format="png", elem_id="xy-grid")
+            with gr.Row():
+                speed_heat = gr.Dataframe(
+                    label="Speedup vs the baseline at the same X", interactive=False, elem_id="xy-speedup"
+                )
+                psnr_heat = gr.Dataframe(
+                    label="Image difference vs the baseline at the same X",
+                    interactive=False,
+                    elem_id="xy-psnr",
+                )
+            with gr.Row():
+                throughput = gr.LinePlot(
+                    x="batch",
+                    y="images/s",
+                    color="configuration",
+                    title="Throughput",
+                    height=220,
+                    visible=False,
+                )
+                peak = gr.LinePlot(
+                    x="batch",
+                    y="peak memory (MB)",
+                    color="configuration",
+                    title="Peak memory",
+                    height=220,
+                    visible=False,
+                )
         with gr.Row():
             csv_file = gr.File(label="CSV")
             md_file = gr.File(label="Markdown table")
@@ -78,7 +123,7 @@ def compare_tab(handlers: dict) -> None:
             rows = gr.JSON(label="Rows")
     images = gr.State({})
     inputs = [model, custom, device, prompt, seed, steps, guidance, width, height, scheduler]
-    inputs += [configs, custom_configs, warmup, rounds]
+    inputs += [configs, custom_configs, warmup, rounds, batch, axis, values]
     outputs = [
         results,
         headline,
@@ -91,13 +136,19 @@ def compare_tab(handlers: dict) -> None:
         images,
         csv_file,
         md_file,
+        xy_box,
+        grid,
+        speed_heat,
+        psnr_heat,
+        throughput,
+        peak,
         rows,
     ]
     go.click(
         handlers["compare"], inputs, outputs, api_name="compare", show_progress_on=[go], **generation_queue()
     )
     choice.change(
-        lambda c, imgs: (imgs["baseline"], imgs[c]) if c in imgs else None,
+        lambda c, pairs: pairs.get(c),
         [choice, images],
         slider,
         api_visibility="private",
@@ -113,6 +164,7 @@ def ladder_tab(handlers: dict) -> None:
     model, custom, device, prompt, seed, steps, _guidance, width, height = model_inputs("lad")
     with gr.Row():
         warmup, rounds = sweep_counts("lad", 5)
+        batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="lad-batch")
     go = gr.Button("Run the ladder", variant="primary", elem_id="ladder-btn")
     with gr.Column(visible=False, elem_id="ladder-results") as results:
         md = gr.Markdown(elem_id="ladder-md")
@@ -121,7 +173,7 @@ def ladder_tab(handlers: dict) -> None:
             rows = gr.JSON(label="Rows")
     go.click(
         handlers["ladder"],
-        [model, custom, device, prompt, seed, steps, width, height, warmup, rounds],
+        [model, custom, device, prompt, seed, steps, width, height, warmup, rounds, batch],
         [results, md, table, rows],
         api_name="ladder",
         show_progress_on=[go],

@@ -11,6 +11,7 @@ from pipelines.schedulers import SCHEDULERS
 from studio import report
 from studio.optimizations import REGISTRY
 from studio.request import PRECISIONS
+from studio.ui.fields import RawNumber
 from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
 
 
@@ -31,10 +32,15 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
                     list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True
                 )
                 negative = gr.Textbox(label="Negative prompt")
+                batch = RawNumber(
+                    1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="gen-batch"
+                )
             with gr.Row():
                 go = gr.Button("Generate", variant="primary", elem_id="generate-btn")
                 stop = gr.Button("Cancel", elem_id="cancel-btn")
                 retry = gr.Button("Retry with …", visible=False, elem_id="retry-memory-btn")
+                fit = gr.Button("Will it fit?", elem_id="fit-btn")
+            fit_note = gr.Markdown(elem_id="fit-note")
         with gr.Column(scale=2):
             image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
             card = gr.Markdown(elem_id="metrics-card")
@@ -43,6 +49,18 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         settings = gr.Textbox(
             "", label="Technique settings (JSON)", elem_id="gen-settings", placeholder=settings_placeholder()
         )
+    with gr.Accordion("Model files: VAE override, single-file config", open=False):
+        with gr.Row():
+            vae = gr.Textbox(
+                "",
+                label="VAE to swap in: AutoencoderKL folder, .safetensors file or hub id (empty: model's)",
+                elem_id="gen-vae",
+            )
+            single_file_config = gr.Textbox(
+                "",
+                label="For a .safetensors model: the diffusers folder its configs come from",
+                elem_id="gen-single-file-config",
+            )
     with gr.Accordion("Load from image", open=False):
         with gr.Row(equal_height=False):
             png = gr.File(
@@ -57,7 +75,8 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         metrics = gr.JSON(label="Metrics")
     # The form and the API name the same fields around the techniques, which the form reads from its
     # boxes and the API from one list.
-    request_fields = [prompt, negative, seed, steps, guidance, width, height, scheduler, settings]
+    request_fields = [prompt, negative, seed, steps, guidance, width, height, scheduler, settings, batch]
+    request_fields += [vae, single_file_config]
     form = [model, custom, device, precision, *boxes, *request_fields]
     generation = generation_queue()
     event = go.click(
@@ -85,6 +104,13 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         **generation,
     )
     stop.click(handlers["cancel"], None, card, queue=False, api_name="cancel")
+    fit.click(handlers["estimate_form"], form, fit_note, api_visibility="private")
+    gr.Button(visible=False).click(
+        handlers["estimate"],
+        [model, custom, device, precision, api_list, *request_fields],
+        gr.JSON(visible=False),
+        api_name="estimate",
+    )
     advice = gr.State([])
     event.failure(handlers["retry_offer"], None, [retry, advice], queue=False, api_visibility="private")
     retry.click(

@@ -1,0 +1,187 @@
+"""X/Y Compare: the configurations (Y) at every value of a second axis (X: steps, size, scheduler, batch size
+or a technique setting), all timed in one interleaved sweep, one group in the run log. Each point's speedup
+and image difference are against the baseline at the same X; with the batch axis, throughput and peak
+memory against batch size, and the batch with the best throughput."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from studio import report
+from studio.engine import Studio
+from studio.errors import ValidationError
+from studio.measure.bench import StopFn
+from studio.request import GenerationRequest
+from studio.request.axes import Axis, at
+from studio.run_data import RunResult
+from studio.sweeps.compare import parse_configs
+from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
+
+MAX_POINTS = 40  # measured configurations in one X/Y sweep (baselines included)
+
+
+@dataclass
+class Point:
+    """One cell of the grid: a configuration at one X value, and its record (shared vocabulary + `x`)."""
+
+    x: str
+    config: str
+    record: dict[str, Any]
+    result: RunResult | None
+
+
+@dataclass
+class XYResult:
+    group_id: int
+    axis: Axis
+    configs: list[str]  # Y, the baseline first
+    points: list[Point]
+    sweep: SweepResult
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [p.record for p in self.points]
+
+    def point(self, x: str, config: str) -> Point:
+        return next(p for p in self.points if p.x == x and p.config == config)
+
+    def best_throughput(self) -> Point | None:
+        """The point with the most images per second (for the batch axis: the best batch)."""
+        ok = [p for p in self.points if p.record["images_per_s"] is not None]
+        return max(ok, key=lambda p: p.record["images_per_s"], default=None)
+
+
+def plan(
+    request: GenerationRequest, configs: list[Any], axis: Axis
+) -> tuple[list[str], list[tuple[str, str, GenerationRequest]], list[Entry]]:
+    """The grid's configuration labels, its cells (x, config, request) and the entries to measure: a
+    request that is the same at every X (the baseline on a setting axis) is measured once."""
+    parsed = parse_configs(configs, request)
+    if axis.technique is not None and not any(axis.technique in r.opts for r in parsed):
+        raise ValidationError(
+            f"No configuration uses {axis.technique}, so the axis {axis.name!r} changes nothing: add one."
+        )
+    cells = [(x, r.config_label, at(r, axis, x)) for x in axis.values for r in parsed]
+    entries: dict[tuple, Entry] = {}
+    for x, config, req in cells:
+        if key(req) not in entries:
+            same_everywhere = sum(key(c[2]) == key(req) for c in cells) > 1
+            label = config if same_everywhere else f"{config} @ {axis.label(x)}"
+            base = entries.get(key(at(parsed[0], axis, x)))  # the baseline at this X comes first
+            entries[key(req)] = Entry(label, req, reference=label if base is None else base.label)
+    return [r.config_label for r in parsed], cells, list(entries.values())
+
+
+def key(request: GenerationRequest) -> tuple:
+    """What makes two cells the same measurement."""
+    return (
+        request.config_label,
+        request.steps,
+        request.width,
+        request.height,
+        request.scheduler,
+        request.num_images,
+    )
+
+
+def run_xy(
+    studio: Studio,
+    request: GenerationRequest,
+    configs: list[Any],
+    axis: Axis,
+    *,
+    warmup: int = 1,
+    rounds: int = 3,
+    progress: Progress | None = None,
+    should_stop: StopFn | None = None,
+) -> XYResult:
+    """Every configuration at every X value, interleaved in one sweep (one `xy` group in the run log)."""
+    labels, cells, entries = plan(request, configs, axis)
+    sweep = run_sweep(
+        studio,
+        "xy",
+        entries,
+        warmup=warmup,
+        rounds=rounds,
+        settings={"axis": axis.name, "values": list(axis.values)},
+        progress=progress,
+        should_stop=should_stop,
+        max_configs=MAX_POINTS,
+    )
+    by_key = {key(e.request): e for e in sweep.entries}
+    by_label = {e.label: e for e in sweep.entries}
+    points = []
+    for x, config, req in cells:
+        entry = by_key[key(req)]
+        if entry.result is None:
+            record = report.failed_record(req.config_label, entry.error or "")
+        else:
+            base = by_label[entry.reference or sweep.entries[0].label].result
+            record = report.run_record(entry.result, base)
+        record = {**record, "axis": axis.name, "x": x, "y": config}
+        points.append(Point(x, config, record, entry.result))
+    return XYResult(sweep.group_id, axis, labels, points, sweep)
+
+
+def table(result: XYResult, cell: Callable[[dict[str, Any]], str]) -> list[list[str]]:
+    """A grid of words: one row per configuration (its label first), one column per X value."""
+    return [[y, *(cell(result.point(x, y).record) for x in result.axis.values)] for y in result.configs]
+
+
+def psnr_text(record: dict[str, Any]) -> str:
+    if record["status"] != "ok":
+        return record["status"]
+    if record.get("verdict") == "baseline":
+        return "baseline"
+    return "identical" if record["psnr_db"] is None else f"{record['psnr_db']:.1f} dB"
+
+
+def speedup_text(record: dict[str, Any]) -> str:
+    return report.ratio(record) if record["status"] == "ok" else record["status"]
+
+
+def summary(result: XYResult) -> str:
+    """One sentence: the best throughput (and for the batch axis, the best batch)."""
+    best = result.best_throughput()
+    if best is None:
+        return "No point of this sweep finished."
+    r = best.record
+    where = f"batch {best.x}" if result.axis.name == "batch" else result.axis.label(best.x)
+    return (
+        f"Best throughput: **{r['images_per_s']:.2f} images/s** with {best.config} at {where} "
+        f"({report.seconds(r['seconds_per_image'])} per image)."
+    )
+
+
+def markdown(result: XYResult) -> str:
+    """Speedup and image-difference grids and the best throughput, for the CLI and the Markdown export."""
+    values = result.axis.values
+    head = "| configuration | " + " | ".join(result.axis.label(x) for x in values) + " |"
+    rule = "|---|" + "---|" * len(values)
+
+    def grid(cell: Callable[[dict[str, Any]], str]) -> list[str]:
+        return [head, rule, *("| " + " | ".join(row) + " |" for row in table(result, cell))]
+
+    lines = ["Speedup against the baseline at the same X (per-round range):", "", *grid(speedup_text), ""]
+    lines += ["Image difference from the baseline at the same X (PSNR):", "", *grid(psnr_text), ""]
+    throughput = grid(lambda r: "–" if r["images_per_s"] is None else f"{r['images_per_s']:.2f}")
+    lines += ["Images per second:", "", *throughput, ""]
+    if result.axis.name == "batch":
+        lines += ["Peak memory:", "", *grid(lambda r: report.memory(r) if r["status"] == "ok" else "–"), ""]
+    lines.append(summary(result))
+    note = report.host_note(result.records)
+    return "\n".join(lines + ([note] if note else []))
+
+
+def as_json(result: XYResult) -> dict[str, Any]:
+    best = result.best_throughput()
+    return {
+        "group_id": result.group_id,
+        "axis": result.axis.name,
+        "values": list(result.axis.values),
+        "configs": result.configs,
+        "best_throughput": None if best is None else best.record,
+        "rows": result.records,
+    }

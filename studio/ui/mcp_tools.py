@@ -1,0 +1,296 @@
+"""The studio as an MCP server: five typed tools for agents, on Gradio's own MCP support.
+
+Gradio builds each tool's schema from the function's type hints and its description from the docstring
+(the text before `Args:`, and each `Args:` line for its parameter). The tools go through the same boundary
+and engine as the form endpoints (`studio.request`, `Studio`, the sweeps) and answer in the shared
+vocabulary, as JSON text: the same JSON as `python -m studio generate|compare|autotune|history --json`,
+and `/system`'s for `system`. An engine error reaches the agent as the engine's sentence.
+
+Gradio lists every public endpoint as a tool and has no per-event switch for it; `hide_form_endpoints`
+marks the form endpoints' functions the way `gr.resource`/`gr.prompt` do, so the tool list is only these
+five while `/generate`, `/compare`, ... stay as they are for `gradio_client`. The tools are also endpoints
+(`/mcp_generate`, ...). `STUDIO_MCP=0` turns the MCP server off (`launch_kwargs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Literal
+
+import gradio as gr
+
+from studio import report
+from studio.engine import Studio
+from studio.request import build_request, validate_autotune, validate_counts, validate_history
+from studio.request.axes import parse_axis
+from studio.sweeps import autotune as autotune_mod
+from studio.sweeps import xy
+from studio.sweeps.autotune_search_space import floor_of
+from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
+from studio.ui.cancel import Cancellations
+from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors, stop_check
+
+TOOLS = ("generate", "compare", "autotune", "history", "system")
+NOT_A_TOOL = "studio-form"  # Gradio's MCP server lists a function only when its `_mcp_type` is "tool"/unset
+
+
+def mcp_enabled() -> bool:
+    """Whether the app also serves MCP (`STUDIO_MCP`, on unless 0, false, no or off)."""
+    return os.environ.get("STUDIO_MCP", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _json(data: Any) -> str:
+    """The answer as JSON text (Gradio's MCP server would render a dict with Python's str())."""
+    return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def build_mcp_tools(studio: Studio) -> dict[str, Any]:
+    """The tool functions by name, closed over one Studio."""
+    cancels = Cancellations()
+
+    @engine_errors
+    def generate(
+        prompt: str,
+        model: str = DEFAULT_MODEL,
+        optimizations: list[str] | None = None,
+        precision: Literal["fp32", "bf16", "fp16"] = "fp32",
+        device: str = "auto",
+        seed: int = 0,
+        steps: int | None = None,
+        guidance: float | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        negative_prompt: str = "",
+        scheduler: str | None = None,
+        settings: dict[str, dict[str, Any]] | None = None,
+        warmup: int = 0,
+        repeats: int = 1,
+        batch: int = 1,
+        request: gr.Request | None = None,
+    ) -> str:
+        """Generate one image with a diffusers pipeline in the given configuration; the run is timed and
+        logged. Returns JSON: run_id, config, applied techniques, latency_s, peak memory, image_path and the
+        other figures of the run, plus warnings. Call `system` for the techniques this machine can run.
+
+        Args:
+            prompt: What to draw, e.g. "a big red circle on the left".
+            model: tiny-shapes (bundled, fast on a CPU), sd15, sdxl, sd-turbo, a hub id or a local folder.
+            optimizations: Technique names to apply, e.g. ["sdpa", "channels_last"]; empty for the baseline.
+            precision: Weights precision; bf16 and fp16 are techniques like the others.
+            device: "auto", "cpu", "cuda", "cuda:1" or "mps".
+            seed: Random seed (-1 for a random one).
+            steps: Denoising steps (1-200); empty for the model's default.
+            guidance: Classifier-free guidance scale (0-30); empty for the model's default.
+            width: Image width in pixels, a multiple of 8; empty for the model's default.
+            height: Image height in pixels, a multiple of 8; empty for the model's default.
+            negative_prompt: What not to draw.
+            scheduler: A scheduler name such as "ddim" or "euler"; empty for the model's own.
+            settings: Technique settings, e.g. {"deepcache": {"interval": 2}}.
+            warmup: Untimed calls before the timed ones (compile and trace time shows here).
+            repeats: Timed calls; latency_s is their median.
+            batch: Images per prompt in one call (1-8); seconds_per_image and images_per_s report it.
+        """
+        req = build_request(
+            model,
+            device,
+            precision,
+            optimizations,
+            prompt,
+            negative_prompt,
+            seed,
+            steps,
+            guidance,
+            width,
+            height,
+            scheduler,
+            settings,
+            batch,
+        )
+        counts = validate_counts(warmup, repeats)
+        result = studio.generate(
+            req, warmup=counts.warmup, repeats=counts.rounds, should_stop=stop_check(cancels, request)
+        )
+        return _json({**report.single_record(result), "warnings": list(result.warnings)})
+
+    @engine_errors
+    def compare(
+        prompt: str,
+        configs: list[str],
+        model: str = DEFAULT_MODEL,
+        device: str = "auto",
+        seed: int = 0,
+        steps: int | None = None,
+        guidance: float | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        scheduler: str | None = None,
+        warmup: int = 1,
+        rounds: int = DEFAULT_ROUNDS,
+        batch: int = 1,
+        axis: str | None = None,
+        axis_values: str = "",
+        request: gr.Request | None = None,
+    ) -> str:
+        """Compare configurations side by side against the fp32 baseline, in interleaved timed rounds.
+        Returns JSON: group_id and one row per configuration (baseline first) with latency_s, speedup and
+        its min-max range over rounds, peak memory and how much the image changed (psnr, ssim).
+
+        Args:
+            prompt: What to draw (the same for every configuration).
+            configs: Configurations besides the baseline, e.g. ["bf16+channels_last", "deepcache[interval=2]"]
+            model: A registry model (tiny-shapes, sd15, sdxl, ...), a hub id or a local folder.
+            device: "auto", "cpu", "cuda", "cuda:1" or "mps".
+            seed: Random seed.
+            steps: Denoising steps; empty for the model's default.
+            guidance: Classifier-free guidance scale; empty for the model's default.
+            width: Image width, a multiple of 8; empty for the model's default.
+            height: Image height, a multiple of 8; empty for the model's default.
+            scheduler: A scheduler name; empty for the model's own.
+            warmup: Untimed calls per configuration before the rounds.
+            rounds: Timed rounds; each runs every configuration once.
+            batch: Images per prompt in one call (1-8).
+            axis: Optional X axis: steps, size, scheduler, batch or a setting (deepcache.interval).
+            axis_values: The axis values, e.g. "1,2,4,8" ("auto" for batch); rows then carry x and y.
+        """
+        req = build_request(
+            model,
+            device,
+            "fp32",
+            [],
+            prompt,
+            "",
+            seed,
+            steps,
+            guidance,
+            width,
+            height,
+            scheduler,
+            None,
+            batch,
+        )
+        counts = validate_counts(warmup, rounds)
+        x_axis = parse_axis(axis, axis_values, req)
+        options = {
+            "warmup": counts.warmup,
+            "rounds": counts.rounds,
+            "should_stop": stop_check(cancels, request),
+        }
+        if x_axis is not None:
+            return _json(xy.as_json(xy.run_xy(studio, req, list(configs or []), x_axis, **options)))
+        result = run_compare(studio, req, list(configs or []), **options)
+        return _json({"group_id": result.group_id, "rows": result.records})
+
+    @engine_errors
+    def autotune(
+        prompt: str,
+        model: str = DEFAULT_MODEL,
+        device: str = "auto",
+        seed: int = 0,
+        steps: int | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        techniques: list[str] | None = None,
+        include_compile: bool = False,
+        min_psnr: float = 30.0,
+        min_ssim: float = 0.95,
+        fidelity_drop: float = 0.03,
+        warmup: int = 1,
+        rounds: int = 3,
+        confirm_rounds: int = 5,
+        request: gr.Request | None = None,
+    ) -> str:
+        """Search for the fastest configuration whose image stays within a quality floor of the baseline,
+        then confirm it in interleaved rounds. Returns JSON: winner (techniques and settings, or null),
+        winner_label, summary, confirmation and every configuration measured. Minutes on a CPU.
+
+        Args:
+            prompt: What to draw.
+            model: A registry model (tiny-shapes, sd15, sdxl, ...), a hub id or a local folder.
+            device: "auto", "cpu", "cuda", "cuda:1" or "mps".
+            seed: Random seed.
+            steps: Denoising steps; empty for the model's default.
+            width: Image width, a multiple of 8; empty for the model's default.
+            height: Image height, a multiple of 8; empty for the model's default.
+            techniques: Limit the search to these technique names; empty for all that can help here.
+            include_compile: Also try torch_compile (slow to prepare).
+            min_psnr: Quality floor: PSNR against the baseline image, in dB.
+            min_ssim: Quality floor: SSIM against the baseline image.
+            fidelity_drop: tiny-shapes only: the largest prompt-fidelity loss allowed.
+            warmup: Untimed calls per configuration.
+            rounds: Timed calls per configuration in the search.
+            confirm_rounds: Interleaved baseline/winner rounds that confirm the winner.
+        """
+        req = build_request(model, device, "fp32", [], prompt, "", seed, steps, None, width, height, None)
+        checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
+        result = autotune_mod.run_autotune(
+            studio,
+            req,
+            floor=floor_of(checked),
+            techniques=techniques or None,
+            include_compile=bool(include_compile),
+            warmup=checked.warmup,
+            repeats=checked.repeats,
+            confirm_rounds=checked.confirm_rounds,
+            should_stop=stop_check(cancels, request),
+        )
+        return _json(autotune_mod.as_json(result))
+
+    @engine_errors
+    def history(
+        model: str | None = None,
+        device: str | None = None,
+        status: str | None = None,
+        technique: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int = 20,
+    ) -> str:
+        """Runs from the studio's run log, newest first (every run of every face: UI, API, CLI, MCP).
+        Returns a JSON list of runs: run_id, created_at, model, config, status, latency_s, memory and
+        quality figures, prompt, seed and settings.
+
+        Args:
+            model: Only runs of this model id.
+            device: Only runs on this device, e.g. "cpu" or "cuda:0".
+            status: Only runs with this status: running, ok, failed, cancelled or interrupted.
+            technique: Only runs that requested this technique.
+            since: Only runs from this date or time on (ISO 8601, e.g. "2026-01-31").
+            until: Only runs up to this date or time (ISO 8601).
+            limit: The most runs to return.
+        """
+        f = validate_history(model, device, status, technique, since, until, limit)
+        return _json([report.log_record(r) for r in studio.runlog.runs(**dataclasses.asdict(f))])
+
+    @engine_errors
+    def system() -> str:
+        """What this machine can run: hardware and devices, library versions, every technique with whether
+        it is available here (and why not), the pipelines loaded, and the run log's path. Returns JSON."""
+        return _json(report.system_facts(studio))
+
+    return dict(zip(TOOLS, (generate, compare, autotune, history, system), strict=True))
+
+
+def register_mcp_tools(studio: Studio) -> dict[str, Any]:
+    """Add the tools to the Blocks being built, as `/mcp_generate`, `/mcp_compare`, ... Call it before
+    the tabs: a tool takes its function's name (`generate`, ...) only where no earlier endpoint has it.
+    All are queued, like the form endpoints: the queue's bounds apply, and an error reaches the agent as
+    the plain sentence (Gradio's unqueued MCP path would quote it)."""
+    tools = build_mcp_tools(studio)
+    for name, fn in tools.items():
+        gr.api(fn, api_name=f"mcp_{name}")
+    return tools
+
+
+def hide_form_endpoints(demo: gr.Blocks, tools: dict[str, Any]) -> None:
+    """Keep the form endpoints (`/generate`, `/compare`, ...) out of the MCP tool list; the API keeps them.
+
+    Gradio 6.31 has no per-event MCP switch (`api_visibility` would hide them from `gradio_client` too);
+    its MCP server lists a function unless its `_mcp_type` (set by `gr.tool`, `gr.resource`, `gr.prompt`)
+    says it is something else. tests/ui/test_mcp.py checks that the list is exactly the five tools.
+    """
+    keep = set(map(id, tools.values()))
+    for block_fn in demo.fns.values():
+        if block_fn.fn is not None and block_fn.api_visibility == "public" and id(block_fn.fn) not in keep:
+            block_fn.fn._mcp_type = NOT_A_TOOL

@@ -1,0 +1,65 @@
+"""The Profile tab: where the time of one denoising step goes, by kind of operator and by operator, its
+FLOPs and how close it comes to the device's matmul peak (`/profile`)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from studio import report
+from studio.request import PRECISIONS
+from studio.ui.fields import RawNumber
+from studio.ui.handlers.common import GROUPS, techniques_by_group
+from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder
+
+
+def profile_tab(handlers: dict) -> None:
+    gr.Markdown(
+        "One denoising step of the request under `torch.profiler`, on the pipeline a Generate would use (the "
+        "techniques applied the same way): step 1 warms up, step 2 is profiled, step 3 is timed without the "
+        "profiler. Time is each operator's own (self) time: CPU time on a CPU, kernel time on a GPU; time "
+        "outside any operator is Python and dispatch overhead, or an idle GPU. The run is logged in History."
+    )
+    model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("prof")
+    usable = {t["name"] for t in report.availability() if t["unavailable"] is None}
+    groups = techniques_by_group("auto")
+    names = [t["name"] for g in GROUPS for t in groups[g] if t["unavailable"] is None]
+    with gr.Row():
+        precision = gr.Radio(
+            [p for p in PRECISIONS if p == "fp32" or p in usable],
+            value="fp32",
+            label="Weights precision",
+            elem_id="prof-precision",
+        )
+        techniques = gr.Dropdown(
+            names, value=[], multiselect=True, label="Techniques", scale=2, elem_id="prof-techniques"
+        )
+        batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="prof-batch")
+    settings = gr.Textbox(
+        "", label="Technique settings (JSON)", elem_id="prof-settings", placeholder=settings_placeholder()
+    )
+    go = gr.Button("Profile", variant="primary", elem_id="profile-btn")
+    with gr.Column(visible=False, elem_id="prof-results") as results:
+        summary = gr.Markdown(elem_id="prof-summary")
+        chart = gr.BarPlot(
+            x="time (ms)",
+            y="kind",
+            title="Time of the profiled step by kind of operator",
+            x_lim=[0, None],
+            tooltip=["kind", "time (ms)"],
+            height=260,
+            elem_id="prof-chart",
+        )
+        ops = gr.Dataframe(label="Top operators", wrap=True, interactive=False, elem_id="prof-ops")
+        with gr.Accordion("Time and FLOPs by kind", open=False):
+            kinds = gr.Dataframe(wrap=True, interactive=False, elem_id="prof-kinds")
+        with gr.Accordion("Profile as the API returns it", open=False):
+            record = gr.JSON(label="Profile")
+    inputs = [model, custom, device, precision, techniques, prompt, seed, steps, guidance, width, height]
+    go.click(
+        handlers["profile"],
+        [*inputs, batch, settings],
+        [summary, chart, ops, kinds, record, results],
+        api_name="profile",
+        show_progress_on=[go],
+        **generation_queue(),
+    )

@@ -1,0 +1,122 @@
+"""What Compare shows for an X/Y sweep: the image grid with its axes labelled, heat maps of speedup and of the
+image difference (each against the baseline at the same X), and for the batch axis throughput and peak memory
+against batch size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+from PIL import Image, ImageDraw
+
+from studio import report
+from studio.sweeps import xy
+from studio.ui import exports, views
+
+CELL = 160  # px per image in the grid (small models' 64 px images are scaled up, without smoothing)
+LABEL_W, LABEL_H = 170, 28
+GREEN, WHITE, RED = (46, 160, 67), (255, 255, 255), (214, 69, 65)
+
+
+def grid_image(result: xy.XYResult) -> Image.Image:
+    """One image per cell, rows = configurations, columns = X values, both labelled."""
+    values = result.axis.values
+    sheet = Image.new("RGB", (LABEL_W + CELL * len(values), LABEL_H + CELL * len(result.configs)), WHITE)
+    draw = ImageDraw.Draw(sheet)
+    for col, x in enumerate(values):
+        draw.text((LABEL_W + col * CELL + 6, 8), result.axis.label(x), fill=(0, 0, 0))
+    for row, y in enumerate(result.configs):
+        top = LABEL_H + row * CELL
+        draw.text((6, top + CELL // 2 - 6), y[:26], fill=(0, 0, 0))
+        for col, x in enumerate(values):
+            point = result.point(x, y)
+            left = LABEL_W + col * CELL
+            if point.result is None:
+                draw.text((left + 6, top + CELL // 2 - 6), point.record["status"], fill=RED)
+                continue
+            image = point.result.images[0].convert("RGB")
+            scale = min((CELL - 8) / image.width, (CELL - 8) / image.height)
+            resample = Image.NEAREST if scale >= 1 else Image.LANCZOS
+            image = image.resize((round(image.width * scale), round(image.height * scale)), resample)
+            sheet.paste(image, (left + (CELL - image.width) // 2, top + (CELL - image.height) // 2))
+    return sheet
+
+
+def _shade(value: float | None, low: float, mid: float, high: float) -> str:
+    """Green above `mid`, red below, white at `mid` (values clipped to [low, high])."""
+    if value is None:
+        return ""
+    if value >= mid:
+        t, colour = min(1.0, (value - mid) / max(high - mid, 1e-9)), GREEN
+    else:
+        t, colour = min(1.0, (mid - value) / max(mid - low, 1e-9)), RED
+    rgb = [round(w + (c - w) * 0.55 * t) for w, c in zip(WHITE, colour, strict=True)]
+    return f"background-color: rgb({rgb[0]}, {rgb[1]}, {rgb[2]})"
+
+
+def heat_map(result: xy.XYResult, key: str) -> Any:
+    """A table of words (speedup with range, or PSNR) coloured by the value: `speedup` or `psnr_db`."""
+    cell = xy.speedup_text if key == "speedup" else xy.psnr_text
+    columns = ["Configuration", *(result.axis.label(x) for x in result.axis.values)]
+    frame = pd.DataFrame(xy.table(result, cell), columns=columns)
+    values = [[result.point(x, y).record.get(key) for x in result.axis.values] for y in result.configs]
+    if key == "speedup":
+        colours = [[_shade(v, 0.5, 1.0, 2.0) for v in row] for row in values]
+    else:  # identical (None) is as good as it gets; 20 dB and below is a different image
+        colours = [[_shade(60.0 if v is None else v, 20.0, 30.0, 60.0) for v in row] for row in values]
+    styles = pd.DataFrame([["", *row] for row in colours], columns=columns)
+    return frame.style.apply(lambda _: styles, axis=None)
+
+
+def throughput_frames(result: xy.XYResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Images per second and peak memory against the X value (batch size), one line per configuration."""
+    rows = [p.record for p in result.points if p.record["status"] == "ok"]
+    speed = pd.DataFrame(
+        [{"batch": r["x"], "images/s": r["images_per_s"], "configuration": r["y"]} for r in rows]
+    )
+    memory = pd.DataFrame(
+        [{"batch": r["x"], "peak memory (MB)": r["peak_memory_mb"], "configuration": r["y"]} for r in rows]
+    )
+    return speed, memory
+
+
+def xy_outputs(result: xy.XYResult) -> tuple:
+    """Compare's outputs for an X/Y sweep: the usual ones (every point a row, the X first) and the grid's."""
+    records = result.records
+    ok = [p for p in result.points if p.result is not None]
+    first = (("X", lambda r: r["x"]),)
+    gallery = [(p.result.images[0], f"{result.axis.label(p.x)} · {report.caption(p.record)}") for p in ok]
+    pairs = {
+        f"{p.config} @ {result.axis.label(p.x)}": (
+            result.point(p.x, "baseline").result.images[0],
+            p.result.images[0],
+        )
+        for p in ok
+        if p.config != "baseline" and result.point(p.x, "baseline").result is not None
+    }
+    bars = pd.DataFrame(
+        [{"configuration": f"{p.config} @ {p.x}", "latency (s)": p.record["latency_s"]} for p in ok]
+    )
+    batch = result.axis.name == "batch"
+    speed, memory = throughput_frames(result) if batch else (None, None)
+    return (
+        gr.update(visible=True),
+        views.headline(records) + "\n\n" + xy.summary(result),
+        gallery,
+        pd.DataFrame(report.readable_rows(records, first)),
+        views.details_table(records),
+        bars,
+        gr.update(choices=list(pairs), value=next(iter(pairs), None)),
+        next(iter(pairs.values()), None),
+        pairs,
+        exports.csv_file(records, "xy.csv"),
+        exports.text_file(xy.markdown(result), "xy.md"),
+        gr.update(visible=True),
+        grid_image(result),
+        heat_map(result, "speedup"),
+        heat_map(result, "psnr_db"),
+        gr.update(value=speed, visible=batch),
+        gr.update(value=memory, visible=batch),
+        records,
+    )

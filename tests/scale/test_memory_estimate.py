@@ -1,0 +1,73 @@
+"""Will it fit: the peak-memory estimate before a run, against the peak the run then measures (CPU RSS here),
+its correction from the run log, and the refusal on a GPU of known size (fake GPUs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio.errors import ValidationError
+from studio.request import validate_request
+from studio.scale import memory_estimate
+from tests import tiny
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _measured_within(studio, request, tolerance=0.25):
+    before = memory_estimate.estimate(studio.manager, request, studio.runlog)
+    result = studio.generate(request)
+    measured = result.metrics["peak_memory"]
+    assert abs(before.peak - measured) <= tolerance * measured, (before, measured)
+    return before, result
+
+
+def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_the_bundled_model(studio):
+    before, result = _measured_within(studio, tiny.request(steps=2, num_images=2))
+    assert before.known and before.weights > 0 and before.kind == "cpu_rss"
+    logged = result.metrics["stats"]["memory_estimate"]  # the engine's own, taken as the run started
+    assert logged["peak"] == pytest.approx(before.peak / 2**20, rel=0.1) and logged["sentence"]
+    loaded = memory_estimate.estimate(studio.manager, tiny.request(steps=2), studio.runlog)
+    assert loaded.weights == 0, "a loaded pipeline's weights are already in the process"
+
+
+@pytest.mark.slow
+def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_sd15_arch(studio):
+    request = validate_request(model="sd15-arch", prompt="a red circle", steps=1, width=256, height=256)
+    before, _ = _measured_within(studio, request)
+    assert 3.9 * 2**30 < before.weights < 4.1 * 2**30  # 1.07 B parameters in fp32
+
+
+def test_the_run_log_corrects_the_next_estimate(studio):
+    request = tiny.request(steps=2)
+    first = memory_estimate.estimate(studio.manager, request, studio.runlog)
+    assert first.correction == 1.0
+    result = studio.generate(request)
+    ratio = result.metrics["peak_memory"] / (result.metrics["stats"]["memory_estimate"]["peak"] * 2**20)
+    again = memory_estimate.estimate(studio.manager, request, studio.runlog)
+    assert again.correction == pytest.approx(min(2.0, max(0.5, ratio)), rel=1e-6)
+
+
+def test_techniques_change_the_estimate_the_way_they_change_memory():
+    request = validate_request(model="sdxl-arch", prompt="x", width=1024, height=1024, num_images=2)
+    shape = memory_estimate.spec_shape(request.spec)
+
+    def activations(**kw):
+        return memory_estimate._activations(request.__class__(**{**request.__dict__, **kw}), shape, 4)
+
+    assert activations(opts=("vae_slicing",)) == activations(num_images=1) < activations()
+    assert activations(opts=("vae_tiling",)) < activations(opts=("vae_slicing",))
+
+
+def test_a_run_that_would_not_fit_a_gpu_is_refused_with_what_would_make_it_fit(studio, fake_gpus):
+    fake_gpus(1)  # one fake 24 GB GPU
+    request = validate_request(
+        model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024, num_images=2
+    )
+    with pytest.raises(ValidationError, match="Does not fit in 24.0 GB") as info:
+        studio.generate(request)
+    assert "It would fit with: vae_slicing" in str(info.value)
+    assert studio.runlog.runs() == [], "a refused run is not logged"
+    fits = memory_estimate.estimate(
+        studio.manager, request.__class__(**{**request.__dict__, "num_images": 1})
+    )
+    assert fits.fits is True and fits.now == 0

@@ -1,0 +1,122 @@
+"""The real app as an MCP server, through the `mcp` package's own client (streamable HTTP): five typed
+tools, the same engine, validation sentences and run log as the other faces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from studio.runlog import RunLog
+from studio.ui import launch_kwargs
+from tests.server import Server
+
+TOOLS = {"generate", "compare", "autotune", "history", "system"}
+PROMPT = "a big red circle on the left"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("mcp")).start()
+    yield srv
+    srv.stop()
+
+
+def mcp(server: Server, talk: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+    """`talk` in a fresh MCP session with the studio."""
+
+    async def session() -> Any:
+        async with streamable_http_client(server.url + "gradio_api/mcp/") as (read, write, _):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                return await talk(client)
+
+    return asyncio.run(session())
+
+
+def call(server: Server, tool: str, **arguments: Any):
+    return mcp(server, lambda client: client.call_tool(tool, arguments))
+
+
+def answer(result) -> Any:
+    assert not result.isError, result.content
+    (content,) = result.content
+    return json.loads(content.text)
+
+
+def test_the_tools_are_the_five_typed_ones(server):
+    tools = {t.name: t for t in mcp(server, lambda client: client.list_tools()).tools}
+    assert set(tools) == TOOLS  # the form endpoints (/generate, ...) stay API endpoints, not tools
+    generate = tools["generate"]
+    assert "run_id" in generate.description and "latency_s" in generate.description
+    props = generate.inputSchema["properties"]
+    assert generate.inputSchema["required"] == ["prompt"]
+    assert props["prompt"]["type"] == "string" and "draw" in props["prompt"]["description"]
+    assert props["model"]["default"] == "tiny-shapes"
+    assert {"type": "integer"} in props["steps"]["oneOf"]
+    assert {"type": "array", "items": {"type": "string"}} in props["optimizations"]["oneOf"]
+    assert props["precision"]["enum"] == ["fp32", "bf16", "fp16"]
+    assert "request" not in props
+    assert all(p.get("description") for p in props.values())
+    assert tools["compare"].inputSchema["required"] == ["prompt", "configs"]
+    assert tools["history"].inputSchema["properties"]["limit"]["type"] == "integer"
+    assert {"min_psnr", "techniques", "confirm_rounds"} <= set(tools["autotune"].inputSchema["properties"])
+    assert tools["system"].inputSchema["properties"] == {}
+
+
+def test_system_says_what_this_machine_can_run(server):
+    facts = answer(call(server, "system"))
+    assert {"hardware", "versions", "techniques", "database"} <= set(facts)
+    sdpa = next(t for t in facts["techniques"] if t["name"] == "sdpa")
+    assert "unavailable" in sdpa
+
+
+def test_generate_is_timed_logged_and_in_history(server):
+    run = answer(
+        call(
+            server,
+            "generate",
+            prompt=PROMPT,
+            model="tiny-shapes",
+            steps=3,
+            width=64,
+            height=64,
+            seed=5,
+            optimizations=["channels_last"],
+        )
+    )
+    assert isinstance(run["run_id"], int) and run["latency_s"] > 0
+    assert run["applied"] == ["channels_last"] and isinstance(run["warnings"], list)  # a busy host says so
+    row = RunLog(server.home / "runs.db").get_run(run["run_id"])
+    assert row["status"] == "ok" and row["prompt"] == PROMPT and row["steps"] == 3
+    runs = answer(call(server, "history", model="tiny-shapes", limit=5))
+    assert run["run_id"] in [r["run_id"] for r in runs]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"steps": 0}, "steps must be a whole number between 1 and 200"),
+        ({"optimizations": ["warp"]}, "Unknown optimization 'warp'"),
+    ],
+)
+def test_bad_input_gets_the_validation_sentence(server, bad, message):
+    result = call(server, "generate", prompt=PROMPT, width=64, height=64, **bad)
+    assert result.isError and message in result.content[0].text
+
+
+def test_a_bad_history_filter_gets_the_sentence(server):
+    result = call(server, "history", status="nope")
+    assert result.isError and result.content[0].text.startswith("status must be one of running, ok")
+
+
+def test_studio_mcp_switches_the_server(monkeypatch):
+    monkeypatch.delenv("STUDIO_MCP", raising=False)
+    assert launch_kwargs()["mcp_server"] is True
+    monkeypatch.setenv("STUDIO_MCP", "0")
+    assert launch_kwargs()["mcp_server"] is False
