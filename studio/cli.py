@@ -57,11 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--fidelity-drop", type=float, default=0.03, help="tiny-shapes: max prompt-fidelity loss"
     )
     tune.add_argument("--confirm-rounds", type=int, default=5, help="interleaved baseline/winner rounds")
-    prof = sub.add_parser("profile", help="where the time of one denoising step goes (logged as a run)")
-    request_args(prof)
-    prof.add_argument(
-        "--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`"
-    )
+    for name, text in (
+        ("profile", "where the time of one denoising step goes (logged as a run)"),
+        ("estimate", "will it fit: the peak memory a generate should reach, before it runs"),
+    ):
+        one = sub.add_parser(name, help=text)
+        request_args(one)
+        one.add_argument(
+            "--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`"
+        )
     hist = sub.add_parser("history", help="runs from the log")
     for flag in ("--model", "--device", "--status", "--technique", "--since", "--until"):
         hist.add_argument(flag)
@@ -174,6 +178,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from studio.engine import Studio
+    from studio.request import request_from_args
+    from studio.scale import memory_estimate
+
+    request = request_from_args(args, args.opt)
+    studio = Studio()
+    found = memory_estimate.estimate(studio.manager, request, studio.runlog).as_json()
+    emit(found, args.json, found["sentence"])
+    return 0
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     from studio import report
     from studio.request import validate_history
@@ -214,6 +230,7 @@ COMMANDS = {
     "profile": cmd_profile,
     "history": cmd_history,
     "show": cmd_show,
+    "estimate": cmd_estimate,
     "shard": cmd_shard,
 }
 

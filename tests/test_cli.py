@@ -241,3 +241,13 @@ def test_profile_prints_the_summary_and_tables_and_logs_a_run(cli, tmp_path):
     status, out, err = cli("profile", "--prompt", PROMPT, "--steps", "1")
     assert status == 2 and out == "" and "at least 2 steps" in err
     assert len(json.loads(cli("history", "--json")[1])) == 2, "a refused profile is not logged"
+
+
+def test_estimate_says_the_peak_before_anything_runs(cli):
+    status, out, err = cli("estimate", "--prompt", PROMPT, *SMALL, "--batch", "2", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["known"] and data["kind"] == "cpu_rss" and data["peak"] >= data["now"] > 0
+    assert data["sentence"].startswith("Estimated peak") and data["fits"] is None
+    status, out, err = cli("history", "--json")
+    assert json.loads(out) == [], "an estimate runs nothing and logs nothing"

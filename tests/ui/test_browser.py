@@ -135,6 +135,29 @@ def test_load_from_image_fills_the_form_and_says_what_it_found(page, server, tmp
     expect(page.locator("#gen-seed input")).to_have_value("1")
 
 
+def test_will_it_fit_says_the_estimate_before_a_run(page):
+    from playwright.sync_api import expect
+
+    page.locator("#fit-btn").click()
+    expect(page.locator("#fit-note")).to_contain_text("Estimated peak", timeout=60_000)
+    assert "for this process" in page.locator("#fit-note").inner_text()
+
+
+def test_profile_shows_where_the_time_of_a_step_goes(page):
+    from playwright.sync_api import expect
+
+    _tab(page, "Profile")
+    assert not page.locator("#prof-results").is_visible(), "nothing is shown before there are results"
+    _small(page, "prof", steps=3)
+    page.locator("#profile-btn").click()
+    expect(page.locator("#prof-summary")).to_contain_text("convolution", timeout=LONG)
+    table = page.locator("#prof-ops").inner_text()
+    assert "aten::" in table and "%" in table
+    _no_horizontal_scroll(page)
+    _shot(page, "profile")
+    _tab(page, "Generate")
+
+
 def test_compare_shows_captioned_images_and_a_readable_table(page):
     _tab(page, "Compare")
     assert not page.locator("#cmp-results").is_visible(), "nothing is shown before there are results"
