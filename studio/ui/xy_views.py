@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 from studio import report
 from studio.sweeps import xy
@@ -24,16 +24,17 @@ def grid_image(result: xy.XYResult) -> Image.Image:
     values = result.axis.values
     sheet = Image.new("RGB", (LABEL_W + CELL * len(values), LABEL_H + CELL * len(result.configs)), WHITE)
     draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default(size=15)
     for col, x in enumerate(values):
-        draw.text((LABEL_W + col * CELL + 6, 8), result.axis.label(x), fill=(0, 0, 0))
+        draw.text((LABEL_W + col * CELL + 6, 6), result.axis.label(x), fill=(0, 0, 0), font=font)
     for row, y in enumerate(result.configs):
         top = LABEL_H + row * CELL
-        draw.text((6, top + CELL // 2 - 6), y[:26], fill=(0, 0, 0))
+        draw.text((6, top + CELL // 2 - 8), y[:20], fill=(0, 0, 0), font=font)
         for col, x in enumerate(values):
             point = result.point(x, y)
             left = LABEL_W + col * CELL
             if point.result is None:
-                draw.text((left + 6, top + CELL // 2 - 6), point.record["status"], fill=RED)
+                draw.text((left + 6, top + CELL // 2 - 8), point.record["status"], fill=RED, font=font)
                 continue
             image = point.result.images[0].convert("RGB")
             scale = min((CELL - 8) / image.width, (CELL - 8) / image.height)

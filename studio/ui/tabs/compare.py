@@ -80,6 +80,7 @@ def compare_tab(handlers: dict) -> None:
             x="configuration",
             y="latency (s)",
             title="Latency per call (median)",
+            y_lim=[0, None],  # from zero: bar lengths compare as the latencies do
             height=220,
             x_label_angle=0,
         )
