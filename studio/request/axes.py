@@ -25,6 +25,7 @@ class Axis:
 
     name: str
     values: tuple[str, ...]
+    auto: bool = False  # batch 'auto': the sweep keeps the sizes predicted to fit (`studio.sweeps.xy`)
 
     @property
     def technique(self) -> str | None:
@@ -65,7 +66,8 @@ def parse_axis(name: Any, values: Any, request: GenerationRequest) -> Axis | Non
             "'deepcache.interval'."
         )
     written = _split(values)
-    if name == "batch" and written in (["auto"], []):
+    auto = name == "batch" and written in (["auto"], [])
+    if auto:
         written = auto_batches(request)
     if not written:
         raise ValidationError(f"Give the values of the {name} axis, e.g. '2,4,8'.")
@@ -73,7 +75,7 @@ def parse_axis(name: Any, values: Any, request: GenerationRequest) -> Axis | Non
         raise ValidationError(f"The {name} axis repeats a value: {', '.join(written)}.")
     if len(written) > MAX_VALUES:
         raise ValidationError(f"The {name} axis has {len(written)} values; the limit is {MAX_VALUES}.")
-    axis = Axis(name, tuple(written))
+    axis = Axis(name, tuple(written), auto)
     if axis.technique is not None and axis.technique not in REGISTRY:
         raise ValidationError(f"Unknown technique {axis.technique!r} in the axis {name!r}.")
     for value in written:

@@ -5,9 +5,12 @@ memory against batch size, and the batch with the best throughput."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from studio import report
 from studio.engine import Studio
@@ -16,6 +19,7 @@ from studio.measure.bench import StopFn
 from studio.request import GenerationRequest
 from studio.request.axes import Axis, at
 from studio.run_data import RunResult
+from studio.scale import memory_estimate
 from studio.sweeps.compare import parse_configs
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
 
@@ -74,6 +78,19 @@ def plan(
     return [r.config_label for r in parsed], cells, list(entries.values())
 
 
+def fitting_batches(studio: Studio, request: GenerationRequest, axis: Axis) -> tuple[str, ...]:
+    """The batch sizes of `axis` up to the largest whose estimated peak fits: the GPU's memory where it is
+    known, else the memory this process has now plus what the machine has free."""
+    room = psutil.Process().memory_info().rss + psutil.virtual_memory().available
+    kept = []
+    for value in axis.values:
+        found = memory_estimate.estimate(studio.manager, at(request, axis, value), studio.runlog)
+        if found.fits is False or (found.fits is None and found.known and found.peak > room):
+            break
+        kept.append(value)
+    return tuple(kept) or axis.values[:1]
+
+
 def key(request: GenerationRequest) -> tuple:
     """What makes two cells the same measurement."""
     return (
@@ -97,7 +114,10 @@ def run_xy(
     progress: Progress | None = None,
     should_stop: StopFn | None = None,
 ) -> XYResult:
-    """Every configuration at every X value, interleaved in one sweep (one `xy` group in the run log)."""
+    """Every configuration at every X value, interleaved in one sweep (one `xy` group in the run log).
+    With batch 'auto', the batch sizes go up to the largest predicted to fit (`fitting_batches`)."""
+    if axis.auto:
+        axis = dataclasses.replace(axis, values=fitting_batches(studio, request, axis))
     labels, cells, entries = plan(request, configs, axis)
     sweep = run_sweep(
         studio,
