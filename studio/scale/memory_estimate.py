@@ -39,13 +39,7 @@ VAE_TENSORS = 10.5  # live VAE-decoder activations at full resolution and the fi
 TILE_PIXELS = 512 * 512  # diffusers' VAE tile at SD sizes
 GPU_HEADROOM = 0.95  # the share of a GPU's memory a run may be predicted to use
 HISTORY = 200
-MEMORY_TECHNIQUES = (
-    "vae_slicing",
-    "vae_tiling",
-    "attention_slicing",
-    "model_cpu_offload",
-    "sequential_cpu_offload",
-)
+MEMORY_TECHNIQUES = ("vae_slicing", "vae_tiling", "model_cpu_offload", "sequential_cpu_offload")
 
 
 @dataclass(frozen=True)
@@ -125,9 +119,8 @@ def _on_device(request: GenerationRequest, params: dict[str, int], size: int) ->
 def _activations(request: GenerationRequest, shape: Shape, size: int) -> int:
     latent = (request.width // shape.latent_factor) * (request.height // shape.latent_factor)
     unet_batch = request.num_images * (2 if request.guidance > 1 else 1)
+    # attention_slicing is left out: against SDPA, diffusers' default, it costs memory (docs/benchmarks.md)
     unet = UNET_TENSORS * unet_batch * latent * shape.unet_channels * size
-    if "attention_slicing" in request.opts:
-        unet = unet * 3 // 4
     images = 1 if "vae_slicing" in request.opts else request.num_images
     pixels = request.width * request.height
     if "vae_tiling" in request.opts:
