@@ -150,9 +150,13 @@ def test_profile_shows_where_the_time_of_a_step_goes(page):
     assert not page.locator("#prof-results").is_visible(), "nothing is shown before there are results"
     _small(page, "prof", steps=3)
     page.locator("#profile-btn").click()
-    expect(page.locator("#prof-summary")).to_contain_text("convolution", timeout=LONG)
+    summary = page.locator("#prof-summary")
+    expect(summary).to_contain_text("Step 2 of 3", timeout=LONG)
+    # which kind dominates depends on the CPU (a 64x64 step is often bound by dispatch overhead)
+    assert re.search(r"Most of it goes to [^:]+: [\d.]+ (ms|µs|s), \d", summary.inner_text())
     table = page.locator("#prof-ops").inner_text()
     assert "aten::" in table and "%" in table
+    assert "convolution" in table, "the UNet's convolutions are among the top operators"
     _no_horizontal_scroll(page)
     _shot(page, "profile")
     _tab(page, "Generate")
@@ -255,10 +259,11 @@ def test_system_is_short_tables(page):
 
 def test_cancel_is_neutral_and_resets_the_card(page):
     _tab(page, "Generate")
-    _small(page, "gen", steps=150, side=128)
+    # long enough (tens of seconds on any of these CPUs) that the run cannot end before the click lands
+    _small(page, "gen", steps=200, side=256)
     page.locator("#generate-btn").click()
-    # this run's own progress (n/150 steps) is showing: it has started, and Cancel stops it
-    page.get_by_text(re.compile(r"\d+/150")).first.wait_for(timeout=60_000)
+    # this run's own progress (n/200 steps) is showing: it has started, and Cancel stops it
+    page.get_by_text(re.compile(r"\d+/200")).first.wait_for(timeout=60_000)
     page.locator("#cancel-btn").click()
     card = page.locator("#metrics-card")
     card.get_by_text("Cancelled after").wait_for(timeout=60_000)
