@@ -235,11 +235,24 @@ COMMANDS = {
 }
 
 
+def quiet_libraries() -> None:
+    """Keep diffusers' and transformers' progress bars and their advice about optional packages (torchvision)
+    off stderr: the CLI's stderr carries its own warnings and errors."""
+    import diffusers.utils.logging as diffusers_logging
+    import transformers.utils.logging as transformers_logging
+
+    diffusers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    if not args.verbose:
+        quiet_libraries()
     try:
         return COMMANDS[args.command](args)
     except StudioError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,18 @@ def test_python_dash_m_studio_is_the_same_cli(tmp_path):
     )
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "multiple of 8" in proc.stderr
     assert not (tmp_path / "runs.db").exists()
+
+
+def test_a_run_from_the_shell_prints_its_result_and_no_library_noise(tmp_path):
+    """stdout: one line with the run; stderr: only the studio's own warnings (no progress bars of the
+    libraries, no advice to install torchvision)."""
+    env = {**os.environ, "STUDIO_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "studio", "generate", "--prompt", PROMPT, "--steps", "2", "--seed", "1"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"run 1: baseline [\d.]+ m?s, peak \d+ MB -> \S+\.png\n", proc.stdout), proc.stdout
+    noise = [line for line in proc.stderr.splitlines() if not line.startswith("warning: ")]
+    assert not noise, proc.stderr
 
 
 def test_a_compare_configuration_carries_its_settings_and_a_malformed_one_is_refused(cli):
