@@ -1,4 +1,5 @@
-"""Real SD 1.5 and SDXL architectures built from config with random weights.
+"""Real SD 1.5 and SDXL architectures built from config with random weights (SD3 and Flux, and tiny variants
+of them: `pipelines.transformer_architectures`).
 
 For speed and memory measurement only: the images are noise. They let the studio
 measure techniques on the real shapes (UNet, VAE, text encoders) on any machine,
@@ -99,6 +100,10 @@ def _tokenizer(source: str) -> CLIPTokenizer:
 def models(name: str) -> dict[str, torch.nn.Module]:
     """The architecture's models with random weights, in the order the seeded builders create them (under
     `torch.device("meta")` nothing is allocated: `pipelines.shapes` counts their parameters so)."""
+    if name not in BUILDERS:  # the transformer ones (they import this module's CLIP configs)
+        from pipelines import transformer_architectures
+
+        return transformer_architectures.models(name)
     if name == "sd15":
         return {
             "vae": AutoencoderKL(**VAE, sample_size=512, scaling_factor=0.18215),
@@ -143,4 +148,8 @@ BUILDERS: dict[str, Any] = {"sd15": build_sd15, "sdxl": build_sdxl}
 def build(name: str, tokenizer_source: str, dtype: torch.dtype = torch.float32) -> Any:
     """A pipeline of the named architecture with seeded random weights, on the CPU."""
     log.info("building the %s architecture with random weights (%s)", name, dtype)
+    if name not in BUILDERS:
+        from pipelines import transformer_architectures
+
+        return transformer_architectures.build(name, tokenizer_source, dtype)
     return BUILDERS[name](tokenizer_source, dtype)

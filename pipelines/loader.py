@@ -64,7 +64,9 @@ def load(
     if spec.source.startswith("arch:"):
         from pipelines.architectures import build
         from pipelines.registry import SPECS
+        from pipelines.shapes import check_memory
 
+        check_memory(spec, dtype)  # before anything is built
         pipe = build(spec.source.removeprefix("arch:"), SPECS["tiny-shapes"].source, dtype)
     elif spec.single_file:
         pipe = _load_single_file(spec, dtype, device_map)

@@ -8,9 +8,7 @@ where is checked in `pipelines.sources`.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,81 +26,20 @@ from pipelines.sources import (
 )
 from pipelines.sources import ROOT as ROOT
 from pipelines.sources import allowed_roots as allowed_roots
+from pipelines.spec import CALIBRATION_PROMPTS as CALIBRATION_PROMPTS
+from pipelines.spec import NOISE, UNKNOWN_COST, ModelCost, PipelineSpec
+from pipelines.transformer_specs import TRANSFORMER_SPECS
 
 FAMILIES = {
     "StableDiffusionPipeline": "sd",
     "StableDiffusionXLPipeline": "sdxl",
+    "StableDiffusion3Pipeline": "sd3",
+    "FluxPipeline": "flux",
 }
 
 
-@dataclass(frozen=True)
-class ModelCost:
-    """Assumed compute cost of a model on one GPU (not measured here: no GPU on the development machines),
-    used to ask ZeroGPU for a duration and to bound a request's work.
-
-    setup: seconds to move the weights to the GPU and make the first call (kernels, allocator).
-    step: seconds per denoising step at `pixels` output pixels, batch 1, classifier-free guidance on.
-    cpu_factor: how much longer a step takes on a 2-core CPU (sd15-arch: ~4 s against ~0.1 s; the bundled
-    model's step is about the same on either).
-    """
-
-    setup: float
-    step: float
-    pixels: int
-    cpu_factor: float = 20.0
-
-
-CALIBRATION_PROMPTS = (
-    "a photo of an astronaut riding a horse on mars",
-    "a watercolor painting of a lighthouse on a cliff at sunset",
-    "a close-up portrait of an old man with a grey beard, studio lighting",
-    "a bowl of fruit on a wooden table, still life",
-)
 SD15_COST = ModelCost(setup=10.0, step=0.08, pixels=512 * 512)
 SDXL_COST = ModelCost(setup=20.0, step=0.25, pixels=1024 * 1024)
-UNKNOWN_COST = ModelCost(setup=25.0, step=0.30, pixels=1024 * 1024)
-
-
-@dataclass(frozen=True)
-class PipelineSpec:
-    """How to load a model and what it runs best with."""
-
-    id: str
-    source: str
-    pipeline_class: str = "DiffusionPipeline"
-    label: str = ""
-    family: str = "sd"
-    width: int = 512
-    height: int = 512
-    steps: int = 30
-    guidance: float = 7.5
-    scheduler: str = "default"
-    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
-    local: bool = False
-    example_prompt: str = "a photo of an astronaut riding a horse on mars"
-    note: str = ""
-    load_kwargs: dict = field(default_factory=dict)
-    cost: ModelCost = UNKNOWN_COST
-    # Prompts that techniques quantizing activations calibrate on (the studio's own, never a dataset).
-    calibration_prompts: tuple[str, ...] = CALIBRATION_PROMPTS
-    # Model-specific behaviour, as "module:function" names resolved when used (so this file imports no model):
-    # prompt_warning(prompt) -> a sentence about words the model ignores, or None;
-    # prompt_fidelity(PIL image, prompt) -> {"score": ..., ...} how much of the prompt the image shows,
-    # or None.
-    prompt_warning: str | None = None
-    prompt_fidelity: str | None = None
-    # A single-file checkpoint (`source` is the .safetensors file) and the local diffusers folder its
-    # component configs come from (None: diffusers infers the model type and fetches them from the hub).
-    single_file: bool = False
-    single_file_config: str | None = None
-
-    def hook(self, name: str) -> Callable[..., Any] | None:
-        """The spec's `name` hook as a function, or None when this model has none."""
-        target = getattr(self, name)
-        if target is None:
-            return None
-        module, _, function = target.partition(":")
-        return getattr(importlib.import_module(module), function)
 
 
 SPECS: dict[str, PipelineSpec] = {
@@ -172,7 +109,7 @@ SPECS: dict[str, PipelineSpec] = {
             steps=10,
             local=True,
             dtypes=("fp32", "fp16", "bf16"),
-            note="For speed measurement only: images are noise.",
+            note=NOISE,
             cost=SD15_COST,
         ),
         PipelineSpec(
@@ -186,9 +123,10 @@ SPECS: dict[str, PipelineSpec] = {
             steps=10,
             guidance=5.0,
             local=True,
-            note="For speed measurement only: images are noise.",
+            note=NOISE,
             cost=SDXL_COST,
         ),
+        *TRANSFORMER_SPECS,
     )
 }
 

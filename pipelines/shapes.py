@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
+from pipelines.errors import ModelLoadError
 from pipelines.registry import PipelineSpec
 
 LIBRARIES = ("diffusers", "transformers")
+MEMORY_SHARE = 0.9  # the share of the memory available now that a model's weights may take
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,13 @@ def _count(module: torch.nn.Module) -> int:
     return sum(t.numel() for t in [*module.parameters(), *module.buffers()])
 
 
+def _token_width(config: Any) -> int:
+    """A transformer's width per latent pixel: its inner width over the 2x2 latent pixels of a token (SD3's
+    patches, Flux's packing), 320 when the config does not say."""
+    heads, head_dim = config.get("num_attention_heads"), config.get("attention_head_dim")
+    return heads * head_dim // 4 if isinstance(heads, int) and isinstance(head_dim, int) else 320
+
+
 def shape_of(pipe: Any) -> Shape:
     """The shape of a loaded pipeline (or one built on the meta device)."""
     params = {
@@ -40,7 +50,7 @@ def shape_of(pipe: Any) -> Shape:
     denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
     unet_cfg = getattr(denoiser, "config", {})
     vae_cfg = getattr(getattr(pipe, "vae", None), "config", {})
-    unet_channels = (unet_cfg.get("block_out_channels") or [unet_cfg.get("inner_dim") or 320])[0]
+    unet_channels = (unet_cfg.get("block_out_channels") or [_token_width(unet_cfg)])[0]
     vae_channels = (vae_cfg.get("block_out_channels") or [128])[0]
     factor = 2 ** (len(vae_cfg.get("block_out_channels") or (0, 0, 0, 0)) - 1)
     return Shape(params, int(unet_channels), int(vae_channels), factor)
@@ -101,3 +111,27 @@ def spec_shape(spec: PipelineSpec) -> Shape | None:
     if Path(spec.source).is_dir():
         return _folder_shape(str(Path(spec.source).resolve()))
     return None
+
+
+def check_memory(spec: PipelineSpec, dtype: torch.dtype, available: int | None = None) -> None:
+    """Refuse, before anything is built, a random-weight architecture whose weights alone would not fit in the
+    memory available now (`available` bytes; psutil's figure by default), with the arithmetic in the sentence.
+
+    Raises:
+        ModelLoadError: parameters x bytes per parameter is more than MEMORY_SHARE of what is available.
+    """
+    shape = spec_shape(spec) if spec.source.startswith("arch:") else None
+    if shape is None:
+        return
+    count = sum(shape.params.values())
+    size = torch.empty((), dtype=dtype).element_size()
+    available = psutil.virtual_memory().available if available is None else available
+    if count * size <= MEMORY_SHARE * available:
+        return
+    smaller = " (in bf16 it would need half)" if size == 4 and count * 2 <= MEMORY_SHARE * available else ""
+    raise ModelLoadError(
+        f"{spec.id} does not fit in this machine's memory: {count / 1e9:.2f} billion parameters x {size} "
+        f"bytes ({str(dtype).removeprefix('torch.')}) = {count * size / 2**30:.1f} GiB of weights, and "
+        f"{available / 2**30:.1f} GiB is available (a model may take {MEMORY_SHARE:.0%} of it){smaller}. "
+        "Use the tiny variant here, or a machine with more memory."
+    )

@@ -109,7 +109,8 @@ def synchronize(device: str) -> None:
 
 
 def call_kwargs(request: GenerationRequest) -> dict[str, Any]:
-    """The diffusers call arguments for a request (a CPU generator keeps seeds portable)."""
+    """The diffusers call arguments for a request (a CPU generator keeps seeds portable), with the model's own
+    (`PipelineSpec.call_kwargs`)."""
     return {
         "prompt": request.prompt,
         "negative_prompt": request.negative_prompt or None,
@@ -120,6 +121,7 @@ def call_kwargs(request: GenerationRequest) -> dict[str, Any]:
         "num_images_per_prompt": request.num_images,
         "generator": torch.Generator("cpu").manual_seed(request.seed),
         "output_type": "np",
+        **request.spec.call_kwargs,
     }
 
 

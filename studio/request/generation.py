@@ -144,6 +144,11 @@ def validate_request(
     scheduler = scheduler or spec.scheduler
     if scheduler not in SCHEDULERS:
         raise ValidationError(f"Unknown scheduler {scheduler!r}; choose one of {', '.join(SCHEDULERS)}.")
+    if spec.schedulers and scheduler not in spec.schedulers:
+        raise ValidationError(
+            f"{spec.id} runs with its own flow-matching scheduler: choose {' or '.join(spec.schedulers)}, "
+            f"not {scheduler!r}."
+        )
     if not isinstance(device, str):
         raise ValidationError("device must be text such as 'auto', 'cpu' or 'cuda:0'.")
     resolved = devices.resolve(device)
