@@ -10,7 +10,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 TORCH_SPEC ?= torch==2.13.0
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-fast lint deps dev-deps browser clean docs
+.PHONY: run test test-fast lint deps dev-deps browser clean docs gpu-kit
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,13 @@ test-fast: $(VENV)/.dev-deps
 # The README's techniques table, from the registry (tests/test_docs.py fails when it is stale).
 docs: $(VENV)/.deps
 	$(PY) -m studio.optimizations.table README.md
+
+# The wheels the lent GPU machine lacks (benchmarks/gpu/kit.txt), for Python 3.12 on x86-64 Linux, into .gpu-kit/:
+# downloaded with `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform ...`, an xformers
+# wheel only if one was built for the machine's torch, then installed offline and imported; prints the size.
+# Then on the machine: bash benchmarks/gpu/run.sh (docs/gpu.md).
+gpu-kit: $(VENV)/.deps
+	$(PY) -m benchmarks.gpu.kit_build --kit .gpu-kit
 
 lint: $(VENV)/.dev-deps
 	$(PY) -m ruff check .

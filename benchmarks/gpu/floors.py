@@ -1,0 +1,152 @@
+"""The floors (targets) and the best configurations: what was measured, held to the targets it is for.
+
+- sd15-arch, 512x512, 50 steps: the best configuration that keeps the math takes <= 0.60 s per image and is
+  >= x5 faster than fp32 (the ladder's speedup, from the same interleaved rounds as its fp32 rung);
+- sdxl-arch, 1024x1024, 30 steps: the best configuration that keeps the math takes <= 1.5 s per image.
+
+A target is met or not met only when it was measured as it is stated (that model, size and steps, on a GPU);
+otherwise `met` is None and the note says what was measured instead (the dry run, a section not run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.gpu.results import Results
+
+# Techniques that keep the math (precision, layout, kernels, compilation, placement), as opposed to those that
+# approximate it (caches, skipped guidance, merged tokens, int8/fp8): the floors are for configurations made
+# of these only. A technique not listed here counts as an approximation.
+KEEPS_MATH = frozenset(
+    {
+        "classic_attention",
+        "sdpa",
+        "xformers",
+        "attention_slicing",
+        "fused_qkv",
+        "attention_backend",
+        "channels_last",
+        "jit_trace_unet",
+        "torch_compile",
+        "vae_slicing",
+        "vae_tiling",
+        "model_cpu_offload",
+        "sequential_cpu_offload",
+        "device_map_balanced",
+        "group_offload",
+        "fp16",
+        "bf16",
+        "tf32",
+        "cudnn_benchmark",
+        "autocast",
+        "threads",
+    }
+)
+
+
+def keeps_math(opts: list[str] | tuple[str, ...]) -> bool:
+    """Whether a configuration computes the same function (up to precision and summation order)."""
+    return set(opts) <= KEEPS_MATH
+
+
+@dataclass(frozen=True)
+class Floor:
+    role: str
+    model: str
+    side: int
+    steps: int
+    what: str  # "seconds" per image, or "speedup" against fp32
+    limit: float
+
+    @property
+    def target(self) -> str:
+        size = f"{self.model} {self.side}x{self.side}, {self.steps} steps"
+        if self.what == "seconds":
+            return f"{size}: best keep-the-math configuration <= {self.limit:.2f} s per image"
+        return f"{size}: best keep-the-math configuration >= x{self.limit:g} against fp32"
+
+
+FLOORS = (
+    Floor("sd15", "sd15-arch", 512, 50, "seconds", 0.60),
+    Floor("sd15", "sd15-arch", 512, 50, "speedup", 5.0),
+    Floor("sdxl", "sdxl-arch", 1024, 30, "seconds", 1.5),
+)
+
+
+def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("status") == "ok" and r.get("seconds_per_image")]
+
+
+def best(data: dict[str, Any], role: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The fastest keep-the-math record of a role (ladder rungs and techniques), and the ladder's fp32
+    rung."""
+    ladder = _ok(data["ladder"].get(role, {}).get("rows", []))
+    techniques = [
+        r for r in _ok(data["techniques"].get(role, {}).get("rows", [])) if keeps_math(r.get("applied") or ())
+    ]
+    pool = ladder + techniques
+    fastest = min(pool, key=lambda r: r["seconds_per_image"]) if pool else None
+    fp32 = next((r for r in ladder if r.get("step") == "fp32"), None)
+    return fastest, fp32
+
+
+def _value(floor: Floor, fastest: dict[str, Any], fp32: dict[str, Any] | None) -> tuple[float | None, str]:
+    if floor.what == "seconds":
+        return fastest["seconds_per_image"], ""
+    if "step" in fastest and fastest.get("speedup") is not None:
+        low, high = fastest.get("speedup_min"), fastest.get("speedup_max")
+        return fastest["speedup"], f"range x{low}-x{high}, interleaved with fp32"
+    if fp32 is None:
+        return None, "no fp32 rung was measured"
+    return fp32["seconds_per_image"] / fastest[
+        "seconds_per_image"
+    ], "against the ladder's fp32 (another sweep)"
+
+
+def judge(floor: Floor, data: dict[str, Any], device: str) -> dict[str, Any]:
+    """One floor against what `data` holds."""
+    fastest, fp32 = best(data, floor.role)
+    entry: dict[str, Any] = {"target": floor.target, "role": floor.role, "limit": floor.limit, "met": None}
+    if fastest is None:
+        return {**entry, "value": None, "config": None, "note": "not measured in this run"}
+    value, note = _value(floor, fastest, fp32)
+    section = data["ladder"].get(floor.role) or data["techniques"].get(floor.role)
+    as_stated = (section["model"], section["side"], section["steps"]) == (
+        floor.model,
+        floor.side,
+        floor.steps,
+    )
+    if value is not None and as_stated and device.startswith("cuda"):
+        entry["met"] = value <= floor.limit if floor.what == "seconds" else value >= floor.limit
+    else:
+        measured = (
+            f"{section['model']} {section['side']}x{section['side']}, {section['steps']} steps on {device}"
+        )
+        note = "; ".join(filter(None, [note, f"not the target's conditions: measured {measured}"]))
+    return {**entry, "value": value, "config": fastest["config"], "note": note}
+
+
+def fractions(data: dict[str, Any]) -> None:
+    """The fraction of the measured matmul peak that the best configuration of each model reaches."""
+    for role, entry in data["compute-limit"].items():
+        if role == "matmul":
+            continue
+        fastest, _ = best(data, role)
+        if fastest is not None:
+            entry["best_config"] = fastest["config"]
+            entry["best_seconds_per_image"] = fastest["seconds_per_image"]
+            entry["fraction_of_peak"] = entry["seconds_at_peak"] / fastest["seconds_per_image"]
+
+
+def judged(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every floor against `data` (results.json's content), after the compute-limit fractions."""
+    fractions(data)
+    return [judge(f, data, data["device"]) for f in FLOORS]
+
+
+def judge_all(results: Results) -> list[dict[str, Any]]:
+    """Every floor, and the compute-limit fractions, written to the results."""
+    floors = judged(results.data)
+    results.set("floors", floors)
+    return floors

@@ -1,0 +1,98 @@
+"""The compute-limit section: how far the best configuration is from what the device's arithmetic allows.
+
+- the UNet's FLOPs per call (torch.utils.flop_counter.FlopCounterMode on one call with the inputs the pipeline
+  itself gives it: batch 2 with classifier-free guidance), times the steps: FLOPs per image;
+- the device's measured matmul peak in the baseline's dtype (best of a few n x n x n matmuls, synchronised);
+- FLOPs per image / peak = the seconds an image would take at that peak; the floors section divides them by
+the
+  best measured latency (the fraction of the peak the whole pipeline call reaches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks.gpu.common import base_request
+from benchmarks.gpu.plan import ModelPlan, Plan
+from benchmarks.gpu.results import Results
+from studio.engine import Studio
+from studio.measure import bench
+from studio.optimizations import get
+from studio.request import GenerationRequest
+
+REPEATS = 5
+
+
+def matmul_peak(device: str, dtype: torch.dtype, n: int, repeats: int = REPEATS) -> float:
+    """FLOP/s of the fastest of `repeats` n x n x n matmuls in `dtype` on `device` (after one untimed)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        bench.synchronize(device)
+        start = time.perf_counter()
+        torch.mm(a, b)
+        bench.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    del a, b
+    return 2 * n**3 / best
+
+
+def unet_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int]:
+    """(FLOPs of one UNet call, the batch of that call) with the inputs of `request`'s own first step."""
+    one_step = dataclasses.replace(request, steps=1)
+    captured: list[tuple[tuple, dict]] = []
+
+    def keep(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if not captured:
+            captured.append((args, kwargs))
+
+    with studio.manager.acquire(one_step) as prepared:
+        unet = prepared.pipe.unet
+        handle = unet.register_forward_pre_hook(keep, with_kwargs=True)
+        try:
+            bench.run_once(prepared, one_step)
+        finally:
+            handle.remove()
+        args, kwargs = captured[0]
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            unet(*args, **kwargs)
+    sample = args[0] if args else kwargs["sample"]
+    return counter.get_total_flops(), int(sample.shape[0])
+
+
+def measure_peak(plan: Plan, results: Results) -> float:
+    """The device's matmul peak in the baseline's dtype, once per run."""
+    dtype = next((get(o).dtype for o in plan.baseline if get(o).dtype is not None), torch.float32)
+    flops = matmul_peak(plan.device, dtype, plan.matmul_n)
+    results.put(
+        "compute-limit",
+        "matmul",
+        {"dtype": str(dtype).removeprefix("torch."), "n": plan.matmul_n, "tflops": round(flops / 1e12, 3)},
+    )
+    return flops
+
+
+def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> dict[str, Any]:
+    """The FLOPs of one model plan and the seconds an image would take at the measured peak."""
+    peak = results.data["compute-limit"].get("matmul", {}).get("tflops")
+    peak = peak * 1e12 if peak else measure_peak(plan, results)
+    request = base_request(plan, model)
+    flops, batch = unet_flops(studio, request)
+    entry = {
+        "model": model.model,
+        "side": model.side,
+        "steps": model.steps,
+        "unet_gflops_per_call": round(flops / 1e9, 2),
+        "unet_batch": batch,
+        "gflops_per_image": round(flops * model.steps / 1e9, 2),
+        "seconds_at_peak": flops * model.steps / peak,
+    }
+    results.put("compute-limit", model.role, entry)
+    return entry

@@ -1,0 +1,139 @@
+"""What the GPU benchmark measures and with which numbers: one `Plan` for the GPU and, with `--dry-run`, the
+same plan with small numbers on this CPU (the bundled model at 64x64, a few steps, one round).
+
+The dry run is the real code: the same sections, sweeps and records, on `tiny-shapes`, on the CPU; what cannot
+run there is recorded as unavailable with the registry's reason, like any technique a device cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SECTIONS = ("memory", "compute-limit", "techniques", "ladder")  # per model, in this order; floors come last
+PROMPT = "a photo of an astronaut riding a horse on mars"
+DRY_PROMPT = "a big red circle on the left, on a white background"
+DRY_SKIP = {
+    "torch_compile": (
+        "not compiled with small numbers (inductor takes ~90 s per graph on a 2-core CPU); --with-compile"
+    )
+}
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model at one size and step count; `role` names the floors it is held to ('sd15', 'sdxl')."""
+
+    role: str
+    model: str
+    side: int
+    steps: int
+    sections: tuple[str, ...]
+    combination: tuple[str, ...] = ()  # a configuration that keeps the math, measured with the techniques
+
+
+GPU_MODELS = (
+    ModelPlan("sd15", "sd15-arch", 512, 50, SECTIONS),
+    ModelPlan(
+        "sdxl",
+        "sdxl-arch",
+        1024,
+        30,
+        ("memory", "compute-limit", "techniques"),
+        ("channels_last", "cudnn_benchmark", "torch_compile"),
+    ),
+)
+DRY_MODELS = (
+    ModelPlan("sd15", "tiny-shapes", 64, 3, SECTIONS),
+    ModelPlan(
+        "sdxl", "tiny-shapes", 64, 2, ("techniques",), ("channels_last", "cudnn_benchmark", "torch_compile")
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every number of one benchmark run."""
+
+    dry_run: bool
+    device: str
+    baseline: tuple[str, ...]  # ("fp16",) on a GPU; fp32 (no technique) in the dry run
+    models: tuple[ModelPlan, ...]
+    warmup: int
+    rounds: int
+    group: int  # configurations per Compare at most (each Compare repeats the baseline)
+    revert_steps: int
+    memory_steps: int
+    memory_batch: int
+    matmul_n: int
+    out: Path
+    work: Path
+    deadline: float  # time.monotonic() by which the benchmark must have written its results
+    prompt: str = PROMPT
+    seed: int = 1
+    skip: dict[str, str] = field(default_factory=dict)  # technique -> why it is not measured in this run
+
+    def left(self) -> float:
+        """Seconds left before the deadline."""
+        return self.deadline - time.monotonic()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__)
+    p.add_argument("--dry-run", action="store_true", help="tiny-shapes on this CPU with small numbers")
+    p.add_argument("--tiny", action="store_true", help="the dry run's models and numbers, on the GPU")
+    p.add_argument("--out", type=Path, default=Path("gpu-out"), help="results.json, results.md, images.png")
+    p.add_argument("--work", type=Path, default=None, help="run log and images (default: a temporary folder)")
+    p.add_argument("--models", default="", help="roles to run, comma-separated: sd15, sdxl (default: all)")
+    p.add_argument(
+        "--sections", default="", help=f"comma-separated, from {', '.join(SECTIONS)} (default: all)"
+    )
+    p.add_argument("--budget-s", type=float, default=540.0, help="stop starting new work after this long")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--group", type=int, default=8, help="configurations per Compare at most")
+    p.add_argument("--with-compile", action="store_true", help="compile in the dry run too")
+    return p
+
+
+def _chosen(models: tuple[ModelPlan, ...], roles: str, sections: str) -> tuple[ModelPlan, ...]:
+    wanted_roles = {r.strip() for r in roles.split(",") if r.strip()}
+    wanted = {s.strip() for s in sections.split(",") if s.strip()}
+    unknown = wanted - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    chosen = []
+    for m in models:
+        if wanted_roles and m.role not in wanted_roles:
+            continue
+        kept = tuple(s for s in m.sections if not wanted or s in wanted)
+        chosen.append(ModelPlan(m.role, m.model, m.side, m.steps, kept, m.combination))
+    return tuple(chosen)
+
+
+def from_args(args: argparse.Namespace) -> Plan:
+    """The plan for a GPU run, for the dry run on this CPU, or (`--tiny`) for the dry run's numbers on the
+    GPU, a check of every section on the device in about a minute."""
+    dry, small = args.dry_run, args.dry_run or args.tiny
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu-bench-"))
+    return Plan(
+        dry_run=dry,
+        device="cpu" if dry else "cuda:0",
+        baseline=() if dry else ("fp16",),
+        models=_chosen(DRY_MODELS if small else GPU_MODELS, args.models, args.sections),
+        warmup=args.warmup if args.warmup is not None else 1,
+        rounds=args.rounds or (1 if small else 3),
+        group=args.group,
+        revert_steps=2,
+        memory_steps=2,
+        memory_batch=2,
+        matmul_n=512 if dry else 2048 if small else 8192,
+        out=args.out,
+        work=work,
+        deadline=time.monotonic() + args.budget_s,
+        prompt=DRY_PROMPT if small else PROMPT,
+        skip=dict(DRY_SKIP) if small and not args.with_compile else {},
+    )

@@ -1,0 +1,149 @@
+"""The techniques section: every technique of the registry that can run on the device, against the baseline
+(fp16 on a GPU), through the engine's Compare: latency, speedup with its range over interleaved rounds, PSNR
+against the baseline's image; then, on a pipeline of its own, whether reverting each one gives back exactly
+the baseline's image.
+
+Configurations are compared in groups (`Plan.group`, and no more than the device's memory holds: a sweep keeps
+one copy of the model per configuration that changes the pipeline); each group repeats the baseline, and each
+speedup is against the baseline of its own rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psutil
+import torch
+
+from benchmarks.gpu.common import base_request, baseline_label, cpu_only, release
+from benchmarks.gpu.plan import ModelPlan, Plan
+from benchmarks.gpu.results import Results, not_run
+from benchmarks.gpu.revert import check_reverts
+from studio import devices
+from studio.engine import Studio
+from studio.errors import StudioError
+from studio.optimizations import REGISTRY, conflicts_of, unavailable_reason
+from studio.request import MAX_CONFIGS, GenerationRequest, with_config
+from studio.sweeps.compare import run_compare
+
+log = logging.getLogger(__name__)
+ARCH_DEVICE_MAP = (
+    "device_map_balanced is not measured on a random-weight architecture: pipelines.loader builds those on "
+    "the CPU and ignores the device map, so the run would stay on the CPU."
+)
+MEMORY_SHARE = 0.6  # of the device's free memory that one group's copies of the model may take
+
+
+def reason(plan: Plan, request: GenerationRequest, name: str) -> str | None:
+    """Why technique `name` is not measured here, or None."""
+    if name in plan.skip:
+        return plan.skip[name]
+    hw = devices.detect()
+    why = cpu_only(name) or unavailable_reason(REGISTRY[name], hw, plan.device, request.spec.family)
+    if why is None and name == "device_map_balanced" and request.spec.source.startswith("arch:"):
+        return ARCH_DEVICE_MAP
+    return why
+
+
+def configure(request: GenerationRequest, names: list[str]) -> GenerationRequest:
+    """The baseline with `names` added (a baseline technique they conflict with makes way: bf16 for fp16)."""
+    clash = set().union(*(conflicts_of(n) for n in names))
+    kept = [o for o in request.opts if o not in clash]
+    return with_config(request, "+".join(dict.fromkeys([*kept, *names])))
+
+
+def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tuple[list, list[dict]]:
+    """(technique, configured request) pairs to measure, and the records of the techniques that are not."""
+    todo, rows = [], []
+    for name in REGISTRY:
+        if name in request.opts:
+            continue  # the baseline's own precision
+        why = reason(plan, request, name)
+        if why:
+            rows.append(not_run(name, why, "unavailable", technique=name))
+            continue
+        try:
+            todo.append((name, configure(request, [name])))
+        except StudioError as exc:
+            rows.append(not_run(name, str(exc), "unavailable", technique=name))
+    members = [n for n in model.combination if not reason(plan, request, n)]
+    if members:
+        dropped = [n for n in model.combination if n not in members]
+        todo.append(("combination", configure(request, members)))
+        if dropped:
+            log.info("combination without %s (not measured here)", ", ".join(dropped))
+    return todo, rows
+
+
+def group_size(plan: Plan, studio: Studio, request: GenerationRequest) -> int:
+    """How many configurations one Compare may hold: the plan's limit, Compare's, and the device's memory."""
+    per_copy = studio.manager.model_bytes(request)
+    if plan.device.startswith("cuda"):
+        free = torch.cuda.mem_get_info(torch.device(plan.device))[0]
+    else:
+        free = psutil.virtual_memory().available
+    return max(1, min(plan.group, MAX_CONFIGS - 1, int(MEMORY_SHARE * free / per_copy) - 1))
+
+
+def _compare(studio: Studio, plan: Plan, request: GenerationRequest, todo: list) -> list[dict[str, Any]]:
+    """One Compare of the baseline and `todo`; the baseline's record first, then one per technique."""
+    result = run_compare(
+        studio, request, [r.config_label for _, r in todo], warmup=plan.warmup, rounds=plan.rounds
+    )
+    by_label = {r["config"]: r for r in result.records}
+    rows = [{**result.records[0], "technique": "baseline"}]
+    for name, configured in todo:
+        record = by_label.get(configured.config_label)
+        missing = not_run(configured.config_label, "the sweep returned no record", "failed", technique=name)
+        rows.append({**record, "technique": name} if record else missing)
+    return rows
+
+
+def measure_group(studio: Studio, plan: Plan, request: GenerationRequest, todo: list) -> list[dict[str, Any]]:
+    """A group's Compare; if the group fails as a whole, each configuration again on its own, so that one
+    technique failing on this device costs only its own row (the error is recorded, not hidden)."""
+    try:
+        return _compare(studio, plan, request, todo)
+    except Exception as exc:  # a one-shot run on a lent machine: record the failure and go on
+        if len(todo) == 1:
+            log.exception("%s failed", todo[0][0])
+            why = f"{type(exc).__name__}: {exc}"
+            return [not_run(todo[0][1].config_label, why, "failed", technique=todo[0][0])]
+        log.exception("a group of %d configurations failed; measuring each on its own", len(todo))
+    rows: list[dict[str, Any]] = []
+    for item in todo:
+        single = measure_group(studio, plan, request, [item])
+        rows += single[1:] if len(single) > 1 else single
+    return rows
+
+
+def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> list[dict[str, Any]]:
+    """The techniques of one model plan, written to the results after every group."""
+    request = base_request(plan, model)
+    todo, unavailable = candidates(plan, model, request)
+    section = {
+        "model": model.model,
+        "side": model.side,
+        "steps": model.steps,
+        "baseline": baseline_label(request),
+    }
+    size = group_size(plan, studio, request)
+    rows: list[dict[str, Any]] = []
+    for start in range(0, len(todo), size):
+        group = todo[start : start + size]
+        if plan.left() < 0:
+            rows += [not_run(r.config_label, "not run: out of time", technique=n) for n, r in group]
+            continue
+        measured = measure_group(studio, plan, request, group)
+        rows += [r for r in measured if r["technique"] != "baseline" or not rows]
+        results.put("techniques", model.role, {**section, "rows": rows + unavailable})
+    release(plan)
+    check_reverts(
+        plan,
+        model,
+        request,
+        rows,
+        lambda: results.put("techniques", model.role, {**section, "rows": rows + unavailable}),
+    )
+    return rows

@@ -1,0 +1,184 @@
+"""The GPU kit and runner without a GPU: the kit's wheel list agrees with the requirements files, its checks
+judge wheels as intended, the floors are judged only under their own conditions, and
+`bash benchmarks/gpu/run.sh --dry-run` writes every section and file the GPU run writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from PIL import Image
+
+from benchmarks.gpu import floors, kit, kit_build, merge
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def requirements(name: str) -> dict[str, Requirement]:
+    lines = (line.split("#", 1)[0].strip() for line in (ROOT / name).read_text().splitlines())
+    reqs = [Requirement(line) for line in lines if line]
+    return {kit.project(r.name): r for r in reqs}
+
+
+def test_the_kit_pins_what_the_requirements_pin():
+    pinned = {**requirements("requirements.txt"), **requirements("requirements-extras.txt")}
+    listed = {kit.project(r.name): r for r in kit.read_kit()}
+    assert {"diffusers", "sqlite-utils", "torchao", "tomesd"} <= set(listed)
+    for name, req in listed.items():
+        if name in pinned:
+            assert req.specifier == pinned[name].specifier, (
+                f"{name}: kit.txt {req}, requirements {pinned[name]}"
+            )
+        else:
+            assert str(req.specifier).startswith("=="), f"{name} is not pinned in kit.txt"
+    assert len(listed) == len(kit.read_kit()), "a package is listed twice"
+
+
+def fake_wheel(folder: Path, name: str, version: str, requires: list[str], files: dict | None = None) -> Path:
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    meta = "\n".join([f"Name: {name}", f"Version: {version}", *(f"Requires-Dist: {r}" for r in requires)])
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr(f"{name}-{version}.dist-info/METADATA", meta + "\n")
+        for inner, text in (files or {}).items():
+            whl.writestr(inner, text)
+    return path
+
+
+def test_wheels_are_checked_against_the_list_and_the_machine(tmp_path):
+    wheels = [
+        fake_wheel(tmp_path, "diffusers", "0.42.1", ["numpy", "importlib_metadata", "zstd-magic>=1"]),
+        fake_wheel(tmp_path, "tomesd", "0.1.3", ["torch (>=1.12.1)", 'pytest; extra == "dev"']),
+        fake_wheel(tmp_path, "extra_thing", "1.0", []),
+    ]
+    missing = kit.missing_dependencies(wheels)
+    assert missing == [
+        "diffusers-0.42.1-py3-none-any.whl requires zstd-magic>=1, which neither the kit nor the machine has"
+    ]
+    problems = kit.pin_problems(
+        wheels,
+        [Requirement("diffusers==0.42.0"), Requirement("tomesd==0.1.3"), Requirement("torchao==0.18.0")],
+    )
+    assert problems == [
+        "diffusers 0.42.1 does not meet diffusers==0.42.0",
+        "torchao: 0 wheels in the kit, expected one",
+        "extra-thing: in the kit but not in kit.txt",
+    ]
+
+
+def test_an_xformers_wheel_is_carried_only_when_built_for_the_machines_torch(tmp_path):
+    build = {"version": {"torch": "2.10.0+cu128", "cuda": 1208}}
+    wheel = fake_wheel(
+        tmp_path, "xformers", "0.0.35", ["torch>=2.10", "numpy"], {"xformers/cpp_lib.json": json.dumps(build)}
+    )
+    built, torch = kit_build.built_for(wheel)
+    assert (built, torch) == ("2.10.0+cu128 (CUDA 12.8)", "torch>=2.10")
+    assert not kit_build.fits_machine(built, torch)
+    assert kit_build.fits_machine("2.11.0+cu130 (CUDA 13.0)", "torch>=2.10")
+    assert not kit_build.fits_machine("2.11.0+cu128 (CUDA 12.8)", "torch>=2.10")
+    assert kit_build.fits_machine(None, "torch==2.11.0") and not kit_build.fits_machine(None, "torch>=2.11")
+
+
+def results_with(ladder_rows: list[dict], device: str = "cuda:0", side: int = 512) -> dict:
+    section = {"model": "sd15-arch", "side": side, "steps": 50, "rows": ladder_rows}
+    empty = {"techniques": {}, "memory": {}, "compute-limit": {}}
+    return {**empty, "device": device, "ladder": {"sd15": section}, "notes": [], "status": "complete"}
+
+
+def rung(step: str, seconds: float, speedup: float | None) -> dict:
+    return {
+        "step": step,
+        "config": step,
+        "status": "ok",
+        "applied": [],
+        "seconds_per_image": seconds,
+        "speedup": speedup,
+        "speedup_min": speedup,
+        "speedup_max": speedup,
+    }
+
+
+def test_floors_are_judged_only_under_their_own_conditions():
+    rows = [rung("fp32", 3.0, None), rung("SDPA", 0.5, 6.0)]
+    judged = {f["target"]: f for f in floors.judged(results_with(rows))}
+    seconds, speedup, sdxl = judged.values()
+    assert (seconds["met"], seconds["value"], seconds["config"]) == (True, 0.5, "SDPA")
+    assert (speedup["met"], speedup["value"]) == (True, 6.0)
+    assert sdxl["met"] is None and sdxl["note"] == "not measured in this run"
+    slower = floors.judged(results_with([rung("fp32", 3.0, None), rung("SDPA", 0.7, 4.3)]))
+    assert [f["met"] for f in slower] == [False, False, None]
+    for elsewhere in (results_with(rows, device="cpu"), results_with(rows, side=256)):
+        assert [f["met"] for f in floors.judged(elsewhere)] == [None, None, None]
+
+
+def test_runs_merge_and_their_floors_are_judged_again():
+    first = results_with([rung("fp32", 3.0, None)])
+    second = results_with([rung("fp32", 3.0, None), rung("SDPA", 0.5, 6.0)])
+    second["notes"] = ["ladder on sdxl-arch (sdxl): not run (out of time)"]
+    merged = merge.merge([first, second])
+    assert merged["ladder"]["sd15"]["rows"][-1]["step"] == "SDPA"
+    assert merged["floors"][0]["met"] is True and merged["notes"] == [f"run 2: {second['notes'][0]}"]
+    with pytest.raises(SystemExit, match="different devices"):
+        merge.merge([first, results_with([], device="cpu")])
+
+
+@pytest.mark.slow
+def test_the_dry_run_writes_every_section_and_file(tmp_path):
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu/run.sh", "--dry-run"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench.log",
+        "images.png",
+        "results.json",
+        "results.md",
+        "tests.log",
+    ]
+    data = json.loads((out / "results.json").read_text())
+    assert data["dry_run"] and data["status"] == "complete" and data["device"] == "cpu", data["notes"]
+    for section in ("environment", "techniques", "memory", "ladder", "compute-limit", "floors"):
+        assert data[section], f"{section} is empty"
+    assert data["environment"]["xformers"] and data["environment"]["torch"]
+    rows = {r["technique"]: r for r in data["techniques"]["sd15"]["rows"]}
+    assert rows["baseline"]["status"] == "ok" and rows["baseline"]["latency_s"] > 0
+    assert rows["sdpa"]["status"] == "ok" and rows["sdpa"]["revert_exact"] is True
+    assert 0 < rows["sdpa"]["speedup_min"] <= rows["sdpa"]["speedup"] <= rows["sdpa"]["speedup_max"]
+    assert rows["fp16"]["status"] == "unavailable" and "GPU" in rows["fp16"]["error"]
+    assert rows["openvino"]["status"] == "unavailable" and "CPU only" in rows["openvino"]["error"]
+    assert (
+        rows["torch_compile"]["status"] == "unavailable"
+        and "--with-compile" in rows["torch_compile"]["error"]
+    )
+    memory = {r["config"]: r for r in data["memory"]["sd15"]["rows"]}
+    assert memory["baseline"]["peak_memory_mb"] > 0 and memory["model_cpu_offload"]["status"] == "unavailable"
+    ladder = {r["step"]: r for r in data["ladder"]["sd15"]["rows"]}
+    assert ladder["fp32"]["verdict"] == "baseline" and ladder["SDPA"]["status"] == "ok"
+    assert ladder["TF32"]["status"] == "skipped" and "CUDA" in ladder["TF32"]["error"]
+    limit = data["compute-limit"]["sd15"]
+    assert limit["unet_gflops_per_call"] > 0 and 0 < limit["fraction_of_peak"]
+    assert [f["met"] for f in data["floors"]] == [None, None, None]
+    assert all(f["value"] > 0 for f in data["floors"])
+    text = (out / "results.md").read_text()
+    assert text.startswith("# GPU benchmark") and "**Dry run**" in text and "## Ladder" in text
+    with Image.open(out / "images.png") as sheet:
+        assert sheet.format == "PNG" and sheet.width > 500
+    assert "GPU tests" in done.stdout and "tests exit status: 0" in done.stdout
