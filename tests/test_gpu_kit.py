@@ -127,15 +127,17 @@ def test_runs_merge_and_their_floors_are_judged_again():
         merge.merge([first, results_with([], device="cpu")])
 
 
-@pytest.mark.slow
-def test_the_dry_run_writes_every_section_and_file(tmp_path):
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """`bash benchmarks/gpu/run.sh --dry-run` once for the module: its $OUT, its output and results.json."""
+    tmp = tmp_path_factory.mktemp("gpu-dry-run")
+    out = tmp / "out"
     env = {
         **os.environ,
         "OUT": str(out),
         "PYTHON": sys.executable,
         "OMP_NUM_THREADS": "1",
-        "TMPDIR": str(tmp_path),
+        "TMPDIR": str(tmp),
     }
     done = subprocess.run(
         ["bash", "benchmarks/gpu/run.sh", "--dry-run"],
@@ -146,19 +148,28 @@ def test_the_dry_run_writes_every_section_and_file(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert sorted(p.name for p in out.iterdir()) == [
-        "bench.log",
-        "images.png",
-        "results.json",
-        "results.md",
-        "tests.log",
-    ]
-    data = json.loads((out / "results.json").read_text())
+    return out, done.stdout, json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_dry_run_writes_every_file_and_section(dry_run):
+    out, stdout, data = dry_run
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["bench.log", "images.png", "results.json", "results.md", "tests.log"]
     assert data["dry_run"] and data["status"] == "complete" and data["device"] == "cpu", data["notes"]
     for section in ("environment", "techniques", "memory", "ladder", "compute-limit", "floors"):
         assert data[section], f"{section} is empty"
     assert data["environment"]["xformers"] and data["environment"]["torch"]
-    rows = {r["technique"]: r for r in data["techniques"]["sd15"]["rows"]}
+    text = (out / "results.md").read_text()
+    assert text.startswith("# GPU benchmark") and "**Dry run**" in text and "## Ladder" in text
+    with Image.open(out / "images.png") as sheet:
+        assert sheet.format == "PNG" and sheet.width > 500
+    assert "GPU tests" in stdout and "tests exit status: 0" in stdout
+
+
+@pytest.mark.slow
+def test_the_dry_run_measures_techniques_and_memory_or_says_why_not(dry_run):
+    rows = {r["technique"]: r for r in dry_run[2]["techniques"]["sd15"]["rows"]}
     assert rows["baseline"]["status"] == "ok" and rows["baseline"]["latency_s"] > 0
     assert rows["sdpa"]["status"] == "ok" and rows["sdpa"]["revert_exact"] is True
     assert 0 < rows["sdpa"]["speedup_min"] <= rows["sdpa"]["speedup"] <= rows["sdpa"]["speedup_max"]
@@ -168,8 +179,13 @@ def test_the_dry_run_writes_every_section_and_file(tmp_path):
         rows["torch_compile"]["status"] == "unavailable"
         and "--with-compile" in rows["torch_compile"]["error"]
     )
-    memory = {r["config"]: r for r in data["memory"]["sd15"]["rows"]}
+    memory = {r["config"]: r for r in dry_run[2]["memory"]["sd15"]["rows"]}
     assert memory["baseline"]["peak_memory_mb"] > 0 and memory["model_cpu_offload"]["status"] == "unavailable"
+
+
+@pytest.mark.slow
+def test_the_dry_run_climbs_the_ladder_and_judges_no_floor(dry_run):
+    data = dry_run[2]
     ladder = {r["step"]: r for r in data["ladder"]["sd15"]["rows"]}
     assert ladder["fp32"]["verdict"] == "baseline" and ladder["SDPA"]["status"] == "ok"
     assert ladder["TF32"]["status"] == "skipped" and "CUDA" in ladder["TF32"]["error"]
@@ -177,8 +193,3 @@ def test_the_dry_run_writes_every_section_and_file(tmp_path):
     assert limit["unet_gflops_per_call"] > 0 and 0 < limit["fraction_of_peak"]
     assert [f["met"] for f in data["floors"]] == [None, None, None]
     assert all(f["value"] > 0 for f in data["floors"])
-    text = (out / "results.md").read_text()
-    assert text.startswith("# GPU benchmark") and "**Dry run**" in text and "## Ladder" in text
-    with Image.open(out / "images.png") as sheet:
-        assert sheet.format == "PNG" and sheet.width > 500
-    assert "GPU tests" in done.stdout and "tests exit status: 0" in done.stdout

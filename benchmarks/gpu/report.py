@@ -96,6 +96,10 @@ MEMORY_COLUMNS = (
     ("Added during the call", lambda r: f"{r['added_mb']:,.0f} MB" if r.get("added_mb") is not None else "–"),
 )
 
+SHARED_PEAK = (
+    "Peak memory in this table is the process's peak during the call while the Compare holds its other "
+    "configurations' copies of the model; the memory section measures each configuration alone."
+)
 LADDER_COLUMNS = (("Step", lambda r: r["step"]),)
 
 
@@ -122,6 +126,7 @@ def markdown(data: dict[str, Any]) -> str:
     ):
         for section in (data.get(key) or {}).values():
             parts += [_title(kind, section), report.markdown(section["rows"], columns)]
+            parts += [SHARED_PEAK] if key == "techniques" else []
     for section in (data.get("ladder") or {}).values():
         parts += [_title("Ladder", section), report.markdown(section["rows"], LADDER_COLUMNS)]
     if data.get("notes"):
