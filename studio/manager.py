@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 LoadFn = Callable[..., Any]
 
 
+UNPLACED = ""  # LivePipeline.device when the modules may be anywhere and the next request must place them
+
+
 @dataclass
 class LivePipeline:
     """One loaded pipeline and the configuration currently applied to it."""
@@ -278,6 +281,7 @@ class PipelineManager:
         for opt in reversed(ordered(entry.applied)):
             opt.revert(entry.pipe, revert_ctx)
         entry.pipe = copy.copy(entry.base)
+        entry.device = UNPLACED  # an offload or device map left its modules where they are: move them again
         entry.applied = ()
         entry.stats.clear()
         entry.calls = 0

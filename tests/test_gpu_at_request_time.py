@@ -121,6 +121,34 @@ def test_the_move_to_the_gpu_happens_inside_the_request(fake_gpus, monkeypatch):
     assert recorder.moves == [], "nothing but the intercepted pipe.to may target the GPU"
 
 
+def test_after_an_offload_the_next_plain_request_is_on_the_gpu_again(fake_gpus, monkeypatch):
+    """An offload moves the modules back to the CPU and hooks them; once the request no longer asks for it,
+    the pipeline is rebuilt from the cached components and must be moved to the GPU again, not run on
+    the CPU because the manager still believes it is placed."""
+    fake_gpus(1)
+    moves: list[tuple] = []
+    monkeypatch.setattr(diffusers.DiffusionPipeline, "to", lambda pipe, *a, **k: moves.append(a) or pipe)
+
+    def offload(pipe, device=None, **kwargs):  # what diffusers does: modules to the CPU, hooks on
+        moves.append(("offload", device))
+
+    monkeypatch.setattr(diffusers.DiffusionPipeline, "enable_model_cpu_offload", offload)
+    manager = PipelineManager()
+    plain = _request("cuda:0")
+    offloaded = validate_request(
+        model="tiny-shapes",
+        prompt="a red circle",
+        seed=1,
+        steps=2,
+        device="cuda:0",
+        opts=["model_cpu_offload"],
+    )
+    for request in (plain, offloaded, plain):
+        with manager.acquire(request):
+            pass
+    assert moves == [("cuda:0",), ("offload", "cuda:0"), ("cuda:0",)]
+
+
 def test_the_recorder_sees_every_kind_of_move(monkeypatch):
     recorder = MoveRecorder(monkeypatch)
     layer = torch.nn.Linear(2, 2)
