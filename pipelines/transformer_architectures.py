@@ -231,9 +231,15 @@ def build(name: str, tokenizer_source: str, dtype: torch.dtype = torch.float32) 
     torch.manual_seed(0)
     with default_dtype(dtype):
         parts = models(name)
+    for part in parts.values():
+        part.eval()  # built from config, the models are in training mode: T5's dropout would be on
     if family == "sd3":
         texts = {"tokenizer": clip, "tokenizer_2": clip, "tokenizer_3": t5}
         pipe = StableDiffusion3Pipeline(**parts, **texts, scheduler=_scheduler(family))
     else:
         pipe = FluxPipeline(**parts, tokenizer=clip, tokenizer_2=t5, scheduler=_scheduler(family))
-    return pipe.to(dtype=dtype)
+    # Buffers made in fp32 on purpose (SD3's position table) follow the weights, with nn.Module's own `to`
+    # (diffusers' warns about modules to keep in fp32, of which these models have none).
+    for part in parts.values():
+        torch.nn.Module.to(part, dtype=dtype)
+    return pipe

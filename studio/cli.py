@@ -22,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("system", "optimizations"):
         sub.add_parser(name).add_argument("--json", action="store_true")
+    sub.choices["optimizations"].add_argument(
+        "--model", help="what can run for this model (its family: sd, sdxl, sd3, flux); default: any model"
+    )
     gen = sub.add_parser("generate", help="one image, timed and logged")
     request_args(gen)
     gen.add_argument("--repeats", type=int, default=None, help="timed calls (default 1)")
@@ -89,8 +92,14 @@ def cmd_system(args: argparse.Namespace) -> int:
 
 
 def cmd_optimizations(args: argparse.Namespace) -> int:
-    rows = availability()
-    text = "\n".join(f"{r['name']:24} {r['group']:9} {r['unavailable'] or 'available'}" for r in rows)
+    from pipelines.registry import resolve
+
+    family = resolve(args.model).family if args.model else None
+    rows = availability(family=family)
+    only = {r["name"]: f" (on {r['works_on']})" if family is None and r["works_on"] else "" for r in rows}
+    text = "\n".join(
+        f"{r['name']:28} {r['group']:9} {r['unavailable'] or 'available'}{only[r['name']]}" for r in rows
+    )
     emit(rows, args.json, text)
     return 0
 

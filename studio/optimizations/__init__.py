@@ -6,7 +6,9 @@
 from studio.optimizations import (  # noqa: F401
     _quiet,
     attention,
+    attention_backends,
     caching,
+    transformer_caching,
     layout,
     trace,
     compile,
@@ -14,6 +16,7 @@ from studio.optimizations import (  # noqa: F401
     memory,
     precision,
     quantization,
+    transformer_memory,
     runtime,
     static_quantization,
     openvino,
@@ -31,6 +34,7 @@ from studio.optimizations.base import (
     get,
     ordered,
     unavailable_reason,
+    works_on,
 )
 
 __all__ = [
@@ -43,4 +47,5 @@ __all__ = [
     "get",
     "ordered",
     "unavailable_reason",
+    "works_on",
 ]

@@ -2,11 +2,15 @@
 
 diffusers 0.42's `set_attention_backend` does nothing on UNet pipelines (SD, SDXL), so
 the kernel is chosen per attention module with `set_processor`. The processors the
-model was loaded with are saved on first change and restored exactly on revert.
+model was loaded with are saved on first change and restored exactly on revert. The kernel
+techniques are UNet processors; a transformer's kernel is `attention_backend` (diffusers'
+dispatcher, studio.optimizations.attention_backends).
 
 `fused_qkv` is diffusers' `fuse_qkv_projections` done layer by layer so that it goes
 through the same processor bookkeeping: `pipe.fuse_qkv_projections()` sets processors
 behind this module's back, and `unfuse_qkv_projections()` leaves the fused layers in place.
+On transformers it fuses the text stream's added projections too: SD3's joint attention gets
+`FusedJointAttnProcessor2_0`, Flux's attention modules read their own `fused_projections` flag.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from diffusers.models.attention import AttentionModuleMixin
 from diffusers.models.attention_processor import (
     Attention,
     AttnProcessor,
     AttnProcessor2_0,
     FusedAttnProcessor2_0,
+    FusedJointAttnProcessor2_0,
+    JointAttnProcessor2_0,
     SlicedAttnProcessor,
     XFormersAttnProcessor,
 )
@@ -26,18 +34,27 @@ from diffusers.models.attention_processor import (
 from studio import checks
 from studio.optimizations.base import Context, Optimization, Settings, register
 
-ATTENTION_MODULES = ("unet", "vae")
+ATTENTION_MODULES = ("unet", "transformer", "vae")
+ATTENTION_CLASSES = (Attention, AttentionModuleMixin)
 KERNELS = ("classic_attention", "sdpa", "xformers", "attention_slicing")
 FUSED = ("to_qkv", "to_kv", "to_added_qkv")
+# A legacy `Attention` layer's processor -> the one that reads its fused projections; modules of the newer
+# `AttentionModuleMixin` (Flux) keep theirs, which read the `fused_projections` flag themselves.
+FUSED_PROCESSORS = {
+    AttnProcessor2_0: FusedAttnProcessor2_0,
+    JointAttnProcessor2_0: FusedJointAttnProcessor2_0,
+}
+KERNEL_REASONS = {"family": "chooses a UNet's attention processors; on a transformer use attention_backend"}
 
 
 def _attention_layers(pipe: Any) -> list[tuple[str, Attention]]:
     layers = []
     for component in ATTENTION_MODULES:
         module = getattr(pipe, component, None)
-        if module is None:
+        if not isinstance(module, torch.nn.Module):
             continue
-        layers += [(f"{component}.{n}", m) for n, m in module.named_modules() if isinstance(m, Attention)]
+        named = module.named_modules()
+        layers += [(f"{component}.{n}", m) for n, m in named if isinstance(m, ATTENTION_CLASSES)]
     return layers
 
 
@@ -60,10 +77,21 @@ def _slice_size(layer: Attention, setting: Any) -> int:
     return int(setting)
 
 
-def _processor_for(layer: Attention, ctx: Context) -> Any | None:
+def _fusable(layer: Attention, original: Any) -> bool:
+    """Whether fused_qkv fuses this layer: a Flux-style module that supports it, or a legacy layer whose
+    processor has a fused counterpart (a UNet layer with added K/V projections has none)."""
+    if not isinstance(layer, Attention):
+        return getattr(layer, "_supports_qkv_fusion", False)
+    if type(original) is AttnProcessor2_0 and getattr(layer, "add_k_proj", None) is not None:
+        return False
+    return type(original) in FUSED_PROCESSORS
+
+
+def _processor_for(layer: Attention, original: Any, ctx: Context) -> Any | None:
     target = ctx.target
     if "fused_qkv" in target and layer.fused_projections:
-        return FusedAttnProcessor2_0()
+        fused = FUSED_PROCESSORS.get(type(original)) if isinstance(layer, Attention) else None
+        return fused() if fused is not None else None
     if "attention_slicing" in target:
         return SlicedAttnProcessor(_slice_size(layer, ctx.settings("attention_slicing").slice_size))
     if "xformers" in target:
@@ -91,7 +119,7 @@ def set_attention(pipe: Any, ctx: Context) -> None:
     originals = ctx.state.setdefault("attention_originals", {})
     for name, layer in _layers(pipe, ctx):
         originals.setdefault(name, layer.processor)
-        wanted = _processor_for(layer, ctx)
+        wanted = _processor_for(layer, originals[name], ctx)
         layer.set_processor(wanted if wanted is not None else originals[name])
 
 
@@ -102,9 +130,10 @@ def fuse_qkv(pipe: Any, ctx: Context) -> None:
         float_weights,
     )  # here: the registry lists int8_dynamic after these
 
+    originals = ctx.state.setdefault("attention_originals", {})
     with float_weights(pipe, ctx):
-        for _, layer in _layers(pipe, ctx):
-            if not layer.fused_projections and getattr(layer, "add_k_proj", None) is None:
+        for name, layer in _layers(pipe, ctx):
+            if not layer.fused_projections and _fusable(layer, originals.get(name, layer.processor)):
                 layer.fuse_projections()
     set_attention(pipe, ctx)
 
@@ -129,6 +158,8 @@ def _attention(name: str, label: str, group: str, description: str, **kw: Any) -
             label=label,
             group=group,
             description=description,
+            requires=(*kw.pop("requires", ()), "family:sd|sdxl"),
+            reasons=KERNEL_REASONS,
             conflicts=tuple(k for k in KERNELS if k != name),
             apply=set_attention,
             revert=set_attention,
@@ -171,8 +202,8 @@ register(
         label="fused QKV projections",
         group="speed",
         description=(
-            "Fuse each attention layer's query/key/value projections into one matmul (diffusers' "
-            "fuse_qkv_projections) and run them with SDPA."
+            "Fuse each attention layer's query/key/value projections (and a transformer's text-stream ones) "
+            "into one matmul (diffusers' fuse_qkv_projections)."
         ),
         conflicts=("classic_attention", "xformers", "attention_slicing"),
         apply=fuse_qkv,

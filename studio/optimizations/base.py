@@ -22,6 +22,7 @@ import torch
 
 from studio.devices import Hardware
 from studio.errors import ConflictError, ValidationError
+from studio.optimizations.denoiser import kind
 
 Group = Literal["speed", "memory", "precision"]
 Stage = Literal["load", "pipeline", "call"]
@@ -110,6 +111,12 @@ class Optimization:
     # model): what a sweep must count to keep a copy of the pipeline for it.
     weight_copies: float = 0.0
     settings: type[Settings] = Settings
+    # Why a requirement matters to this technique, by its kind ("family", "accelerator", ...), as words after
+    # its name ("has no convolutions to speed up in a transformer"); the requirement's own reason follows.
+    reasons: dict[str, str] = field(default_factory=dict)
+    # Why these settings cannot run on this device here (settings, device, dtype name) -> a sentence or None,
+    # for techniques whose settings pick hardware (an attention backend); checked with the request.
+    settings_reason: Callable[[Settings, str, str], str | None] | None = None
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -147,7 +154,7 @@ def _module_available(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def _requirement_reason(req: str, hw: Hardware, device: str, family: str) -> str | None:
+def _requirement_reason(req: str, hw: Hardware, device: str, family: str | None) -> str | None:
     """Why `req` is not met for a run on `device`, or None when it is met."""
     dtype = device.split(":")[0]
     if req == "cuda":
@@ -160,6 +167,14 @@ def _requirement_reason(req: str, hw: Hardware, device: str, family: str) -> str
         gpu = _gpu_for(hw, device)
         if gpu is None or gpu.capability < (8, 0):
             return "needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer"
+        return None
+    if req == "fp8":
+        gpu = _gpu_for(hw, device)
+        if gpu is None or gpu.capability < (8, 9):
+            where = (
+                f"this run is on {device}" if gpu is None else "{}: {}.{}".format(gpu.name, *gpu.capability)
+            )
+            return f"needs fp8 tensor cores (an NVIDIA GPU of compute capability 8.9 or newer); {where}"
         return None
     if req.startswith("gpus>="):
         want = int(req.removeprefix("gpus>="))
@@ -176,9 +191,9 @@ def _requirement_reason(req: str, hw: Hardware, device: str, family: str) -> str
         return None if _module_available(mod) else f"needs the {mod} package, which is not installed"
     if req.startswith("family:"):
         allowed = req.removeprefix("family:").split("|")
-        return (
-            None if family in allowed else f"works on {'/'.join(allowed)} UNets, not on a {family} pipeline"
-        )
+        if family is None or family in allowed:
+            return None
+        return f"works on {'/'.join(allowed)} {kind(allowed)}, not on a {family} pipeline"
     raise ValueError(f"unknown requirement {req!r}")
 
 
@@ -189,12 +204,23 @@ def _gpu_for(hw: Hardware, device: str):
     return next((g for g in hw.gpus if g.index == index), None)
 
 
-def unavailable_reason(opt: Optimization, hw: Hardware, device: str, family: str = "sd") -> str | None:
-    """One sentence saying why `opt` cannot run on `device` here, or None if it can."""
+def unavailable_reason(opt: Optimization, hw: Hardware, device: str, family: str | None = "sd") -> str | None:
+    """One sentence saying why `opt` cannot run on `device` here for a model of `family` (None: for some
+    model, leaving its `family:` requirements out), or None if it can."""
     for req in opt.requires:
         reason = _requirement_reason(req, hw, device, family)
+        note = opt.reasons.get(req.partition(":")[0])
         if reason:
-            return f"{opt.name} {reason}."
+            return f"{opt.name} {note} ({reason})." if note else f"{opt.name} {reason}."
+    return None
+
+
+def works_on(opt: Optimization) -> str | None:
+    """The families `opt` is limited to, in words ('sd/sdxl UNets'), or None when it runs on any."""
+    for req in opt.requires:
+        if req.startswith("family:"):
+            allowed = req.removeprefix("family:").split("|")
+            return f"{'/'.join(allowed)} {kind(allowed)}"
     return None
 
 

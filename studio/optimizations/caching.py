@@ -165,6 +165,7 @@ register(
             "the steps in between; the image changes a little."
         ),
         requires=("family:sd|sdxl",),
+        reasons={"family": "caches a UNet's deep blocks; transformers have step caches of their own"},
         conflicts=("jit_trace_unet",),
         apply=enable_deepcache,
         revert=disable_deepcache,

@@ -1,13 +1,14 @@
-"""torch.compile on the UNet (the torch_compile technique), and inductor's counting backend and freezing,
-which the int8 static quantization reuses.
+"""torch.compile on the denoiser, UNet or transformer (the torch_compile technique), and inductor's counting
+backend and freezing, which the int8 static quantization reuses.
 
-A compiled UNet wraps the original module, which is kept in the pipeline's state
-(studio.optimizations.per_shape.swap_unet) so that revert puts back exactly the module that was loaded.
+A compiled denoiser wraps the original module, which is kept in the pipeline's state
+(studio.optimizations.denoiser.swap_denoiser) so that revert puts back exactly the module that was loaded.
 
 Regional compilation (`torch_compile` with `regional=True`) compiles each repeated block
 in place instead (diffusers' `compile_repeated_blocks`: the classes named in the model's
-`_repeated_blocks`, `BasicTransformerBlock` for UNets): one small graph reused by every
-block of the same shape, so the first call pays much less compile time. It matches classes
+`_repeated_blocks`: `BasicTransformerBlock` for UNets, Flux's double- and single-stream blocks; for SD3, whose
+transformer names none in diffusers 0.42, the class of its `transformer_blocks`): one small graph reused by
+every block of the same shape, so the first call pays much less compile time. It matches classes
 through the MRO, so blocks whose class another technique swapped (token merging) still count.
 Revert drops each block's compiled call.
 
@@ -44,8 +45,8 @@ import torch
 from studio import checks
 from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.denoiser import denoiser, restore_denoiser, swap_denoiser
 from studio.optimizations.inductor_cache import recovering
-from studio.optimizations.per_shape import restore_unet, swap_unet
 
 log = logging.getLogger(__name__)
 
@@ -124,18 +125,20 @@ def _freezing_if_asked(ctx: Context) -> contextlib.AbstractContextManager:
     return freezing(bool(compile_settings(ctx).options.get("freezing")))
 
 
-def _compiled(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+def _compiled(model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     settings = compile_settings(ctx)
     compiled = torch.compile(
-        unet, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic
+        model, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic
     )
     compiled.forward = recovering(compiled.forward)  # a damaged inductor cache entry is rebuilt, not fatal
     return compiled
 
 
 def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The submodules whose class (or a base class) is named in `model._repeated_blocks`."""
+    """The submodules whose class (or a base class) is named in `model._repeated_blocks`, or, for a model that
+    names none, is the class of one of its `transformer_blocks`."""
     names = set(getattr(model, "_repeated_blocks", None) or ())
+    names = names or {type(b).__name__ for b in getattr(model, "transformer_blocks", None) or ()}
     return [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
 
 
@@ -157,12 +160,12 @@ def _compile(pipe: Any, ctx: Context) -> None:
     settings = compile_settings(ctx)
     _room_for_graphs()
     if not settings.regional:
-        swap_unet(_compiled)(pipe, ctx)
+        swap_denoiser(_compiled)(pipe, ctx)
         return
-    blocks = repeated_blocks(pipe.unet)
+    blocks = repeated_blocks(denoiser(pipe))
     if not blocks:
         raise ValidationError(
-            f"torch_compile regional=true found no repeated blocks in {type(pipe.unet).__name__}; use "
+            f"torch_compile regional=true found no repeated blocks in {type(denoiser(pipe)).__name__}; use "
             "regional=false."
         )
     backend = counting_backend(ctx.stats, settings.options)
@@ -175,17 +178,18 @@ def _compile(pipe: Any, ctx: Context) -> None:
 def _uncompile(pipe: Any, ctx: Context) -> None:
     for block in ctx.state.pop("compiled_blocks", []):
         block.__dict__.pop("_compiled_call_impl", None)
-    restore_unet(pipe, ctx)
+    restore_denoiser(pipe, ctx)
 
 
 register(
     Optimization(
         name="torch_compile",
-        label="torch.compile UNet",
+        label="torch.compile",
         group="speed",
         description=(
-            "Compile the UNet with torch.compile (inductor), whole or block by block (regional); "
-            "the first call pays the compile time. Settings: mode, regional, dynamic (auto/true/false), "
+            "Compile the UNet or transformer with torch.compile (inductor), whole or block by block "
+            "(regional: the model's repeated blocks, as diffusers' compile_repeated_blocks); the first call "
+            "pays the compile time. Settings: mode, regional, dynamic (auto/true/false), "
             "freezing and cpp_wrapper (inductor's CPU inference options)."
         ),
         conflicts=("jit_trace_unet",),

@@ -3,8 +3,8 @@
 With guidance, every denoising step runs the UNet on a batch of two (unconditional and
 conditional). The layout, colours and shapes of a picture are settled in the first, noisy
 steps; the late steps refine detail, where guidance matters least. After `after` of the
-steps this technique drops the unconditional half (the prompt embeddings, and SDXL's pooled
-text embeddings and time ids), and sets the guidance scale to 0 so the pipeline stops
+steps this technique drops the unconditional half (the prompt embeddings, SDXL's pooled
+text embeddings and time ids, SD3's pooled embeddings), and sets the guidance scale to 0 so the pipeline stops
 doubling the batch: each remaining step costs one UNet sample instead of two. This is the
 "dynamic classifier-free guidance" recipe of the diffusers documentation (pipeline
 callbacks), as a registry entry with its fraction as a parameter.
@@ -22,7 +22,7 @@ from typing import Any
 from studio import checks
 from studio.optimizations.base import Context, Optimization, Settings, register
 
-GUIDED_TENSORS = ("prompt_embeds", "add_text_embeds", "add_time_ids")
+GUIDED_TENSORS = ("prompt_embeds", "add_text_embeds", "add_time_ids", "pooled_prompt_embeds")
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,12 @@ register(
         group="speed",
         description=(
             "Stop classifier-free guidance after a fraction of the steps (parameter `after`): the remaining "
-            "steps run the UNet on one sample instead of two. Changes the image slightly; judge it by "
+            "steps run the denoiser on one sample instead of two. Changes the image slightly; judge it by "
             "fidelity and PSNR."
         ),
         stage="call",
+        requires=("family:sd|sdxl|sd3",),
+        reasons={"family": "has no unconditional half to drop: Flux.1-dev is guidance-distilled"},
         step_end=_drop_guidance,
         step_tensors=GUIDED_TENSORS,
         settings=CfgCutoffSettings,

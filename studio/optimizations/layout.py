@@ -32,6 +32,8 @@ register(
         label="channels last",
         group="speed",
         description="Store the UNet's 4-D tensors as NHWC, which many convolution kernels prefer.",
+        requires=("family:sd|sdxl",),
+        reasons={"family": "has no convolutions to speed up in a transformer"},
         apply=_channels_last,
         revert=_contiguous,
         order=10,

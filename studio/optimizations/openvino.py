@@ -22,7 +22,8 @@ from studio import checks
 from studio.optimizations import openvino_models as ovm
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.calibration import denoising_trajectory
-from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet, restore_unet
+from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
+from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
 PRECISIONS = ("f32", "auto")
 
@@ -190,8 +191,9 @@ def apply(pipe: Any, ctx: Context) -> None:
     ovm.openvino()  # unavailable before anything changes
     if settings.mode != "fp32":
         ovm.nncf()
-    ctx.state["unet_original"] = pipe.unet
-    pipe.unet = OpenVINOUNet(pipe.unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts)
+    swap_denoiser(
+        lambda unet, _: OpenVINOUNet(unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts)
+    )(pipe, ctx)
     if settings.vae:
         ctx.state["openvino_decoder"] = pipe.vae.decoder
         pipe.vae.decoder = OpenVINODecoder(pipe.vae.decoder.eval(), settings, ctx.stats)
@@ -201,7 +203,7 @@ def apply(pipe: Any, ctx: Context) -> None:
 
 
 def revert(pipe: Any, ctx: Context) -> None:
-    restore_unet(pipe, ctx)
+    restore_denoiser(pipe, ctx)
     decoder = ctx.state.pop("openvino_decoder", None)
     if decoder is not None:
         pipe.vae.decoder = decoder

@@ -1,10 +1,9 @@
-"""Modules that stand in for a part of a pipeline and build a graph of it once per input shape, and the
-swap of a pipeline's UNet for such a stand-in and back.
+"""Modules that stand in for a part of a pipeline and build a graph of it once per input shape.
 
 `PerShapeModule` builds and counts the graphs; `PerShapeUNet` is called the way pipelines call a UNet. The
-UNet a technique replaces is kept in the pipeline's state (`swap_unet`) so that `restore_unet` puts back
-exactly the module that was loaded. The traced UNet, torch.compile and int8 static quantization build on
-these.
+denoiser a technique replaces is kept in the pipeline's state (`studio.optimizations.denoiser.swap_denoiser`)
+so that `restore_denoiser` puts back exactly the module that was loaded. The traced UNet, OpenVINO and int8
+static quantization build on these.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from typing import Any
 
 import torch
 from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
-
-from studio.optimizations.base import Context
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +92,3 @@ class PerShapeUNet(PerShapeModule):
         inputs = (sample, timestep, encoder_hidden_states)
         out = self.graph_for(inputs)(*inputs)
         return UNet2DConditionOutput(sample=out) if return_dict else (out,)
-
-
-def swap_unet(make):
-    """An apply that swaps the UNet for `make(unet, ctx)`, keeping the original for `restore_unet`."""
-
-    def apply(pipe: Any, ctx: Context) -> None:
-        ctx.state["unet_original"] = pipe.unet
-        pipe.unet = make(pipe.unet, ctx)
-
-    return apply
-
-
-def restore_unet(pipe: Any, ctx: Context) -> None:
-    """Put back the UNet that `swap_unet` replaced."""
-    original = ctx.state.pop("unet_original", None)
-    if original is not None:
-        pipe.unet = original

@@ -1,49 +1,71 @@
-"""Dynamic int8 quantization of the UNet's Linear layers with torchao.
+"""Weight quantization of the denoiser's Linear layers (UNet or transformer) with torchao.
 
-`Int8DynamicActivationInt8WeightConfig`: weights are stored in int8 (per-row scales),
-activations are quantized per token at run time, the matmul runs in int8. Convolutions
-stay in floating point. torchao replaces each Linear's `weight` Parameter and sets an
-instance `extra_repr`; both originals are kept here (references, no copies) and put back
-on revert, so removal is exact without a rebuild. `set_inductor_config=False` keeps
-torchao from changing torch.compile's global settings behind the studio's back.
+- `int8_dynamic` (`Int8DynamicActivationInt8WeightConfig`): weights stored in int8 (per-row scales),
+  activations quantized per token at run time, the matmul runs in int8.
+- `int8_weight_only` (`Int8WeightOnlyConfig`): weights stored in int8 and dequantized for a floating-point
+  matmul: half a bf16 model's weight memory, activations untouched.
+- `fp8` (`Float8DynamicActivationFloat8WeightConfig`): weights and activations in float8 e4m3 with fp8 matmuls
+  (`torch._scaled_mm`), which need fp8 tensor cores: NVIDIA compute capability 8.9 (Ada, Hopper) or newer.
+
+Convolutions stay in floating point. torchao replaces each Linear's `weight` Parameter and sets an instance
+`extra_repr`; both originals are kept here (references, no copies) and put back on revert, so removal is exact
+without a rebuild. `set_inductor_config=False` keeps torchao from changing torch.compile's global settings
+behind the studio's back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.denoiser import denoiser
 
 _MISSING = object()
+STATE = "quantized_linears"  # (technique, saved weights) in the pipeline's state while applied
+CONFIGS: dict[str, Callable[[Any], Any]] = {  # technique -> its torchao config, from torchao.quantization
+    "int8_dynamic": lambda tq: tq.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+    "int8_weight_only": lambda tq: tq.Int8WeightOnlyConfig(set_inductor_config=False),
+    "fp8": lambda tq: tq.Float8DynamicActivationFloat8WeightConfig(set_inductor_config=False),
+}
 
 
-def _torchao_quantization() -> Any:
+def _torchao_quantization(name: str) -> Any:
     try:
         return importlib.import_module("torchao.quantization")
     except ImportError as exc:
         raise UnavailableError(
-            f"int8_dynamic could not import torchao ({exc}); pip install -r requirements-extras.txt."
+            f"{name} could not import torchao ({exc}); pip install -r requirements-extras.txt."
         ) from exc
 
 
-def quantize_unet(pipe: Any, ctx: Context) -> None:
-    """Quantize every `nn.Linear` of `pipe.unet` to dynamic int8, keeping the float weights for revert."""
-    tq = _torchao_quantization()
-    linears = [m for m in pipe.unet.modules() if isinstance(m, torch.nn.Linear)]
+def quantize(pipe: Any, ctx: Context, name: str) -> None:
+    """Quantize every `nn.Linear` of the denoiser with technique `name`'s config, keeping the float weights
+    for revert."""
+    tq = _torchao_quantization(name)
+    model = denoiser(pipe)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     saved = [(m, m.weight, m.__dict__.get("extra_repr", _MISSING)) for m in linears]
-    tq.quantize_(pipe.unet, tq.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False))
-    ctx.state["int8_dynamic"] = saved
+    tq.quantize_(model, CONFIGS[name](tq))
+    ctx.state[STATE] = (name, saved)
 
 
-def dequantize_unet(pipe: Any, ctx: Context) -> None:
+def _quantizer(name: str) -> Callable[[Any, Context], None]:
+    def apply(pipe: Any, ctx: Context) -> None:
+        quantize(pipe, ctx, name)
+
+    return apply
+
+
+def dequantize(pipe: Any, ctx: Context) -> None:
     """Put the original float weights (the very same Parameter objects) back."""
-    for module, weight, extra_repr in ctx.state.pop("int8_dynamic", []):
+    _, saved = ctx.state.pop(STATE, (None, []))
+    for module, weight, extra_repr in saved:
         module.weight = weight
         if extra_repr is _MISSING:
             module.__dict__.pop("extra_repr", None)
@@ -53,31 +75,54 @@ def dequantize_unet(pipe: Any, ctx: Context) -> None:
 
 @contextlib.contextmanager
 def float_weights(pipe: Any, ctx: Context) -> Iterator[None]:
-    """Float weights for the duration of the block when int8_dynamic is applied (to change the layers),
+    """Float weights for the duration of the block when a quantization is applied (to change the layers),
     then quantized again, covering any Linear layers added meanwhile."""
-    if "int8_dynamic" not in ctx.state:
+    if STATE not in ctx.state:
         yield
         return
-    dequantize_unet(pipe, ctx)
+    name = ctx.state[STATE][0]
+    dequantize(pipe, ctx)
     try:
         yield
     finally:
-        quantize_unet(pipe, ctx)
+        quantize(pipe, ctx, name)
 
 
-register(
-    Optimization(
-        name="int8_dynamic",
-        label="int8 dynamic quantization",
-        group="precision",
-        description=(
-            "Quantize the UNet's Linear layers to int8 with dynamically quantized int8 activations "
-            "(torchao); convolutions stay in floating point."
-        ),
-        requires=("module:torchao", "family:sd|sdxl"),
-        conflicts=("jit_trace_unet",),
-        apply=quantize_unet,
-        revert=dequantize_unet,
-        order=60,
+WEIGHTS = ("int8_dynamic", "int8_weight_only", "fp8")
+
+
+def _register(name: str, label: str, description: str, requires: tuple[str, ...] = ()) -> None:
+    register(
+        Optimization(
+            name=name,
+            label=label,
+            group="precision",
+            description=description,
+            requires=("module:torchao", *requires),
+            conflicts=("jit_trace_unet", *(w for w in WEIGHTS if w < name)),
+            apply=_quantizer(name),
+            revert=dequantize,
+            order=60,
+        )
     )
+
+
+_register(
+    "int8_dynamic",
+    "int8 dynamic quantization",
+    "Quantize the denoiser's Linear layers (UNet or transformer) to int8 with dynamically quantized int8 "
+    "activations (torchao); convolutions stay in floating point.",
+)
+_register(
+    "int8_weight_only",
+    "int8 weight-only quantization",
+    "Store the denoiser's Linear weights in int8 (per-row scales, torchao) and compute in the model's "
+    "precision: less weight memory, activations untouched.",
+)
+_register(
+    "fp8",
+    "fp8 quantization",
+    "Quantize the denoiser's Linear layers to float8 e4m3, weights and dynamically scaled activations, with "
+    "fp8 matmuls (torchao); needs fp8 tensor cores.",
+    requires=("cuda", "fp8"),
 )

@@ -42,8 +42,9 @@ from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.calibration import denoising_trajectory
 from studio.optimizations.compile import counting_backend, freezing
+from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.inductor_cache import recovering
-from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet, restore_unet
+from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
 
 @dataclass(frozen=True)
@@ -161,8 +162,10 @@ def quantize_unet(pipe: Any, ctx: Context) -> None:
     settings = ctx.settings("int8_static")
     path = ctx.stats["int8_static_path"] = int8_path((ctx.hw or devices.detect()).cpu_flags)
     reduce_range = path == "reduced_range"
-    ctx.state["unet_original"] = pipe.unet
-    pipe.unet = Int8StaticUNet(pipe.unet.eval(), pipe, settings.calibration_steps, ctx.stats, reduce_range)
+    calibration = settings.calibration_steps
+    swap_denoiser(lambda unet, _: Int8StaticUNet(unet.eval(), pipe, calibration, ctx.stats, reduce_range))(
+        pipe, ctx
+    )
     if settings.vae:
         ctx.state["int8_static_decoder"] = pipe.vae.decoder
         pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats, reduce_range)
@@ -170,7 +173,7 @@ def quantize_unet(pipe: Any, ctx: Context) -> None:
 
 def restore(pipe: Any, ctx: Context) -> None:
     ctx.stats.pop("int8_static_path", None)
-    restore_unet(pipe, ctx)
+    restore_denoiser(pipe, ctx)
     decoder = ctx.state.pop("int8_static_decoder", None)
     if decoder is not None:
         pipe.vae.decoder = decoder

@@ -112,6 +112,7 @@ register(
             "large sizes; the image changes a little."
         ),
         requires=("module:tomesd", "family:sd|sdxl"),
+        reasons={"family": "patches the BasicTransformerBlocks of SD UNets, which transformers lack"},
         conflicts=("jit_trace_unet",),
         apply=enable_token_merging,
         revert=disable_token_merging,

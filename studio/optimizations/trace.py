@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from studio.optimizations.base import Context, Optimization, register
-from studio.optimizations.per_shape import PerShapeUNet, restore_unet, swap_unet
+from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
+from studio.optimizations.per_shape import PerShapeUNet
 
 
 class TracedUNet(PerShapeUNet):
@@ -26,10 +27,11 @@ register(
         group="speed",
         description="Replace the UNet by a torch.jit.trace of it (one trace per input shape).",
         requires=("family:sd",),
+        reasons={"family": "traces an SD 1.x UNet (no extra conditioning); use torch_compile elsewhere"},
         conflicts=("torch_compile",),
         reversible=False,
-        apply=swap_unet(_traced),
-        revert=restore_unet,
+        apply=swap_denoiser(_traced),
+        revert=restore_denoiser,
         order=80,
     )
 )

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def availability(device: str = "auto") -> list[dict[str, Any]]:
-    """Every technique with whether it can run on `device` here, and why not."""
+def availability(device: str = "auto", family: str | None = None) -> list[dict[str, Any]]:
+    """Every technique with whether it can run on `device` here for a model of `family` (None: for some model,
+    the models it works on in `works_on`), and why not."""
     from studio import devices
-    from studio.optimizations import REGISTRY, unavailable_reason
+    from studio.optimizations import REGISTRY, unavailable_reason, works_on
 
     hw = devices.detect()
     resolved = devices.resolve(device, hw)
@@ -24,7 +25,8 @@ def availability(device: str = "auto") -> list[dict[str, Any]]:
             "conflicts": list(o.conflicts),
             "description": o.description,
             "settings": o.defaults,
-            "unavailable": unavailable_reason(o, hw, resolved),
+            "unavailable": unavailable_reason(o, hw, resolved, family),
+            "works_on": works_on(o),
         }
         for o in REGISTRY.values()
     ]

@@ -104,15 +104,27 @@ def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, 
     return tuple(o.name for o in ordered(names))
 
 
+def check_settings_here(opts: tuple[str, ...], settings: dict[str, dict[str, Any]], device: str) -> None:
+    """Refuse settings that pick hardware this device does not have (an attention backend), with the
+    technique's sentence (`Optimization.settings_reason`)."""
+    dtype = next((n for n in opts if get(n).dtype is not None), "fp32")
+    for name in opts:
+        opt = get(name)
+        if opt.settings_reason is not None:
+            reason = opt.settings_reason(opt.settings(**settings.get(name, {})), device, dtype)
+            if reason:
+                raise UnavailableError(f"{reason} Choose another setting or device.")
+
+
 def with_config(request: GenerationRequest, config: Any) -> GenerationRequest:
     """`request` with another configuration (see `parse_config`): its techniques, checked for this model
     and device, and their settings (the configuration's own over the request's)."""
     names, given = parse_config(config)
     opts = check_opts(names, request.spec, request.device)
     merged = {name: {**request.settings.get(name, {}), **given.get(name, {})} for name in names}
-    return dataclasses.replace(
-        request, opts=opts, settings=_check_settings(names, {k: v for k, v in merged.items() if v})
-    )
+    settings = _check_settings(names, {k: v for k, v in merged.items() if v})
+    check_settings_here(opts, settings, request.device)
+    return dataclasses.replace(request, opts=opts, settings=settings)
 
 
 def validate_request(
@@ -153,6 +165,8 @@ def validate_request(
         raise ValidationError("device must be text such as 'auto', 'cpu' or 'cuda:0'.")
     resolved = devices.resolve(device)
     names = parse_opts(opts)
+    checked_opts, checked_settings = check_opts(names, spec, resolved), _check_settings(names, settings)
+    check_settings_here(checked_opts, checked_settings, resolved)
     seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else checks.whole("seed", seed, 0, MAX_SEED)
     return GenerationRequest(
         spec=spec,
@@ -165,8 +179,8 @@ def validate_request(
         height=_side("height", spec.height if height in (None, "") else height),
         scheduler=scheduler,
         device=resolved,
-        opts=check_opts(names, spec, resolved),
-        settings=_check_settings(names, settings),
+        opts=checked_opts,
+        settings=checked_settings,
         num_images=checks.whole("batch", num_images, 1, MAX_IMAGES),
         vae=resolve_vae(vae),
     )

@@ -26,7 +26,7 @@ from studio.errors import Cancelled
 from studio.measure import protocol
 from studio.measure.bench import StopFn
 from studio.request import GenerationRequest
-from studio.sweeps.autotune_search_space import GRID, Candidate, Floor, check_pool, combinable
+from studio.sweeps.autotune_search_space import GRID, Candidate, Floor, check_pool, combinable, grid
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
 
@@ -168,7 +168,7 @@ def run_autotune(
 
 
 def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Candidate | None, dict | None]:
-    singles = [Candidate((n,), {n: point}) for n in pool for point in GRID.get(n, [{}])]
+    singles = [Candidate((n,), {n: point}) for n in pool for point in grid(n, search.request)]
     singles = [dataclasses.replace(c, settings={k: v for k, v in c.settings.items() if v}) for c in singles]
     _, records = search.sweep("single", singles, search.rounds)
     best_of: dict[str, tuple[float, Candidate]] = {}

@@ -25,6 +25,8 @@ EXCLUDED = frozenset(
         "vae_tiling",
         "attention_slicing",
         "classic_attention",
+        "layerwise_casting",
+        "group_offload",
     }
 )
 SLOW_TO_PREPARE = frozenset(
@@ -35,6 +37,13 @@ GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for technique
     "cfg_cutoff": [{"after": 0.3}, {"after": 0.5}, {"after": 0.75}],
     "token_merging": [{"ratio": 0.3}, {"ratio": 0.5}],
     "threads": [{"num_threads": n} for n in sorted({1, physical_cores(), os.cpu_count() or 1})],
+    "first_block_cache": [{"threshold": 0.05}, {"threshold": 0.1}, {"threshold": 0.2}],
+    "pyramid_attention_broadcast": [{"skip_range": 2}, {"skip_range": 3}],
+    "taylorseer_cache": [{"cache_interval": 3}, {"cache_interval": 5}],
+    "attention_backend": [  # those that cannot run on the request's device are left out (`grid`)
+        {"backend": b}
+        for b in ("_native_flash", "_native_efficient", "_native_cudnn", "flash", "_flash_3", "sage")
+    ],
     "openvino": [
         {"mode": "fp32"},
         {"mode": "fp32", "inference_precision": "auto"},
@@ -82,6 +91,17 @@ class Candidate:
 
     def plus(self, other: Candidate) -> Candidate:
         return Candidate(tuple(sorted({*self.opts, *other.opts})), {**self.settings, **other.settings})
+
+
+def grid(name: str, request: GenerationRequest) -> list[dict[str, Any]]:
+    """The settings searched for technique `name` on `request`'s device: the points of GRID that can run there
+    (a technique whose settings pick hardware says which: `Optimization.settings_reason`)."""
+    opt, points = REGISTRY[name], GRID.get(name, [{}])
+    if opt.settings_reason is None:
+        return points
+    return [
+        p for p in points if not opt.settings_reason(opt.settings(**p), request.device, request.dtype_name)
+    ]
 
 
 def floor_of(settings: AutotuneSettings) -> Floor:
