@@ -3,6 +3,12 @@ its correction from the run log, and the refusal on a GPU of known size (fake GP
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from studio.errors import ValidationError
@@ -10,6 +16,7 @@ from studio.request import validate_request
 from studio.scale import memory_estimate
 from tests import tiny
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -30,11 +37,29 @@ def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_the_bundled_mo
     assert loaded.weights == 0, "a loaded pipeline's weights are already in the process"
 
 
+SD15_IN_A_FRESH_PROCESS = """
+import json, sys
+from studio.engine import Studio
+from studio.request import validate_request
+from studio.scale import memory_estimate
+studio = Studio(db_path=sys.argv[1] + "/runs.db", outputs=sys.argv[1] + "/out")
+request = validate_request(model="sd15-arch", prompt="a red circle", steps=1, width=256, height=256)
+before = memory_estimate.estimate(studio.manager, request, studio.runlog)
+measured = studio.generate(request).metrics["peak_memory"]
+print(json.dumps({"peak": before.peak, "weights": before.weights, "measured": measured}))
+"""
+
+
 @pytest.mark.slow
-def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_sd15_arch(studio):
-    request = validate_request(model="sd15-arch", prompt="a red circle", steps=1, width=256, height=256)
-    before, _ = _measured_within(studio, request)
-    assert 3.9 * 2**30 < before.weights < 4.1 * 2**30  # 1.07 B parameters in fp32
+def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_sd15_arch(tmp_path):
+    """In a fresh process, as a user starts the studio: in the suite's own process the memory freed by earlier
+    tests is counted as in use and then reused, which no estimate can know."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", SD15_IN_A_FRESH_PROCESS, str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=True)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert abs(got["peak"] - got["measured"]) <= 0.25 * got["measured"], got
+    assert 3.9 * 2**30 < got["weights"] < 4.1 * 2**30  # 1.07 B parameters in fp32
 
 
 def test_the_run_log_corrects_the_next_estimate(studio):
