@@ -57,14 +57,14 @@ def record_calls(studio, monkeypatch, events: list):
     monkeypatch.setattr(studio, "compute", compute)
 
 
-def fail_on(studio, monkeypatch, label: str, call: int) -> Counter:
-    """`label`'s `call`-th compute (1 = its first warm-up) raises RunFailed; returns the calls per label."""
+def fail_on(studio, monkeypatch, label: str, call: int, error: type[Exception] = RunFailed) -> Counter:
+    """`label`'s `call`-th compute (1 = its first warm-up) raises `error`; returns the calls per label."""
     real, counts = studio.compute, Counter()
 
     def compute(req, **kw):
         counts[req.config_label] += 1
         if req.config_label == label and counts[label] == call:
-            raise RunFailed(f"{label} broke on call {call}")
+            raise error(f"{label} broke on call {call}")
         return real(req, **kw)
 
     monkeypatch.setattr(studio, "compute", compute)
@@ -205,6 +205,18 @@ def test_a_failing_configuration_is_a_failed_run_and_leaves_the_later_rounds(stu
     runs = {r["config_label"]: r for r in studio.runlog.runs(group_id=result.group_id)}
     assert runs["channels_last"]["status"] == "failed" and "broke" in runs["channels_last"]["error"]
     assert runs["baseline"]["status"] == runs["sdpa"]["status"] == "ok"
+
+
+def test_a_library_error_in_one_configuration_drops_only_that_one(studio, monkeypatch):
+    """A kernel or converter error (not the studio's own) in one configuration: the others are still measured,
+    and the failed one says what broke, with the error's type."""
+    counts = fail_on(studio, monkeypatch, "channels_last", call=1, error=RuntimeError)
+    result = run_compare(studio, request(), ["channels_last", "sdpa"], warmup=1, rounds=2)
+    base, failed, other = result.records
+    assert failed["status"] == "failed" and failed["error"] == "RuntimeError: channels_last broke on call 1"
+    assert base["status"] == other["status"] == "ok" and counts["channels_last"] == 1
+    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert statuses(studio, result.group_id)["channels_last"] == "failed"
 
 
 def test_a_failing_baseline_fails_the_group(studio, monkeypatch):
