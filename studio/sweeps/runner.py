@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
+import torch
 
 from studio.engine import Studio
 from studio.errors import Cancelled, StudioError, ValidationError
@@ -65,6 +66,15 @@ class SweepResult:
         return self.entries[0]
 
 
+def memory_for_copies(device: str) -> tuple[float, str]:
+    """The bytes a sweep's own pipeline copies may take, and where they live: on a CUDA device the copies are
+    made on the GPU, so its free memory bounds them; elsewhere the host's available memory."""
+    if device.startswith("cuda"):
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return MEMORY_SHARE * free, "GPU memory"
+    return MEMORY_SHARE * psutil.virtual_memory().available, "memory"
+
+
 def own_pipelines(studio: Studio, entries: list[Entry]) -> set[str]:
     """The configurations that get a live pipeline of their own for the sweep (a copy of the weights each).
 
@@ -73,7 +83,8 @@ def own_pipelines(studio: Studio, entries: list[Entry]) -> set[str]:
     Otherwise only the irreversible ones do, and the reversible ones are switched on the shared pipeline
     between calls, outside the timed region. A sweep whose irreversible copies do not fit is refused.
     """
-    manager, available = studio.manager, MEMORY_SHARE * psutil.virtual_memory().available
+    manager = studio.manager
+    available, where = memory_for_copies(entries[0].request.device)
     changing = [e for e in entries[1:] if manager.changes_pipeline(e.request)]
     sizes = {e.label: manager.model_bytes(e.request) for e in changing}
     if sum(sizes.values()) <= available:
@@ -83,9 +94,8 @@ def own_pipelines(studio: Studio, entries: list[Entry]) -> set[str]:
     if needed > available:
         raise ValidationError(
             f"This sweep keeps a copy of the model for each traced, compiled or int8 configuration "
-            f"({needed / 2**30:.1f} GiB in all) and only {available / MEMORY_SHARE / 2**30:.1f} GiB is "
-            "available. "
-            "Compare fewer of those configurations at once."
+            f"({needed / 2**30:.1f} GiB in all) and only {available / MEMORY_SHARE / 2**30:.1f} GiB of "
+            f"{where} is available. Compare fewer of those configurations at once."
         )
     return must
 

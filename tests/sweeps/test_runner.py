@@ -219,6 +219,25 @@ def test_a_library_error_in_one_configuration_drops_only_that_one(studio, monkey
     assert statuses(studio, result.group_id)["channels_last"] == "failed"
 
 
+def test_on_a_gpu_the_sweeps_copies_are_bounded_by_its_free_memory(studio, fake_gpus, monkeypatch):
+    """On CUDA each configuration's own copy is made on the GPU: plenty of host memory does not help."""
+    import torch
+
+    from studio.errors import ValidationError
+    from studio.sweeps.runner import Entry, own_pipelines
+
+    fake_gpus(1)
+    entries = [
+        Entry(label, request(opts=opts, device="cuda:0"))
+        for label, opts in (("baseline", ()), ("jit_trace_unet", ("jit_trace_unet",)))
+    ]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (24 * 2**30, 24 * 2**30))
+    assert own_pipelines(studio, entries) == {"jit_trace_unet"}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**20, 24 * 2**30))
+    with pytest.raises(ValidationError, match="of GPU memory is available"):
+        own_pipelines(studio, entries)
+
+
 def test_a_failing_baseline_fails_the_group(studio, monkeypatch):
     fail_on(studio, monkeypatch, "baseline", call=2)
     with pytest.raises(RunFailed, match="baseline broke"):
