@@ -119,18 +119,21 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 def casting_cut(model: torch.nn.Module, skip: str) -> tuple[float, float]:
     """The share of `model`'s weight bytes the layerwise_casting technique (fp8 e4m3 storage, setting `skip`)
-    saves against the model in fp32 and in bf16."""
+    saves, applied to the model in fp32 and to the model in bf16."""
     from studio import devices
     from studio.optimizations import REGISTRY, Context
 
-    fp32 = weight_bytes(torch.nn.Module.to(model, torch.float32))
-    bf16 = weight_bytes(torch.nn.Module.to(model, torch.bfloat16))
     pipe = type("Pipe", (), {"unet": None, "transformer": model})()
-    ctx = Context("cpu", devices.detect(), "flux", technique_settings={"layerwise_casting": {"skip": skip}})
-    REGISTRY["layerwise_casting"].apply(pipe, ctx)
-    cast = weight_bytes(model)
-    REGISTRY["layerwise_casting"].revert(pipe, ctx)
-    return 1 - cast / fp32, 1 - cast / bf16
+    cuts = []
+    for dtype in (torch.float32, torch.bfloat16):
+        before = weight_bytes(torch.nn.Module.to(model, dtype))
+        ctx = Context(
+            "cpu", devices.detect(), "flux", technique_settings={"layerwise_casting": {"skip": skip}}
+        )
+        REGISTRY["layerwise_casting"].apply(pipe, ctx)
+        cuts.append(1 - weight_bytes(model) / before)
+        REGISTRY["layerwise_casting"].revert(pipe, ctx)
+    return cuts[0], cuts[1]
 
 
 def memory_report() -> dict[str, float]:
