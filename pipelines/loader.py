@@ -66,6 +66,11 @@ def load(
         from pipelines.registry import SPECS
         from pipelines.shapes import check_memory
 
+        if device_map:
+            raise ModelLoadError(
+                f"{spec.id!r} is built from its configuration in this process, which places it without a "
+                "device map; save it as a diffusers folder (pipe.save_pretrained) to spread it over GPUs."
+            )
         check_memory(spec, dtype)  # before anything is built
         pipe = build(spec.source.removeprefix("arch:"), SPECS["tiny-shapes"].source, dtype)
     elif spec.single_file:

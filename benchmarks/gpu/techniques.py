@@ -29,8 +29,8 @@ from studio.sweeps.compare import run_compare
 
 log = logging.getLogger(__name__)
 ARCH_DEVICE_MAP = (
-    "device_map_balanced is not measured on a random-weight architecture: pipelines.loader builds those on "
-    "the CPU and ignores the device map, so the run would stay on the CPU."
+    "device_map_balanced is not measured on a random-weight architecture: pipelines.loader builds those in "
+    "the process and refuses a device map for them."
 )
 MEMORY_SHARE = 0.6  # of the device's free memory that one group's copies of the model may take
 

@@ -19,3 +19,14 @@ def test_sd15_arch_runs_through_the_engine_in_bf16(studio):
     assert pipe.unet.config.cross_attention_dim == 768 and pipe.vae.config.scaling_factor == 0.18215
     assert sum(p.numel() for p in pipe.unet.parameters()) > 800e6, "not the full SD 1.5 UNet"
     assert result.images[0].size == (64, 64) and result.applied == ("bf16",)
+
+
+@pytest.mark.parametrize("model", ["sd15-arch", "sdxl-arch", "flux-tiny"])
+def test_a_device_map_on_a_model_built_from_config_is_refused_with_the_way_out(model):
+    """These models are built in the process, not read with from_pretrained: a device map would be ignored
+    and the run would stay on the CPU, so it is refused (before anything is built) with what to do instead."""
+    from pipelines import loader
+    from pipelines.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match=r"without a device map; save it as a diffusers folder"):
+        loader.load(SPECS[model], device_map="balanced")
