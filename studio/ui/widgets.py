@@ -12,7 +12,13 @@ from pipelines.registry import SPECS
 from studio import devices
 from studio.optimizations import REGISTRY
 from studio.ui.fields import RawNumber
-from studio.ui.handlers.common import DEFAULT_MODEL, GROUPS, model_defaults, techniques_by_group
+from studio.ui.handlers.common import (
+    DEFAULT_MODEL,
+    GROUPS,
+    model_defaults,
+    techniques_by_group,
+    unavailable_list,
+)
 
 
 def generation_concurrency() -> int:
@@ -65,10 +71,11 @@ def model_inputs(prefix: str):
     return model, custom, device, prompt, seed, steps, guidance, width, height
 
 
-def technique_groups() -> list[gr.CheckboxGroup]:
-    """One box group per role; techniques that cannot run here are listed under it with the reason."""
-    groups = techniques_by_group("auto")
-    boxes = []
+def technique_groups() -> tuple[list[gr.CheckboxGroup], list[gr.Accordion], list[gr.Markdown]]:
+    """One box group per role, for the default model; techniques that cannot run on it here are listed under
+    each group with the reason (`techniques_for_model` redraws both when the model changes)."""
+    groups = techniques_by_group("auto", SPECS[DEFAULT_MODEL].family)
+    boxes, folds, lists = [], [], []
     with gr.Row(equal_height=False):
         for group in GROUPS:
             usable = [t for t in groups[group] if t["unavailable"] is None]
@@ -81,10 +88,11 @@ def technique_groups() -> list[gr.CheckboxGroup]:
                     )
                 )
                 missing = [t for t in groups[group] if t["unavailable"] is not None]
-                if missing:
-                    with gr.Accordion(f"Not available here ({len(missing)})", open=False):
-                        gr.Markdown("\n".join(f"- **{t['name']}**: {t['unavailable']}" for t in missing))
-    return boxes
+                label = f"Not available here ({len(missing)})"
+                with gr.Accordion(label, open=False, visible=bool(missing)) as fold:
+                    lists.append(gr.Markdown(unavailable_list(missing), elem_id=f"unavailable-{group}"))
+                folds.append(fold)
+    return boxes, folds, lists
 
 
 def settings_placeholder() -> str:

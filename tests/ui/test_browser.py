@@ -107,6 +107,24 @@ def test_unavailable_techniques_are_listed_with_the_reason(page):
     expect(page.locator("#group-speed")).to_contain_text("needs CUDA", timeout=10_000)
 
 
+def test_the_technique_lists_follow_the_model(page):
+    """On a Flux model the transformer techniques are offered and the UNet ones are listed with the reason;
+    back on the bundled UNet model, the UNet ones are offered again."""
+    from playwright.sync_api import expect
+
+    model, offered = page.locator("#gen-model input"), page.locator("#opts-speed")
+    model.fill("flux-tiny")
+    model.press("Enter")
+    expect(offered).to_contain_text("first block cache", timeout=30_000)
+    expect(offered).not_to_contain_text("channels last")
+    expect(page.locator("#unavailable-speed")).to_contain_text("no convolutions to speed up")
+    _shot(page, "generate-flux")
+    model.fill("tiny-shapes")
+    model.press("Enter")
+    expect(offered).to_contain_text("channels last", timeout=30_000)
+    expect(offered).not_to_contain_text("first block cache")
+
+
 def test_load_from_image_fills_the_form_and_says_what_it_found(page, server, tmp_path):
     """The PNG the first test's Generate wrote (seed 1, channels_last, a blue square), dropped back."""
     from playwright.sync_api import expect

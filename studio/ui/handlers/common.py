@@ -42,15 +42,44 @@ def engine_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def techniques_by_group(device: str) -> dict[str, list[dict]]:
+def techniques_by_group(device: str, family: str | None = None) -> dict[str, list[dict]]:
     """The techniques that get a box in Generate (not weights precision, which has its own control),
-    by group."""
+    by group; with `family`, those that cannot run on that kind of model carry the reason."""
     rows = [
         t
-        for t in report.availability(device)
+        for t in report.availability(device, family=family)
         if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"
     ]
     return {g: [t for t in rows if t["group"] == g] for g in GROUPS}
+
+
+def family_of(model: str, custom: str) -> str | None:
+    """The family (sd, sdxl, sd3, flux, …) of the model a form names; None while it cannot be resolved."""
+    try:
+        return resolve(model_name(model, custom)).family
+    except StudioError:
+        return None
+
+
+def unavailable_list(rows: list[dict]) -> str:
+    """The techniques of one group that cannot run, each with its reason, as Markdown."""
+    return "\n".join(f"- **{t['name']}**: {t['unavailable']}" for t in rows)
+
+
+def techniques_for_model(model: str, custom: str, *ticked: list[str]) -> list:
+    """Generate's technique boxes for the model now chosen: each group's choices are what can run on it
+    (ticks that still can are kept), and each group's 'Not available' list says why the rest cannot."""
+    groups = techniques_by_group("auto", family_of(model, custom))
+    boxes, folds, lists = [], [], []
+    for group, kept in zip(GROUPS, ticked, strict=True):
+        usable = [t for t in groups[group] if t["unavailable"] is None]
+        missing = [t for t in groups[group] if t["unavailable"] is not None]
+        names = {t["name"] for t in usable}
+        choices = [(f"{t['label']} ({t['name']})", t["name"]) for t in usable]
+        boxes.append(gr.update(choices=choices, value=[n for n in kept or [] if n in names]))
+        folds.append(gr.update(label=f"Not available here ({len(missing)})", visible=bool(missing)))
+        lists.append(unavailable_list(missing))
+    return [*boxes, *folds, *lists]
 
 
 def ticked_by_group(opts: list[str]) -> list[list[str]]:

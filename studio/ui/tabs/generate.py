@@ -12,6 +12,7 @@ from studio import report
 from studio.optimizations import REGISTRY
 from studio.request import PRECISIONS
 from studio.ui.fields import RawNumber
+from studio.ui.handlers.common import techniques_for_model
 from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
 
 
@@ -45,7 +46,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
             image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
             card = gr.Markdown(elem_id="metrics-card")
     with gr.Accordion("Optimizations", open=True):
-        boxes = technique_groups()
+        boxes, folds, lists = technique_groups()
         settings = gr.Textbox(
             "", label="Technique settings (JSON)", elem_id="gen-settings", placeholder=settings_placeholder()
         )
@@ -123,6 +124,9 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         api_visibility="private",
         **generation,
     )
+    redraw = {"inputs": [model, custom, *boxes], "outputs": [*boxes, *folds, *lists], "queue": False}
+    model.change(techniques_for_model, **redraw, api_visibility="private")
+    custom.blur(techniques_for_model, **redraw, api_visibility="private")
     targets = [model, custom, precision, *boxes, *request_fields]
     png.upload(handlers["load_image"], png, [*targets, loaded], api_visibility="private")
     gr.Button(visible=False).click(handlers["read_image"], png, gr.JSON(visible=False), api_name="read_image")
