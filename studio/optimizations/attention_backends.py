@@ -66,22 +66,25 @@ def backend_reason(backend: str, device: str, dtype: torch.dtype) -> str | None:
     return None
 
 
+def refusal(backend: str, device: str, dtype: torch.dtype) -> str | None:
+    """The sentence refusing `backend` on `device` in `dtype`, or None when it runs here."""
+    reason = backend_reason(backend, device, dtype)
+    return None if reason is None else f"attention_backend backend={backend} cannot run here: {reason}."
+
+
 def settings_reason(settings: Settings, device: str, dtype: str) -> str | None:
-    """The sentence refusing `settings.backend` on `device` in `dtype`, or None when it runs here."""
-    reason = backend_reason(settings.backend, device, DTYPES.get(dtype, torch.float32))
-    return (
-        None if reason is None else f"attention_backend backend={settings.backend} cannot run here: {reason}."
-    )
+    """`refusal` for a request's settings, device and precision name (checked at validation)."""
+    return refusal(settings.backend, device, DTYPES.get(dtype, torch.float32))
 
 
 def set_backend(pipe: Any, ctx: Context) -> None:
     """Give every dispatching attention processor of the denoiser the requested backend."""
     settings = ctx.settings("attention_backend")
     model = denoiser(pipe)
-    dtype = next(model.parameters()).dtype
-    reason = backend_reason(settings.backend, ctx.device, dtype)
-    if reason is not None:
-        raise UnavailableError(f"attention_backend backend={settings.backend} cannot run here: {reason}.")
+    # again on the weights' own dtype, which a precision technique may have set differently from the request's
+    sentence = refusal(settings.backend, ctx.device, next(model.parameters()).dtype)
+    if sentence is not None:
+        raise UnavailableError(sentence)
     processors = [getattr(m, "processor", None) for m in model.modules()]
     processors = [p for p in processors if hasattr(p, "_attention_backend")]
     ctx.state[STATE] = [(p, p.__dict__.get("_attention_backend", _CLASS_DEFAULT)) for p in processors]

@@ -123,6 +123,12 @@ class Optimization:
         """The settings' names and defaults (for docs, the UI's placeholder and the CLI)."""
         return self.settings.defaults()
 
+    def settings_unavailable(self, given: dict[str, Any], device: str, dtype: str) -> str | None:
+        """Why settings `given` cannot run on `device` in `dtype` here (`settings_reason`), or None."""
+        if self.settings_reason is None:
+            return None
+        return self.settings_reason(self.settings(**given), device, dtype)
+
 
 REGISTRY: dict[str, Optimization] = {}
 
@@ -152,6 +158,11 @@ def ordered(names: frozenset[str] | set[str] | list[str]) -> list[Optimization]:
 
 def _module_available(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
+
+
+def _families(req: str) -> list[str]:
+    """The families a 'family:sd|sdxl' requirement allows."""
+    return req.removeprefix("family:").split("|")
 
 
 def _requirement_reason(req: str, hw: Hardware, device: str, family: str | None) -> str | None:
@@ -190,7 +201,7 @@ def _requirement_reason(req: str, hw: Hardware, device: str, family: str | None)
         mod = req.removeprefix("module:")
         return None if _module_available(mod) else f"needs the {mod} package, which is not installed"
     if req.startswith("family:"):
-        allowed = req.removeprefix("family:").split("|")
+        allowed = _families(req)
         if family is None or family in allowed:
             return None
         return f"works on {'/'.join(allowed)} {kind(allowed)}, not on a {family} pipeline"
@@ -217,11 +228,8 @@ def unavailable_reason(opt: Optimization, hw: Hardware, device: str, family: str
 
 def works_on(opt: Optimization) -> str | None:
     """The families `opt` is limited to, in words ('sd/sdxl UNets'), or None when it runs on any."""
-    for req in opt.requires:
-        if req.startswith("family:"):
-            allowed = req.removeprefix("family:").split("|")
-            return f"{'/'.join(allowed)} {kind(allowed)}"
-    return None
+    allowed = next((_families(req) for req in opt.requires if req.startswith("family:")), None)
+    return f"{'/'.join(allowed)} {kind(allowed)}" if allowed else None
 
 
 def conflicts_of(name: str) -> set[str]:

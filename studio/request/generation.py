@@ -104,16 +104,16 @@ def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, 
     return tuple(o.name for o in ordered(names))
 
 
-def check_settings_here(opts: tuple[str, ...], settings: dict[str, dict[str, Any]], device: str) -> None:
-    """Refuse settings that pick hardware this device does not have (an attention backend), with the
-    technique's sentence (`Optimization.settings_reason`)."""
-    dtype = next((n for n in opts if get(n).dtype is not None), "fp32")
-    for name in opts:
-        opt = get(name)
-        if opt.settings_reason is not None:
-            reason = opt.settings_reason(opt.settings(**settings.get(name, {})), device, dtype)
-            if reason:
-                raise UnavailableError(f"{reason} Choose another setting or device.")
+def check_settings_here(request: GenerationRequest) -> GenerationRequest:
+    """`request`, once no technique's settings pick hardware its device does not have (an attention
+    backend); otherwise the technique's sentence (`Optimization.settings_unavailable`)."""
+    for name in request.opts:
+        reason = get(name).settings_unavailable(
+            request.settings.get(name, {}), request.device, request.dtype_name
+        )
+        if reason:
+            raise UnavailableError(f"{reason} Choose another setting or device.")
+    return request
 
 
 def with_config(request: GenerationRequest, config: Any) -> GenerationRequest:
@@ -123,8 +123,7 @@ def with_config(request: GenerationRequest, config: Any) -> GenerationRequest:
     opts = check_opts(names, request.spec, request.device)
     merged = {name: {**request.settings.get(name, {}), **given.get(name, {})} for name in names}
     settings = _check_settings(names, {k: v for k, v in merged.items() if v})
-    check_settings_here(opts, settings, request.device)
-    return dataclasses.replace(request, opts=opts, settings=settings)
+    return check_settings_here(dataclasses.replace(request, opts=opts, settings=settings))
 
 
 def validate_request(
@@ -165,24 +164,26 @@ def validate_request(
         raise ValidationError("device must be text such as 'auto', 'cpu' or 'cuda:0'.")
     resolved = devices.resolve(device)
     names = parse_opts(opts)
-    checked_opts, checked_settings = check_opts(names, spec, resolved), _check_settings(names, settings)
-    check_settings_here(checked_opts, checked_settings, resolved)
     seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else checks.whole("seed", seed, 0, MAX_SEED)
-    return GenerationRequest(
-        spec=spec,
-        prompt=_text("prompt", prompt, required=True),
-        negative_prompt=_text("negative prompt", negative_prompt, required=False),
-        seed=seed,
-        steps=checks.whole("steps", spec.steps if steps in (None, "") else steps, 1, MAX_STEPS),
-        guidance=checks.number("guidance", spec.guidance if guidance in (None, "") else guidance, 0.0, 30.0),
-        width=_side("width", spec.width if width in (None, "") else width),
-        height=_side("height", spec.height if height in (None, "") else height),
-        scheduler=scheduler,
-        device=resolved,
-        opts=checked_opts,
-        settings=checked_settings,
-        num_images=checks.whole("batch", num_images, 1, MAX_IMAGES),
-        vae=resolve_vae(vae),
+    return check_settings_here(
+        GenerationRequest(
+            spec=spec,
+            prompt=_text("prompt", prompt, required=True),
+            negative_prompt=_text("negative prompt", negative_prompt, required=False),
+            seed=seed,
+            steps=checks.whole("steps", spec.steps if steps in (None, "") else steps, 1, MAX_STEPS),
+            guidance=checks.number(
+                "guidance", spec.guidance if guidance in (None, "") else guidance, 0.0, 30.0
+            ),
+            width=_side("width", spec.width if width in (None, "") else width),
+            height=_side("height", spec.height if height in (None, "") else height),
+            scheduler=scheduler,
+            device=resolved,
+            opts=check_opts(names, spec, resolved),
+            settings=_check_settings(names, settings),
+            num_images=checks.whole("batch", num_images, 1, MAX_IMAGES),
+            vae=resolve_vae(vae),
+        )
     )
 
 

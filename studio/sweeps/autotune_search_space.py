@@ -96,11 +96,9 @@ class Candidate:
 def grid(name: str, request: GenerationRequest) -> list[dict[str, Any]]:
     """The settings searched for technique `name` on `request`'s device: the points of GRID that can run there
     (a technique whose settings pick hardware says which: `Optimization.settings_reason`)."""
-    opt, points = REGISTRY[name], GRID.get(name, [{}])
-    if opt.settings_reason is None:
-        return points
+    opt = REGISTRY[name]
     return [
-        p for p in points if not opt.settings_reason(opt.settings(**p), request.device, request.dtype_name)
+        p for p in GRID.get(name, [{}]) if not opt.settings_unavailable(p, request.device, request.dtype_name)
     ]
 
 

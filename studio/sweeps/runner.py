@@ -121,15 +121,13 @@ def _call(
             computed = studio.compute(entry.request, slot=slot, should_stop=should_stop)
         except Cancelled:
             raise
-        except (
-            Exception
-        ) as exc:  # a library's own error (torch, torchao, OpenVINO) drops only this configuration
+        except Exception as exc:
+            # a library's own error (torch, torchao, OpenVINO) drops only this configuration
             if is_baseline:
                 raise
             entry.error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
-            studio.fail(
-                entry.pending, exc
-            )  # logged now: a later cancel must not overwrite why this one stopped
+            # logged now: a later cancel must not overwrite why this one stopped
+            studio.fail(entry.pending, exc)
             raise protocol.Dropped(entry.error) from exc
         entry.calls.append(computed)
         return computed.measured.runs[-1].seconds

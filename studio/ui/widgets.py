@@ -15,6 +15,7 @@ from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
     GROUPS,
+    group_boxes,
     model_defaults,
     techniques_by_group,
     unavailable_list,
@@ -78,16 +79,9 @@ def technique_groups() -> tuple[list[gr.CheckboxGroup], list[gr.Accordion], list
     boxes, folds, lists = [], [], []
     with gr.Row(equal_height=False):
         for group in GROUPS:
-            usable = [t for t in groups[group] if t["unavailable"] is None]
+            choices, missing = group_boxes(groups[group])
             with gr.Column(min_width=260, elem_id=f"group-{group}"):
-                boxes.append(
-                    gr.CheckboxGroup(
-                        [(f"{t['label']} ({t['name']})", t["name"]) for t in usable],
-                        label=group.title(),
-                        elem_id=f"opts-{group}",
-                    )
-                )
-                missing = [t for t in groups[group] if t["unavailable"] is not None]
+                boxes.append(gr.CheckboxGroup(choices, label=group.title(), elem_id=f"opts-{group}"))
                 label = f"Not available here ({len(missing)})"
                 with gr.Accordion(label, open=False, visible=bool(missing)) as fold:
                     lists.append(gr.Markdown(unavailable_list(missing), elem_id=f"unavailable-{group}"))

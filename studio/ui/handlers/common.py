@@ -61,6 +61,12 @@ def family_of(model: str, custom: str) -> str | None:
         return None
 
 
+def group_boxes(rows: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]:
+    """One group's techniques as the box choices of those that can run, and the rows of those that cannot."""
+    choices = [(f"{t['label']} ({t['name']})", t["name"]) for t in rows if t["unavailable"] is None]
+    return choices, [t for t in rows if t["unavailable"] is not None]
+
+
 def unavailable_list(rows: list[dict]) -> str:
     """The techniques of one group that cannot run, each with its reason, as Markdown."""
     return "\n".join(f"- **{t['name']}**: {t['unavailable']}" for t in rows)
@@ -72,10 +78,8 @@ def techniques_for_model(model: str, custom: str, *ticked: list[str]) -> list:
     groups = techniques_by_group("auto", family_of(model, custom))
     boxes, folds, lists = [], [], []
     for group, kept in zip(GROUPS, ticked, strict=True):
-        usable = [t for t in groups[group] if t["unavailable"] is None]
-        missing = [t for t in groups[group] if t["unavailable"] is not None]
-        names = {t["name"] for t in usable}
-        choices = [(f"{t['label']} ({t['name']})", t["name"]) for t in usable]
+        choices, missing = group_boxes(groups[group])
+        names = {name for _, name in choices}
         boxes.append(gr.update(choices=choices, value=[n for n in kept or [] if n in names]))
         folds.append(gr.update(label=f"Not available here ({len(missing)})", visible=bool(missing)))
         lists.append(unavailable_list(missing))
