@@ -97,7 +97,9 @@ def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, 
     for name in names:
         reason = unavailable_reason(REGISTRY[name], hw, device, spec.family)
         if reason:
-            raise UnavailableError(f"{reason} Remove it or choose another device.")
+            # runnable here on some model: then it is this model that it does not fit
+            other = "model" if unavailable_reason(REGISTRY[name], hw, device, None) is None else "device"
+            raise UnavailableError(f"{reason} Remove it or choose another {other}.")
     dtype = next((n for n in names if get(n).dtype is not None), "fp32")
     if dtype not in spec.dtypes:
         raise ValidationError(f"{spec.id} supports {', '.join(spec.dtypes)}, not {dtype}.")

@@ -171,3 +171,13 @@ def test_model_sources_are_checked_at_the_boundary():
         ok(single_file_config="assets/tiny-shapes")
     with pytest.raises(ValidationError, match=r"is a pickle checkpoint \(.ckpt\)"):
         ok(model="v1-5-pruned-emaonly.ckpt")
+
+
+def test_a_technique_refused_for_the_model_says_to_change_the_model_and_for_the_device_the_device():
+
+    with pytest.raises(
+        UnavailableError, match=r"not on a flux pipeline\)\. Remove it or choose another model\."
+    ):
+        validate_request(model="flux-tiny", prompt="a red circle", opts=["channels_last"])
+    with pytest.raises(UnavailableError, match=r"needs CUDA.*Remove it or choose another device\."):
+        validate_request(model="tiny-shapes", prompt="a red circle", device="cpu", opts=["cudnn_benchmark"])
