@@ -123,6 +123,17 @@ def test_the_technique_lists_follow_the_model(page):
     model.press("Enter")
     expect(offered).to_contain_text("channels last", timeout=30_000)
     expect(offered).not_to_contain_text("first block cache")
+    _tab(page, "Compare")
+    model, configs = page.locator("#cmp-model input"), page.locator("#cmp-configs")
+    model.fill("flux-tiny")
+    model.press("Enter")
+    expect(configs).to_contain_text("first_block_cache", timeout=30_000)
+    expect(configs).not_to_contain_text("channels_last")
+    model.fill("tiny-shapes")
+    model.press("Enter")
+    expect(configs).to_contain_text("channels_last", timeout=30_000)
+    expect(configs).not_to_contain_text("first_block_cache")
+    _tab(page, "Generate")
 
 
 def test_load_from_image_fills_the_form_and_says_what_it_found(page, server, tmp_path):

@@ -7,24 +7,11 @@ from __future__ import annotations
 import gradio as gr
 
 from pipelines.schedulers import SCHEDULERS
-from studio import report
 from studio.request.axes import AXES
 from studio.ui.fields import RawNumber
+from studio.ui.handlers.common import DEFAULT_MODEL, family_of
+from studio.ui.presets import presets_for, presets_for_model
 from studio.ui.widgets import generation_queue, model_inputs, sweep_counts
-
-PRESETS = (
-    "bf16",
-    "channels_last",
-    "bf16,channels_last",
-    "classic_attention",
-    "attention_slicing",
-    "autocast",
-    "jit_trace_unet",
-    "bf16,channels_last,jit_trace_unet",
-    "vae_slicing",
-    "vae_tiling",
-    "torch_compile",
-)
 
 AXIS_CHOICES = ("none", *AXES, "deepcache.interval", "cfg_cutoff.after", "token_merging.ratio")
 
@@ -39,8 +26,7 @@ def compare_tab(handlers: dict) -> None:
     with gr.Row():
         scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
         warmup, rounds = sweep_counts("cmp", 5)
-    available = {t["name"] for t in report.availability() if t["unavailable"] is None}
-    presets = [p for p in PRESETS if set(p.split(",")) <= available]
+    presets = presets_for(family_of(DEFAULT_MODEL, ""))
     configs = gr.CheckboxGroup(
         presets, value=presets[:2], label="Configurations (the baseline always runs)", elem_id="cmp-configs"
     )
@@ -148,6 +134,8 @@ def compare_tab(handlers: dict) -> None:
     go.click(
         handlers["compare"], inputs, outputs, api_name="compare", show_progress_on=[go], **generation_queue()
     )
+    model.change(presets_for_model, [model, custom, configs], configs, api_visibility="private")
+    custom.blur(presets_for_model, [model, custom, configs], configs, api_visibility="private")
     choice.change(
         lambda c, pairs: pairs.get(c),
         [choice, images],
