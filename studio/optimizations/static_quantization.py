@@ -46,20 +46,26 @@ from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.inductor_cache import recovering
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
+LAYERS = ("all", "convolutions")
+EDGES = ("conv_in", "conv_out")  # the first and last convolution of a UNet and of a VAE decoder
+
 
 @dataclass(frozen=True)
 class Int8StaticSettings(Settings):
     """`calibration_steps`: denoising steps observed to set the activation ranges; `vae`: quantize the decoder
-    too."""
+    too; `layers`: "all" (convolutions and linear layers) or "convolutions" (the linear layers, and the first
+    and last convolution, stay in floating point: OpenVINO's hybrid recipe, closer to the fp32 image)."""
 
     calibration_steps: int = 8
     vae: bool = True
+    layers: str = "all"
 
     def __post_init__(self) -> None:
         self._set(
             "calibration_steps", checks.whole("int8_static calibration_steps", self.calibration_steps, 1, 50)
         )
         self._set("vae", checks.boolean("int8_static vae", self.vae))
+        self._set("layers", checks.one_of("int8_static layers", self.layers, LAYERS))
 
 
 def _pt2e() -> tuple[Any, Any]:
@@ -83,18 +89,36 @@ def int8_path(cpu_flags: frozenset[str]) -> str:
     return "reduced_range"
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What gets quantized and how: `reduce_range` keeps activations within 0..127 (CPUs without VNNI or AMX);
+    `layers` as in Int8StaticSettings."""
+
+    reduce_range: bool = False
+    layers: str = "all"
+
+    def quantizer(self, module: torch.nn.Module) -> Any:
+        """The quantizer for `module`, the one exported (its submodules' names find the edge convolutions)."""
+        _, x86 = _pt2e()
+        config = x86.get_default_x86_inductor_quantization_config(reduce_range=self.reduce_range)
+        quantizer = x86.X86InductorQuantizer()
+        if self.layers == "all":
+            return quantizer.set_global(config)
+        for name, sub in module.named_modules():  # a module name's setting outranks the operator type's
+            if name.rpartition(".")[2] in EDGES and isinstance(sub, torch.nn.Conv2d):
+                quantizer.set_module_name_qconfig(name, None)
+        return quantizer.set_module_type_qconfig(torch.nn.Conv2d, config)
+
+
 def quantize_and_compile(
-    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate, reduce_range: bool = False
+    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate, recipe: Recipe
 ) -> Any:
-    """Export `module` for these inputs, observe it while `calibrate(observed)` runs, convert to int8 and
-    compile it with inductor and frozen weights; the first (compiling) call happens here. `reduce_range`
-    quantizes activations to 0..127 (CPUs without VNNI or AMX)."""
-    quantize, x86 = _pt2e()
-    config = x86.get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
-    quantizer = x86.X86InductorQuantizer().set_global(config)
+    """Export `module` for these inputs, observe it while `calibrate(observed)` runs, convert to int8 as the
+    recipe says and compile it with inductor and frozen weights; the first (compiling) call happens here."""
+    quantize, _ = _pt2e()
     with torch.no_grad():
         exported = torch.export.export(module, inputs).module()
-        observed = quantize.prepare_pt2e(exported, quantizer)
+        observed = quantize.prepare_pt2e(exported, recipe.quantizer(module))
         calibrate(observed)
         converted = quantize.convert_pt2e(observed)
         # The backend counts graphs in a scratch dict: the build is counted once, by PerShapeModule.
@@ -110,17 +134,12 @@ class Int8StaticUNet(PerShapeUNet):
     counter = "compile"
 
     def __init__(
-        self,
-        unet: torch.nn.Module,
-        pipe: Any,
-        calibration_steps: int,
-        stats: dict[str, Any],
-        reduce_range: bool = False,
+        self, unet: torch.nn.Module, pipe: Any, calibration_steps: int, stats: dict[str, Any], recipe: Recipe
     ):
         super().__init__(unet, stats)
         self._scheduler = lambda: pipe.scheduler  # the request's scheduler, set on the pipeline per request
         self._calibration_steps = calibration_steps
-        self._reduce_range = reduce_range
+        self._recipe = recipe
 
     def calibrate(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> None:
         """Run `model` along a short denoising trajectory of this call's shape and text embeddings."""
@@ -129,7 +148,7 @@ class Int8StaticUNet(PerShapeUNet):
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
         return quantize_and_compile(
-            self._plain, inputs, lambda observed: self.calibrate(observed, inputs), self._reduce_range
+            self._plain, inputs, lambda observed: self.calibrate(observed, inputs), self._recipe
         )
 
 
@@ -139,9 +158,9 @@ class Int8StaticDecoder(PerShapeModule):
 
     counter = "compile"
 
-    def __init__(self, decoder: torch.nn.Module, stats: dict[str, Any], reduce_range: bool = False):
+    def __init__(self, decoder: torch.nn.Module, stats: dict[str, Any], recipe: Recipe):
         super().__init__(decoder, stats)
-        self._reduce_range = reduce_range
+        self._recipe = recipe
 
     def forward(self, sample: torch.Tensor, latent_embeds: torch.Tensor | None = None) -> torch.Tensor:
         if latent_embeds is not None:
@@ -152,23 +171,21 @@ class Int8StaticDecoder(PerShapeModule):
         return self.graph_for(inputs)(sample)
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        return quantize_and_compile(
-            self.original, inputs, lambda observed: observed(*inputs), self._reduce_range
-        )
+        return quantize_and_compile(self.original, inputs, lambda observed: observed(*inputs), self._recipe)
 
 
 def quantize_unet(pipe: Any, ctx: Context) -> None:
     _pt2e()  # unavailable before anything changes
     settings = ctx.settings("int8_static")
     path = ctx.stats["int8_static_path"] = int8_path((ctx.hw or devices.detect()).cpu_flags)
-    reduce_range = path == "reduced_range"
+    recipe = Recipe(reduce_range=path == "reduced_range", layers=settings.layers)
     calibration = settings.calibration_steps
-    swap_denoiser(lambda unet, _: Int8StaticUNet(unet.eval(), pipe, calibration, ctx.stats, reduce_range))(
+    swap_denoiser(lambda unet, _: Int8StaticUNet(unet.eval(), pipe, calibration, ctx.stats, recipe))(
         pipe, ctx
     )
     if settings.vae:
         ctx.state["int8_static_decoder"] = pipe.vae.decoder
-        pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats, reduce_range)
+        pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats, recipe)
 
 
 def restore(pipe: Any, ctx: Context) -> None:
@@ -187,9 +204,10 @@ register(
         description=(
             "Quantize the convolutions and linear layers of the UNet (and of the VAE decoder, setting vae) "
             "to int8 with calibrated activation ranges (PT2E, torchao's X86InductorQuantizer) and compile "
-            "them with inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs. The first call of each image "
-            "size calibrates and compiles (minutes for SD 1.5). Changes the output slightly; judge it by "
-            "PSNR."
+            "them with inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs; layers=convolutions keeps the "
+            "linear layers and the first and last convolution in float (OpenVINO's hybrid recipe). The first "
+            "call of each image size calibrates and compiles (minutes for SD 1.5). Changes the output "
+            "slightly; judge it by PSNR."
         ),
         requires=("module:torchao", "family:sd", "cpu-x86"),
         conflicts=(

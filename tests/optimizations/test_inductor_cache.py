@@ -89,13 +89,13 @@ def test_torch_compile_rebuilds_a_truncated_kernel_and_says_which(damage_once, c
 
 def test_int8_static_build_rebuilds_a_truncated_kernel(damage_once, caplog):
     pytest.importorskip("torchao")
-    from studio.optimizations.static_quantization import quantize_and_compile
+    from studio.optimizations.static_quantization import Recipe, quantize_and_compile
 
     torch.manual_seed(0)
     model = Tiny(channels=6).eval()
     x = torch.randn(1, 6, 9, 9)
     with caplog.at_level(logging.WARNING, logger=inductor_cache.__name__):
-        compiled = quantize_and_compile(model, (x,), lambda observed: observed(x))
+        compiled = quantize_and_compile(model, (x,), lambda observed: observed(x), Recipe())
     assert damage_once and _warned_about(caplog, damage_once[0])
     with torch.no_grad():
         assert torch.isfinite(compiled(x)).all()

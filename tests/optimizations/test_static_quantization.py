@@ -92,10 +92,15 @@ def _fake_cpu(monkeypatch, flags):
     devices.detect.cache_clear()
 
 
+def _converted(graph):
+    """The converted PT2E graph module inside a build."""
+    graph = getattr(graph, "__wrapped__", graph)  # the cache-recovering wrapper
+    return getattr(graph, "_orig_mod", graph)  # torch.compile's module
+
+
 def _activation_ranges(graph) -> set[tuple[int, int]]:
     """(quant_min, quant_max) of every per-tensor (activation) quantize node of a converted PT2E graph."""
-    graph = getattr(graph, "__wrapped__", graph)  # the cache-recovering wrapper
-    graph = getattr(graph, "_orig_mod", graph)  # torch.compile's module
+    graph = _converted(graph)
     quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
     return {tuple(n.args[3:5]) for n in graph.graph.nodes if n.op == "call_function" and n.target == quantize}
 
@@ -111,7 +116,7 @@ def test_int8_static_records_its_path_and_quantizes_activations_for_it(manager, 
     req = request(["int8_static"], settings={"int8_static": {"calibration_steps": 3}})
     with manager.acquire(req) as prepared:
         assert prepared.entry.stats["int8_static_path"] == path
-        reduce = [prepared.pipe.unet._reduce_range, prepared.pipe.vae.decoder._reduce_range]
+        reduce = [prepared.pipe.unet._recipe.reduce_range, prepared.pipe.vae.decoder._recipe.reduce_range]
         assert reduce == [path == "reduced_range"] * 2
     with manager.acquire(request()) as prepared:
         assert "int8_static_path" not in prepared.entry.stats, "a reverted int8_static leaves no path behind"
@@ -139,6 +144,41 @@ def test_int8_static_reduced_range_forced_here_stays_within_its_bound(monkeypatc
     assert detected == tiny.fidelity(baseline20)["detected"]
 
 
+def _int8_weights(graph) -> dict[str, list[bool]]:
+    """For each convolution and linear node of a converted PT2E graph, in order: is its weight int8 (fed by a
+    per-channel dequantize)?"""
+    graph = _converted(graph)
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
+    found: dict[str, list[bool]] = {"conv": [], "linear": []}
+    for node in graph.graph.nodes:
+        kind = {torch.ops.aten.conv2d.default: "conv", torch.ops.aten.linear.default: "linear"}.get(
+            node.target
+        )
+        if kind:
+            weight = node.args[1]
+            found[kind].append(weight.op == "call_function" and weight.target == dequantize)
+    return found
+
+
+@needs_torchao
+def test_int8_static_convolutions_only_keeps_linears_and_the_edge_convolutions_in_float(monkeypatch):
+    """layers=convolutions (OpenVINO's hybrid recipe): int8 convolutions, except the first and the last, in
+    the UNet and the decoder; every linear layer stays in float. The converted graphs run uncompiled (the same
+    integers, without minutes of C++ compilation)."""
+    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
+    settings = {"int8_static": {"calibration_steps": 2, "layers": "convolutions"}}
+    req = request(["int8_static"], settings=settings, steps=4)
+    with PipelineManager(load=loader.load).acquire(req) as prepared:
+        bench.run_once(prepared, req)
+        unet, decoder = (
+            next(iter(m._graphs.values())) for m in (prepared.pipe.unet, prepared.pipe.vae.decoder)
+        )
+    for graph in (unet, decoder):
+        convs = _int8_weights(graph)["conv"]
+        assert convs[0] is False and convs[-1] is False and all(convs[1:-1]), convs
+    assert _int8_weights(unet)["linear"] and not any(_int8_weights(unet)["linear"])
+
+
 @needs_torchao
 def test_int8_static_with_vae_off_leaves_the_decoder_in_float():
     """vae=false quantizes the UNet only (nothing is built before the first call, so this costs a load)."""
@@ -155,6 +195,8 @@ def test_int8_static_is_refused_before_any_compute_where_it_cannot_run(fake_gpus
         request(["int8_static"], settings={"int8_static": {"calibration_steps": 0}})
     with pytest.raises(ValidationError, match="int8_static vae must be true or false"):
         request(["int8_static"], settings={"int8_static": {"vae": "sometimes"}})
+    with pytest.raises(ValidationError, match="int8_static layers must be one of"):
+        request(["int8_static"], settings={"int8_static": {"layers": "linear"}})
     with pytest.raises(ConflictError, match="cannot be combined"):
         request(["int8_static", "torch_compile"])
     hw = fake_gpus(1, major=8)
