@@ -8,7 +8,8 @@ a speedup is the median of the per-round ratios, with their range. OpenVINO's ro
 `openvino` technique (OpenVINO's `convert_model` and NNCF, the recipe optimum-intel uses), so both sides
 run on the same prompt, seed, scheduler, threads and timer. Groups:
 - keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), and the studio's compiled UNet;
-- quantized: OpenVINO hybrid int8, OpenVINO 8-bit weights, and the studio's int8_static (oneDNN);
+- quantized: OpenVINO hybrid int8, OpenVINO 8-bit weights, and the studio's int8_static (oneDNN), all layers
+  and convolutions only (OpenVINO's hybrid recipe);
 - bf16 (CPUs with AMX or AVX512-BF16 only): OpenVINO with its default precision, and the studio's bf16.
 Each line gives the median seconds per image, x vs PyTorch fp32 and x vs the group's OpenVINO row, PSNR of
 the image against PyTorch fp32's, the first call (conversion, calibration, compilation) and, on tiny-shapes,
@@ -38,7 +39,12 @@ GROUPS = {
     "keep the math": ("openvino", ["openvino", COMPILED]),
     "quantized": (
         "openvino[mode=hybrid_int8]",
-        ["openvino[mode=hybrid_int8]", "openvino[mode=int8_weights]", "int8_static"],
+        [
+            "openvino[mode=hybrid_int8]",
+            "openvino[mode=int8_weights]",
+            "int8_static",
+            "int8_static[layers=convolutions]",
+        ],
     ),
     "bf16": (
         "openvino[inference_precision=auto]",

@@ -4,10 +4,11 @@
 stored in float8 (`storage`) and cast up to the compute dtype for the layer's own forward only; diffusers'
 default skip patterns keep norms (with the Linear layers of adaptive norms), embeddings and the input/output
 projections as they are, `skip=embeddings` casts the adaptive norms' Linear layers too. diffusers cannot
-undo it (its hook refuses to be removed: float8 lost the precision), so the original weights are kept here
-(references; on an accelerator, a copy in host memory, so the accelerator holds the float8 weights only) and
-put back with the hooks removed: revert is exact. On a CPU those originals stay in the same memory, so the
-process's peak does not drop while the studio can still revert; the weights the model runs with do.
+undo it (its hook refuses to be removed: float8 lost the precision), so the original weights are kept and
+put back with the hooks removed: revert is exact. Where they wait is the `originals` setting: "memory" (on an
+accelerator a copy in host memory, so the accelerator holds the float8 weights only; on a CPU the same
+tensors, so the process's memory does not drop) or "disk" (a file under the studio's home, read back on
+revert: on a CPU the only way the process's memory drops); "auto" is disk on a CPU, memory elsewhere.
 
 `group_offload` (`model.enable_group_offload`): groups of layers (`block_level`: `num_blocks_per_group`
 blocks; `leaf_level`: each layer) wait in host memory and are moved to the accelerator just before they run.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,25 +46,56 @@ EMBEDDINGS = ("pos_embed", "patch_embed", "^proj_in$", "^proj_out$")
 @dataclass(frozen=True)
 class LayerwiseCastingSettings(Settings):
     """`storage`: fp8_e4m3 or fp8_e5m2; `compute`: the dtype a layer runs in (auto: the model's own); `skip`:
-    default (diffusers' patterns) or embeddings (adaptive norms' Linear layers are cast too)."""
+    default (diffusers' patterns) or embeddings (adaptive norms' Linear layers are cast too); `originals`:
+    where the full-precision weights wait for revert: memory, disk (under the studio's home) or auto (disk on
+    a CPU)."""
 
     storage: str = "fp8_e4m3"
     compute: str = "auto"
     skip: str = "default"
+    originals: str = "auto"
 
     def __post_init__(self) -> None:
         self._set("storage", checks.one_of("layerwise_casting storage", self.storage, tuple(STORAGE)))
         self._set("compute", checks.one_of("layerwise_casting compute", self.compute, tuple(COMPUTE)))
         self._set("skip", checks.one_of("layerwise_casting skip", self.skip, ("default", "embeddings")))
+        where = ("auto", "memory", "disk")
+        self._set("originals", checks.one_of("layerwise_casting originals", self.originals, where))
+
+
+def _originals_on_disk(s: Settings, model: torch.nn.Module) -> bool:
+    """Whether the original weights wait on disk: asked for, or auto with the model in CPU memory."""
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    return s.originals == "disk" or (s.originals == "auto" and on_cpu)
+
+
+def _save_originals(model: torch.nn.Module) -> Path:
+    """The model's parameters written to a file under the studio's home (torch.save writes each storage as it
+    is, without a serialised copy in memory)."""
+    settings.home().mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="casting-", dir=settings.home())) / "originals.pt"
+    torch.save({name: p.data.to("cpu") for name, p in model.named_parameters()}, path)
+    return path
+
+
+def _load_originals(model: torch.nn.Module, path: Path) -> None:
+    weights = torch.load(path, map_location="cpu", weights_only=True)
+    params = dict(model.named_parameters())
+    for name, data in weights.items():
+        params[name].data = data.to(params[name].device)
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def enable_casting(pipe: Any, ctx: Context) -> None:
-    """Store the denoiser's layer weights in float8, keeping the originals for revert."""
+    """Store the denoiser's layer weights in float8, keeping the originals (memory or disk) for revert."""
     s = ctx.settings("layerwise_casting")
     model = denoiser(pipe)
     compute = COMPUTE[s.compute] or next(model.parameters()).dtype
-    host = lambda t: t if t.device.type in ("cpu", "meta") else t.to("cpu")  # noqa: E731 (meta: a shape only)
-    ctx.state[CASTING] = (model, [(p, host(p.data)) for p in model.parameters()])
+    if _originals_on_disk(s, model):
+        ctx.state[CASTING] = (model, _save_originals(model))
+    else:
+        host = lambda t: t if t.device.type in ("cpu", "meta") else t.to("cpu")  # noqa: E731 (meta: a shape)
+        ctx.state[CASTING] = (model, [(p, host(p.data)) for p in model.parameters()])
     if s.skip == "default":
         model.enable_layerwise_casting(storage_dtype=STORAGE[s.storage], compute_dtype=compute)
     else:
@@ -74,13 +107,16 @@ def disable_casting(pipe: Any, ctx: Context) -> None:
     saved = ctx.state.pop(CASTING, None)
     if saved is None:
         return
-    model, weights = saved
+    model, originals = saved
     for module in hooked(model, CASTING):
         hook = module._diffusers_hook.get_hook(CASTING)
         hook.deinitalize_hook = lambda m: m  # the weights come back below, exactly
         module._diffusers_hook.remove_hook(CASTING, recurse=False)
-    for param, data in weights:
-        param.data = data.to(param.device)
+    if isinstance(originals, Path):
+        _load_originals(model, originals)
+    else:
+        for param, data in originals:
+            param.data = data.to(param.device)
     tidy(model)
 
 

@@ -44,6 +44,7 @@ GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for technique
         {"backend": b}
         for b in ("_native_flash", "_native_efficient", "_native_cudnn", "flash", "_flash_3", "sage")
     ],
+    "int8_static": [{"layers": "all"}, {"layers": "convolutions"}],  # fastest, or closer to fp32
     "openvino": [
         {"mode": "fp32"},
         {"mode": "fp32", "inference_precision": "auto"},

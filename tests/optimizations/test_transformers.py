@@ -136,15 +136,31 @@ def test_step_caches_leave_no_hook_behind(manager):
     assert not model.is_cache_enabled and _hook_leftovers(model) == before
 
 
-def test_layerwise_casting_stores_float8_and_puts_the_same_weights_back(manager):
+@pytest.mark.parametrize("originals", ["memory", "auto"])
+def test_layerwise_casting_stores_float8_and_puts_the_same_weights_back(
+    manager, originals, tmp_path, monkeypatch
+):
+    """The originals wait in memory (the same tensors come back) or, auto on a CPU, in a file under the
+    studio's home, so that the process's memory drops (the same values come back, the file goes)."""
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
     _, base = _run(manager, "flux-tiny")
-    params = {n: (p, p.data_ptr(), p.dtype) for n, p in base.pipe.transformer.named_parameters()}
-    _, prepared = _run(manager, "flux-tiny", ("layerwise_casting",))
+    model = base.pipe.transformer
+    params = {n: (p, p.data_ptr(), p.detach().clone()) for n, p in model.named_parameters()}
+    settings = {"layerwise_casting": {"originals": originals}}
+    _, prepared = _run(manager, "flux-tiny", ("layerwise_casting",), settings)
     dtypes = {p.dtype for p in prepared.pipe.transformer.parameters()}
     assert torch.float8_e4m3fn in dtypes and torch.float32 in dtypes, "norms and embeddings stay as they are"
+    files = list(tmp_path.glob("casting-*/*"))
+    assert bool(files) == (originals == "auto"), files
+    if files:
+        cast = [n for n, p in model.named_parameters() if p.dtype == torch.float8_e4m3fn]
+        assert all(params[n][1] != dict(model.named_parameters())[n].data_ptr() for n in cast)
     _run(manager, "flux-tiny")
-    after = dict(base.pipe.transformer.named_parameters())
-    assert all(after[n] is p and (p.data_ptr(), p.dtype) == (at, dt) for n, (p, at, dt) in params.items())
+    after = dict(model.named_parameters())
+    assert all(after[n] is p and torch.equal(p, value) for n, (p, _, value) in params.items())
+    if originals == "memory":
+        assert all(p.data_ptr() == at for p, at, _ in params.values())
+    assert not list(tmp_path.glob("casting-*")), "revert removes the file"
 
 
 def test_layerwise_casting_skip_embeddings_casts_the_adaptive_norms_linears_too(manager):
