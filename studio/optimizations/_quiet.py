@@ -6,6 +6,7 @@ makes torch log two pytree deprecation warnings; diffusers then logs one about t
 serialization types missing from torchao 0.18. None of it affects the studio. torchao is
 imported here once with those loggers raised to ERROR for the duration, and the diffusers
 logger stays at ERROR. The CLI's contract (stderr starts with "error: ") depends on this.
+A torchao that fails to import is said once, as a warning; the studio starts without it.
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ def errors_only(*names: str) -> Iterator[None]:
             lg.setLevel(level)
 
 
+log = logging.getLogger(__name__)
 logging.getLogger(DIFFUSERS_TORCHAO).setLevel(logging.ERROR)
 if importlib.util.find_spec("torchao") is not None:
-    with (
-        errors_only(*IMPORT_NOISE),
-        contextlib.suppress(Exception),
-    ):  # a broken torchao is int8_dynamic's to report
-        for module in (
-            "torchao",
-            "torchao.quantization",
-            "torchao.prototype.safetensors.safetensors_support",
-        ):
-            importlib.import_module(module)  # what diffusers' torchao quantizer imports
+    try:
+        with errors_only(*IMPORT_NOISE):
+            for module in (
+                "torchao",
+                "torchao.quantization",
+                "torchao.prototype.safetensors.safetensors_support",
+            ):
+                importlib.import_module(module)  # what diffusers' torchao quantizer imports
+    except Exception as exc:  # the studio still starts; the techniques needing torchao say why they cannot
+        log.warning("torchao is installed but could not be imported (%s: %s)", type(exc).__name__, exc)
