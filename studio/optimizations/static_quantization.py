@@ -215,9 +215,9 @@ register(
             "Quantize the convolutions and linear layers of the UNet (and of the VAE decoder, setting vae) "
             "to int8 with calibrated activation ranges (PT2E, torchao's X86InductorQuantizer) and compile "
             "them with inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs; layers=convolutions keeps the "
-            "linear layers and the first and last convolution in float (OpenVINO's hybrid recipe). The first "
-            "call of each image size calibrates and compiles (minutes for SD 1.5). Changes the output "
-            "slightly; judge it by PSNR."
+            "linear layers and the first and last convolution in float (OpenVINO's hybrid recipe), and the "
+            "biases are corrected for the mean error quantization adds. The first call of each image size "
+            "calibrates and compiles (minutes for SD 1.5). Changes the output slightly; judge it by PSNR."
         ),
         requires=("module:torchao", "family:sd", "cpu-x86"),
         conflicts=(
