@@ -197,6 +197,8 @@ def test_int8_static_is_refused_before_any_compute_where_it_cannot_run(fake_gpus
         request(["int8_static"], settings={"int8_static": {"vae": "sometimes"}})
     with pytest.raises(ValidationError, match="int8_static layers must be one of"):
         request(["int8_static"], settings={"int8_static": {"layers": "linear"}})
+    with pytest.raises(ValidationError, match="int8_static bias_correction must be true or false"):
+        request(["int8_static"], settings={"int8_static": {"bias_correction": "maybe"}})
     with pytest.raises(ConflictError, match="cannot be combined"):
         request(["int8_static", "torch_compile"])
     hw = fake_gpus(1, major=8)
