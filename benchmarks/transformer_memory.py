@@ -3,14 +3,14 @@
     .venv/bin/python -m benchmarks.transformer_memory [--width 1024] [--steps 4]
 
 The model is a mid-size Flux: flux-tiny's text encoders, tokenizers and VAE with a wider Flux transformer
-(2 double- and 4 single-stream blocks like flux-tiny, `--width` channels: 1024 gives ~130 million parameters),
+(2 double- and 4 single-stream blocks like flux-tiny, `--width` channels: 1024 gives 145 million parameters),
 random weights, written once with `save_pretrained` and loaded by every configuration through the studio's
 loader (diffusers' `from_pretrained`, as a user's local folder). Each configuration runs in a process of its
 own, so that no configuration's memory hides another's: load, apply through the pipeline manager, one call at
-64x64. Figures per configuration: the transformer's parameter bytes as it runs; the process's resident memory
-after the call (VmRSS, after garbage collection and malloc_trim); the process's peak since start (VmHWM:
-loading included); and the call's own peak above what was resident when it started (VmHWM reset through
-/proc/self/clear_refs). Differences are against `bf16` (the weights precision these techniques are meant for).
+64x64. Figures per configuration: the bytes the transformer's parameters hold in memory as it runs; the
+process's resident memory after the call (VmRSS, after garbage collection and malloc_trim); and the call's own
+peak above what was resident when it started (VmHWM reset through /proc/self/clear_refs). Differences are
+against `bf16` (the weights precision these techniques are meant for).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def measure_one(folder: str, config: str, steps: int) -> dict:
         _trim()
         with PeakMemory("cpu") as peak:
             bench.run_once(prepared, request)
-        weights = sum(p.numel() * p.element_size() for p in prepared.pipe.transformer.parameters()) / MB
+        # the bytes the weights hold in memory (group offloading's weights on disk hold none)
+        weights = sum(p.untyped_storage().nbytes() for p in prepared.pipe.transformer.parameters()) / MB
         _trim()
         return {
             "config": config,

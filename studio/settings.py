@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -48,3 +50,26 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[name] = "not installed"
     return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def scratch(kind: str) -> Path:
+    """A new folder under the studio's home for this process's `kind` of files (weights on disk while a
+    technique is applied), named `kind-<pid>-...`; the folders of `kind` left by processes that no longer run
+    (killed before they could revert) are removed first."""
+    root = home()
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.glob(f"{kind}-*-*"):
+        pid = old.name.split("-")[1]
+        if old.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=root))

@@ -20,7 +20,6 @@ brings every group back, removes the hooks and the files.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +71,7 @@ def _originals_on_disk(s: Settings, model: torch.nn.Module) -> bool:
 def _save_originals(model: torch.nn.Module) -> Path:
     """The model's parameters written to a file under the studio's home (torch.save writes each storage as it
     is, without a serialised copy in memory)."""
-    settings.home().mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="casting-", dir=settings.home())) / "originals.pt"
+    path = settings.scratch("casting") / "originals.pt"
     torch.save({name: p.data.to("cpu") for name, p in model.named_parameters()}, path)
     return path
 
@@ -159,14 +157,36 @@ def offload_reason(s: Settings, device: str, dtype: str) -> str | None:
     return None
 
 
+def _placeholder(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`'s shape and dtype on one element of memory (zero strides): what a weight on disk waits as."""
+    return torch.empty((), dtype=tensor.dtype, device=tensor.device).expand(tensor.shape)
+
+
+def _release_when_on_disk(group: Any) -> None:
+    """Make `group`'s weights take no memory while they wait on disk. diffusers leaves an uninitialised tensor
+    of each weight's full size in its place (`torch.empty_like`), which the allocator serves from the pages
+    the weights just freed: on a CPU the process's memory hardly drops. Reading a group back replaces the
+    placeholders whatever their size, so a one-element placeholder is enough."""
+    offload = group._offload_to_disk
+
+    def offload_and_release() -> None:
+        offload()
+        for tensor in group.tensor_to_key:
+            tensor.data = _placeholder(tensor.data)
+
+    group._offload_to_disk = offload_and_release
+    if group._is_offloaded_to_disk:  # offloaded when the hooks were put on
+        for tensor in group.tensor_to_key:
+            tensor.data = _placeholder(tensor.data)
+
+
 def enable_offload(pipe: Any, ctx: Context) -> None:
     """Offload the denoiser's groups to host memory or disk; the other components go to the run's device."""
     s = ctx.settings("group_offload")
     model = denoiser(pipe)
     folder = None
     if _to_disk(s, ctx.device):
-        settings.home().mkdir(parents=True, exist_ok=True)
-        folder = tempfile.mkdtemp(prefix="offload-", dir=settings.home())
+        folder = str(settings.scratch("offload"))
     for part in pipe.components.values():
         if isinstance(part, torch.nn.Module):
             part.to("cpu" if part is model else ctx.device)
@@ -178,6 +198,9 @@ def enable_offload(pipe: Any, ctx: Context) -> None:
         use_stream=s.use_stream,
         offload_to_disk_path=folder,
     )
+    if folder is not None:
+        for module in hooked(model, OFFLOAD):
+            _release_when_on_disk(module._diffusers_hook.get_hook(OFFLOAD).group)
     ctx.state[OFFLOAD] = (model, folder)
 
 

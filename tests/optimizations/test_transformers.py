@@ -183,8 +183,13 @@ def test_group_offload_pages_from_disk_on_a_cpu_and_removes_its_files(manager, t
     before = _hook_leftovers(_run(manager, "flux-tiny")[1].pipe.transformer)
     _, prepared = _run(manager, "flux-tiny", ("group_offload",))
     assert list(tmp_path.glob("offload-*/*.safetensors")), "auto on a CPU offloads to disk"
+    weights = list(prepared.pipe.transformer.parameters())
+    size = sum(p.numel() * p.element_size() for p in weights)
+    held = sum(p.untyped_storage().nbytes() for p in weights)
+    assert held < size / 100, f"weights waiting on disk still hold {held} of {size} bytes of memory"
     _run(manager, "flux-tiny")
     assert not list(tmp_path.glob("offload-*")) and _hook_leftovers(prepared.pipe.transformer) == before
+    assert all(p.untyped_storage().nbytes() == p.numel() * p.element_size() for p in weights)
 
 
 def test_attention_backend_keeps_the_process_default_and_refuses_what_cannot_run():
