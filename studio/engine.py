@@ -53,7 +53,16 @@ def compute_run(
     should_stop: bench.StopFn | None = None,
     slot: tuple[str, str] | None = None,
 ) -> Computed:
-    """Configure, run and measure: compute only, no run-log or file writes."""
+    """Configure, run and measure: compute only, no run-log or file writes.
+
+    Raises:
+        Cancelled: `should_stop` already says stop (a Cancel clicked while the run waited in the queue):
+            nothing is loaded or computed.
+    """
+    stop = should_stop() if should_stop is not None else None
+    if stop:
+        why = f" ({stop})" if isinstance(stop, str) else ""
+        raise Cancelled(f"Cancelled after 0 of {request.steps} steps, before it started{why}.")
     with manager.acquire(request, slot) as prepared:
         before = graph_builds(prepared.entry.stats)
         measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -299,6 +300,34 @@ def test_cancel_is_neutral_and_resets_the_card(page):
     assert "Stopping" not in card.inner_text()
     assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
     _shot(page, "cancelled")
+
+
+def test_a_cancel_while_the_run_waits_in_the_queue_is_not_lost(page, server):
+    """Another client's long run holds the one generation slot; Generate is clicked (the run waits in the
+    queue) and Cancel at once: when its turn comes, the run stops before its first step."""
+    from gradio_client import Client
+
+    from tests.ui.test_app_api import generate_args
+
+    _tab(page, "Generate")
+    _small(page, "gen", steps=4, side=64)
+    client = Client(server.url, verbose=False)
+    job = client.submit(**generate_args(steps=100, width=256, height=256), api_name="/generate")
+    try:
+        started = {"PROCESSING", "PROGRESS"}  # the run holds the slot (PROGRESS: it reports its steps)
+        deadline = time.monotonic() + 60
+        while job.status().code.name not in started and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.status().code.name in started, "the other client's run did not start"
+        page.locator("#generate-btn").click()
+        page.locator("#cancel-btn").click()
+        card = page.locator("#metrics-card")
+        card.get_by_text("Stopping after the current step").wait_for(timeout=10_000)
+        assert not job.done(), "the other run ended before the cancel: the test proves nothing"
+        card.get_by_text("Cancelled after 0 of 4 steps").wait_for(timeout=LONG)
+        assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
+    finally:
+        job.result(timeout=LONG)  # the other client's run is not cancelled: it ends on its own
 
 
 def test_out_of_memory_offers_a_retry_with_memory_techniques(page, studio, monkeypatch):

@@ -29,14 +29,14 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
     """Generate's event functions, closed over one Studio and the sessions' cancel flags."""
     memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
 
-    def run_generate(req, request: gr.Request | None, progress: gr.Progress):
+    def run_generate(req, request: gr.Request | None, progress: gr.Progress, should_stop):
         progress(0, desc="loading / configuring")
         memory_advice.pop(session_of(request), None)
         try:
             result = studio.generate(
                 req,
                 on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
-                should_stop=stop_check(cancels, request),
+                should_stop=should_stop,
             )
         except OutOfMemory as exc:
             memory_advice[session_of(request)] = exc.advice[:2]
@@ -70,6 +70,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
+        should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
         req = build_request(
             model_name(model, custom_model),
             device,
@@ -88,7 +89,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             vae or None,
             single_file_config or None,
         )
-        return run_generate(req, request, progress)
+        return run_generate(req, request, progress, should_stop)
 
     @engine_errors
     def generate_form(
@@ -116,6 +117,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
     ):
         """The form's own Generate: the ticked boxes are this event's inputs, read when it is clicked."""
         opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
+        should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
         req = build_request(
             model_name(model, custom_model),
             device,
@@ -134,7 +136,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             vae or None,
             single_file_config or None,
         )
-        return run_generate(req, request, progress)
+        return run_generate(req, request, progress, should_stop)
 
     def retry_offer(request: gr.Request):
         """After a failed generate: a 'Retry with …' button when it ran out of memory."""
@@ -180,6 +182,10 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             "settings": found.settings,
         }
 
+    def reserve(request: gr.Request):
+        """Generate was clicked: the run's cancel flag exists before it leaves the queue."""
+        cancels.reserve(session_of(request))
+
     def cancel(request: gr.Request):
         stopping = cancels.cancel(session_of(request))
         return "Stopping after the current step…" if stopping else "Nothing is running."
@@ -189,6 +195,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         "generate_form": generate_form,
         "retry_offer": retry_offer,
         "apply_advice": apply_advice,
+        "reserve": reserve,
         "cancel": cancel,
         "load_image": load_image,
         "estimate": estimate,

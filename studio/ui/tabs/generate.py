@@ -80,7 +80,8 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     request_fields += [vae, single_file_config]
     form = [model, custom, device, precision, *boxes, *request_fields]
     generation = generation_queue()
-    event = go.click(
+    # The cancel flag is made at the click, outside the queue: a Cancel while the run waits is not lost.
+    event = go.click(handlers["reserve"], None, None, queue=False, api_visibility="private").then(
         handlers["generate_form"],
         form,
         [image, card, metrics],
