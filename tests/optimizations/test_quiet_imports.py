@@ -1,5 +1,5 @@
-"""The optional accelerators' import noise is kept out of stderr, but a torchao that cannot be imported is said,
-once, as a warning, and the studio's techniques still load."""
+"""The optional accelerators' import noise is kept out of stderr, but a torchao that cannot be imported is
+said, once, as a warning, and the studio's techniques still load."""
 
 from __future__ import annotations
 
