@@ -1,6 +1,7 @@
 """On CPUs, against OpenVINO: the peer's configurations and the studio's own, side by side, through Compare.
 
     .venv/bin/python -m benchmarks.cpu_peers sd15 [--rounds 3]   # sd15-arch 256x256, 10 steps, guidance 7.5
+        [--group quantized] [--add CONFIG] [--drop CONFIG] [--all]
     .venv/bin/python -m benchmarks.cpu_peers tiny [--rounds 7]   # tiny-shapes 64x64, 20 steps, + fidelity
 
 Each group is one Compare (one run-log group): warm-up calls, then interleaved rounds (A B C, A B C, ...);
@@ -10,7 +11,8 @@ run on the same prompt, seed, scheduler, threads and timer. Groups:
 - keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), and the studio's compiled UNet;
 - quantized: OpenVINO hybrid int8, OpenVINO 8-bit weights, and the studio's int8_static (oneDNN), all layers
   and convolutions only (OpenVINO's hybrid recipe);
-- bf16 (CPUs with AMX or AVX512-BF16 only): OpenVINO with its default precision, and the studio's bf16.
+- bf16 (CPUs with AMX or AVX512-BF16 only): OpenVINO with its default precision (and its hybrid int8), and the
+  studio's bf16, eager and compiled (channels last, static shapes, frozen weights).
 Each line gives the median seconds per image, x vs PyTorch fp32 and x vs the group's OpenVINO row, PSNR of
 the image against PyTorch fp32's, the first call (conversion, calibration, compilation) and, on tiny-shapes,
 prompt fidelity on 48 fixed prompts.
@@ -35,6 +37,7 @@ from studio.request import validate_request
 from studio.sweeps.compare import run_compare
 
 COMPILED = "channels_last+torch_compile[dynamic=false,freezing=true]"
+BF16_COMPILED = f"bf16+{COMPILED}"
 GROUPS = {
     "keep the math": ("openvino", ["openvino", COMPILED]),
     "quantized": (
@@ -52,13 +55,20 @@ GROUPS = {
             "openvino[inference_precision=auto]",
             "openvino[inference_precision=auto,mode=hybrid_int8]",
             "bf16",
+            BF16_COMPILED,
         ],
     ),
 }
 # Left out on sd15-arch unless --all: each configuration keeps a copy of the ~4 GB model for the sweep, and
 # these add ~10 min and ~4 GB each on a 2-core, 24 GB machine (fp32 compile measured x0.76 there before; a
 # fourth configuration in the quantized group ran out of the 24 GB while int8_static compiled).
-SD15_OPTIONAL = {COMPILED, "openvino[mode=int8_weights]", "int8_static"}
+SD15_OPTIONAL = {
+    COMPILED,
+    "openvino[mode=int8_weights]",
+    "int8_static",
+    "openvino[inference_precision=auto,mode=hybrid_int8]",
+    "bf16",
+}
 MODELS = {
     "sd15": {"model": "sd15-arch", "prompt": "a photo", "steps": 10, "width": 256, "height": 256},
     "tiny": {"model": "tiny-shapes", "prompt": "a big red circle on the left, on a white background"},
@@ -118,6 +128,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--group", action="append", choices=sorted(GROUPS), default=None)
     parser.add_argument("--all", action="store_true", help="sd15: also the configurations in SD15_OPTIONAL")
+    parser.add_argument(
+        "--add",
+        action="append",
+        default=[],
+        metavar="CONFIG",
+        help="also this configuration in each group run (one of SD15_OPTIONAL, or any other)",
+    )
+    parser.add_argument(
+        "--drop", action="append", default=[], metavar="CONFIG", help="leave this configuration out"
+    )
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.which == "sd15" else 7)
     print(f"CPU: {cpu_line()}; torch {torch.__version__}", flush=True)
@@ -128,7 +148,8 @@ def main() -> None:
             continue
         peer, configs = GROUPS[name]
         if args.which == "sd15" and not args.all:
-            configs = [c for c in configs if c not in SD15_OPTIONAL]
+            configs = [c for c in configs if c not in SD15_OPTIONAL or c in args.add]
+        configs = [c for c in [*configs, *(c for c in args.add if c not in configs)] if c not in args.drop]
         run_group(name, peer, configs, args.which, rounds)
 
 

@@ -31,7 +31,7 @@ PRECISIONS = ("f32", "auto")
 @dataclass(frozen=True)
 class OpenVINOSettings(Settings):
     """`mode`: fp32, int8_weights or hybrid_int8; `inference_precision`: f32 or auto (OpenVINO's choice, bf16
-    on AMX CPUs); `vae`, `text_encoder`: run those through OpenVINO too."""
+    on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
@@ -220,8 +220,9 @@ register(
         description=(
             "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
             "mode fp32, int8_weights (8-bit weights) or hybrid_int8 (8-bit weights and calibrated int8 "
-            "convolutions); inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on AMX "
-            "CPUs. The first call of each size converts (and calibrates) and is cached on disk."
+            "convolutions); inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs "
+            "with AMX or AVX512-BF16. The first call of each size converts (and calibrates) and is cached on "
+            "disk."
         ),
         requires=("module:openvino", "family:sd", "cpu"),
         conflicts=(
