@@ -326,6 +326,7 @@ def test_a_cancel_while_the_run_waits_in_the_queue_is_not_lost(page, server):
         assert not job.done(), "the other run ended before the cancel: the test proves nothing"
         card.get_by_text("Cancelled after 0 of 4 steps").wait_for(timeout=LONG)
         assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
+        _shot(page, "cancelled-in-queue")
     finally:
         job.result(timeout=LONG)  # the other client's run is not cancelled: it ends on its own
 
