@@ -169,15 +169,13 @@ def _release_when_on_disk(group: Any) -> None:
     placeholders whatever their size, so a one-element placeholder is enough."""
     offload = group._offload_to_disk
 
-    def offload_and_release() -> None:
-        offload()
+    def release() -> None:
         for tensor in group.tensor_to_key:
             tensor.data = _placeholder(tensor.data)
 
-    group._offload_to_disk = offload_and_release
+    group._offload_to_disk = lambda: (offload(), release())
     if group._is_offloaded_to_disk:  # offloaded when the hooks were put on
-        for tensor in group.tensor_to_key:
-            tensor.data = _placeholder(tensor.data)
+        release()
 
 
 def enable_offload(pipe: Any, ctx: Context) -> None:

@@ -22,7 +22,9 @@ def test_a_reservation_is_for_its_own_session_and_a_new_click_starts_clean():
     cancels.reserve("s")
     cancels.reserve("other")
     cancels.cancel("other")
-    assert cancels.begin("s")() is None
+    running = cancels.begin("s")
+    assert running() is None, "another session's cancel does not reach this one"
+    assert cancels.cancel("s") and running() == "cancelled by the user"
     cancels.reserve("s")
     assert cancels.begin("s")() is None, "a cancel before the click does not reach the run it asks for"
 
