@@ -5,6 +5,7 @@ with the reason, in the registry, the request and the CLI."""
 from __future__ import annotations
 
 import gc
+
 import numpy as np
 import pytest
 import torch
@@ -142,7 +143,8 @@ def _float32_tensors_at(addresses: set[int]) -> list[torch.Tensor]:
     the float8 copy once the original is freed, so the dtype is part of the check)."""
     gc.collect()
     return [
-        o for o in gc.get_objects()
+        o
+        for o in gc.get_objects()
         if isinstance(o, torch.Tensor) and o.dtype == torch.float32 and o.data_ptr() in addresses
     ]
 
