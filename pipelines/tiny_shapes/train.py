@@ -26,6 +26,7 @@ from transformers import CLIPTextModel
 
 from . import models
 from .build import ASSET_DIR, make_tokenizer, save_trained
+from .dataset import SHAPES
 from .evaluate import eval_prompts, evaluate, generate, grid, score
 from .prompts import PromptSampler
 from .runs_io import RUNS_DIR, ThreadGovernor, cosine_lr, ema_update, load_checkpoint, save_checkpoint
@@ -79,6 +80,8 @@ class Trainer:
         self.scale = measure_scaling_factor(self.mean, self.std)
         self.vae.register_to_config(scaling_factor=self.scale)
         self.prompts = PromptSampler(self.tokenizer, specs, seed=args.seed)
+        weights = dict(args.shape_weight)
+        self.weights = torch.tensor([weights.get(spec.shape, 1.0) for spec in specs]) if weights else None
         self.unet = models.make_unet()
         self.text_encoder = models.make_text_encoder(self.tokenizer)
         self.ema_unet = copy.deepcopy(self.unet).requires_grad_(False)
@@ -136,7 +139,10 @@ class Trainer:
         args = self.args
         for group in self.opt.param_groups:
             group["lr"] = cosine_lr(self.step, args.steps, args.lr, warmup=200)
-        idx = torch.randint(0, len(self.mean), (args.batch,))
+        if self.weights is None:
+            idx = torch.randint(0, len(self.mean), (args.batch,))
+        else:
+            idx = torch.multinomial(self.weights, args.batch, replacement=True)
         # Posterior means, not samples: the posterior std (~0.25) is not small next to the latent
         # spread (~2.1, one channel only ~0.6), and sampling it washed out colour detail.
         x0 = self.mean[idx] * self.scale
@@ -230,6 +236,13 @@ class Trainer:
         logger.info("final fidelity (48 prompts x 2 seeds): %s", {k: round(v, 3) for k, v in acc.items()})
 
 
+def _shape_weight(text: str) -> tuple[str, float]:
+    shape, _, weight = text.partition("=")
+    if shape not in SHAPES or not weight:
+        raise argparse.ArgumentTypeError(f"expected SHAPE=WEIGHT with SHAPE one of {', '.join(SHAPES)}")
+    return shape, float(weight)
+
+
 def main() -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(
@@ -254,6 +267,14 @@ def main() -> None:
         type=Path,
         default=None,
         help="without a checkpoint, start from this pipeline folder's UNet and text encoder",
+    )
+    parser.add_argument(
+        "--shape-weight",
+        type=_shape_weight,
+        action="append",
+        default=[],
+        metavar="SHAPE=W",
+        help="draw the scenes of SHAPE W times as often (e.g. circle=0.5: the shape learned first)",
     )
     parser.add_argument("--out", type=Path, default=None, help="pipeline folder (default assets/tiny-shapes)")
     args = parser.parse_args()
