@@ -45,7 +45,10 @@ class Elsewhere:
 # vae_slicing and threads identical; openvino (fp32, f32 inference) 4.1e-6 / 126 dB; autocast 0.094 / 47.5 dB,
 # bf16 0.132 / 45.6 dB, deepcache (interval 3) 0.353 / 33.6 dB, token_merging (ratio 0.5) 0.258 / 38.2 dB,
 # int8_dynamic 0.115 / 43.0 dB, cfg_cutoff (after 0.5) 0.829 / 20.2 dB (edges move; the picture does not:
-# the lossy ones must keep what the prompt analyser sees in the baseline).
+# the lossy ones must keep what the prompt analyser sees in the baseline). Re-measured on the retrained
+# weights (AMD EPYC, Zen 4; sharper edges, so an edge pixel that moves moves further): autocast 0.218 /
+# 37.9 dB, bf16 0.269 / 37.6 dB, deepcache 0.464 / 30.3 dB, token_merging 0.755 / 26.8 dB, int8_dynamic
+# 0.208 / 39.1 dB; the bounds leave ~3 dB and ~1.4x max-abs for other CPUs' kernels.
 EXACTISH = Bound(1e-4, 100.0)  # the same maths in another summation order
 EQUIVALENCE: dict[str, Bound | Elsewhere] = {
     "classic_attention": EXACTISH,
@@ -57,11 +60,11 @@ EQUIVALENCE: dict[str, Bound | Elsewhere] = {
     "vae_slicing": EXACTISH,
     "threads": EXACTISH,
     "openvino": EXACTISH,  # its default: fp32 weights and f32 inference (the int8 modes: test_openvino.py)
-    "autocast": Bound(0.15, 40.0, lossy=True),
-    "bf16": Bound(0.2, 40.0, lossy=True),
-    "deepcache": Bound(0.45, 30.0, lossy=True),
-    "token_merging": Bound(0.4, 25.0, lossy=True),
-    "int8_dynamic": Bound(0.16, 38.0, lossy=True),
+    "autocast": Bound(0.3, 35.0, lossy=True),
+    "bf16": Bound(0.38, 34.5, lossy=True),
+    "deepcache": Bound(0.65, 27.0, lossy=True),
+    "token_merging": Bound(0.95, 23.5, lossy=True),
+    "int8_dynamic": Bound(0.3, 36.0, lossy=True),
     "cfg_cutoff": Bound(0.95, 17.0, lossy=True),
     # Measured on an AMD EPYC (Zen 4): int8_weight_only 0.045 / 54.4 dB, layerwise_casting 0.139 / 43.4 dB,
     # group_offload (to disk on a CPU) identical.
