@@ -68,6 +68,14 @@ def diffusion_loss(
     return (weight * (pred - target).pow(2).mean(dim=(1, 2, 3))).mean()
 
 
+def scene_weights(specs: list, shape_weight: dict[str, float]) -> torch.Tensor | None:
+    """Each scene's chance of being drawn into a batch, relative: `shape_weight[shape]` (1 for shapes not
+    named); None without any (uniform draws, as the runs before the setting)."""
+    if not shape_weight:
+        return None
+    return torch.tensor([shape_weight.get(spec.shape, 1.0) for spec in specs])
+
+
 class Trainer:
     """Holds the models, EMA copies, optimiser and data; runs, evaluates and checkpoints."""
 
@@ -80,8 +88,7 @@ class Trainer:
         self.scale = measure_scaling_factor(self.mean, self.std)
         self.vae.register_to_config(scaling_factor=self.scale)
         self.prompts = PromptSampler(self.tokenizer, specs, seed=args.seed)
-        weights = dict(args.shape_weight)
-        self.weights = torch.tensor([weights.get(spec.shape, 1.0) for spec in specs]) if weights else None
+        self.weights = scene_weights(specs, dict(args.shape_weight))
         self.unet = models.make_unet()
         self.text_encoder = models.make_text_encoder(self.tokenizer)
         self.ema_unet = copy.deepcopy(self.unet).requires_grad_(False)
@@ -238,9 +245,15 @@ class Trainer:
 
 def _shape_weight(text: str) -> tuple[str, float]:
     shape, _, weight = text.partition("=")
-    if shape not in SHAPES or not weight:
-        raise argparse.ArgumentTypeError(f"expected SHAPE=WEIGHT with SHAPE one of {', '.join(SHAPES)}")
-    return shape, float(weight)
+    try:
+        value = float(weight)
+    except ValueError:
+        value = -1.0
+    if shape not in SHAPES or not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"expected SHAPE=WEIGHT with SHAPE one of {', '.join(SHAPES)} and WEIGHT > 0, got {text!r}"
+        )
+    return shape, value
 
 
 def main() -> None:
