@@ -9,8 +9,10 @@ a speedup is the median of the per-round ratios, with their range. OpenVINO's ro
 `openvino` technique (OpenVINO's `convert_model` and NNCF, the recipe optimum-intel uses), so both sides
 run on the same prompt, seed, scheduler, threads and timer. Groups:
 - keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), and the studio's compiled UNet;
-- quantized: OpenVINO hybrid int8, OpenVINO 8-bit weights, and the studio's int8_static (oneDNN), all layers
-  and convolutions only (OpenVINO's hybrid recipe);
+- quantized: OpenVINO hybrid int8 as optimum-intel makes it (NNCF's default overflow fix: the first layer
+  only), OpenVINO 8-bit weights, the studio's int8_static (oneDNN), all layers and convolutions only
+  (OpenVINO's hybrid recipe), and, on CPUs without VNNI or AMX, the studio's hybrid int8 with 7-bit weights
+  in every int8 convolution (its `overflow_fix` default there);
 - bf16 (CPUs with AMX or AVX512-BF16 only): OpenVINO with its default precision (and its hybrid int8), and the
   studio's bf16, eager and compiled (channels last, static shapes, frozen weights).
 Each line gives the median seconds per image, x vs PyTorch fp32 and x vs the group's OpenVINO row, PSNR of
@@ -37,13 +39,16 @@ from studio.request import validate_request
 from studio.sweeps.compare import run_compare
 
 COMPILED = "channels_last+torch_compile[dynamic=false,freezing=true]"
+OPTIMUM_HYBRID = "openvino[mode=hybrid_int8,overflow_fix=first_layer_only]"  # optimum-intel's recipe
+STUDIO_HYBRID = "openvino[mode=hybrid_int8]"  # overflow_fix=auto: the same as optimum's on VNNI or AMX CPUs
 BF16_COMPILED = f"bf16+{COMPILED}"
 GROUPS = {
     "keep the math": ("openvino", ["openvino", COMPILED]),
     "quantized": (
-        "openvino[mode=hybrid_int8]",
+        OPTIMUM_HYBRID,
         [
-            "openvino[mode=hybrid_int8]",
+            OPTIMUM_HYBRID,
+            STUDIO_HYBRID,
             "openvino[mode=int8_weights]",
             "int8_static[layers=convolutions]",
             "int8_static",
@@ -147,6 +152,8 @@ def main() -> None:
             print(f"\n{name}: skipped, this CPU has no bf16 instructions (OpenVINO's default is f32 here)")
             continue
         peer, configs = GROUPS[name]
+        if devices.int8_path(hw.cpu_flags) != "reduced_range":
+            configs = [c for c in configs if c != STUDIO_HYBRID]  # it resolves to optimum's recipe there
         if args.which == "sd15" and not args.all:
             configs = [c for c in configs if c not in SD15_OPTIONAL or c in args.add]
         configs = [c for c in [*configs, *(c for c in args.add if c not in configs)] if c not in args.drop]

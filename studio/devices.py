@@ -126,6 +126,21 @@ def _mps_available() -> bool:
     return bool(backend and backend.is_available())
 
 
+def int8_path(cpu_flags: frozenset[str]) -> str:
+    """The int8 kernels oneDNN (PyTorch's and OpenVINO's) will use on a CPU with these /proc/cpuinfo flags.
+
+    "amx" (`amx_int8`, Sapphire Rapids on) and "vnni" (`avx512_vnni`, or `avx_vnni` on AVX2 CPUs that have it)
+    accumulate u8 x s8 products straight into int32. "reduced_range" (neither, e.g. an AVX2-only AMD EPYC):
+    oneDNN multiplies with vpmaddubsw, which adds each pair of u8 x s8 products into a saturating int16
+    (255 * 127 * 2 > 32767), so one side of each product must use half its range for the image to survive.
+    """
+    if "amx_int8" in cpu_flags:
+        return "amx"
+    if {"avx512_vnni", "avx_vnni"} & cpu_flags:
+        return "vnni"
+    return "reduced_range"
+
+
 @functools.lru_cache(maxsize=1)
 def detect() -> Hardware:
     """Probe the machine once. Call `detect.cache_clear()` to probe again."""

@@ -46,7 +46,7 @@ KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "am
 
 
 def pytest_report_header(config):
-    from studio.optimizations.static_quantization import int8_path
+    from studio.devices import int8_path
 
     hw = devices.detect()
     flags = " ".join(f for f in KERNEL_FLAGS if f in hw.cpu_flags) or "none"

@@ -8,6 +8,12 @@ of PyTorch's fp32 to rounding), "int8_weights" (8-bit weights) and "hybrid_int8"
 int8 of the convolutions, calibrated on the model's calibration prompts along a denoising trajectory of the
 call's own size and steps). `inference_precision` "auto" lets OpenVINO choose (bf16 on CPUs with AMX or
 AVX512-BF16): faster there, and the image changes a little.
+
+On CPUs without VNNI or AMX (an AVX2-only AMD EPYC, say) oneDNN's int8 convolutions add pairs of u8 x s8
+products into a saturating int16, as for `int8_static` (`devices.int8_path`). NNCF's "overflow fix" quantizes
+weights to 7 bits so that a pair always fits; NNCF and optimum-intel apply it to the first layer only, and the
+other convolutions clip. `overflow_fix` "auto" applies it to every int8 convolution on such CPUs (measured on
+the bundled model: 25.1 dB against fp32, 23.6 dB with the first layer only), and NNCF's default elsewhere.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 import torch
 
-from studio import checks
+from studio import checks, devices
 from studio.optimizations import openvino_models as ovm
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.calibration import denoising_trajectory
@@ -26,17 +32,22 @@ from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
 PRECISIONS = ("f32", "auto")
+OVERFLOW_FIXES = ("auto", *ovm.OVERFLOW_FIXES)
 
 
 @dataclass(frozen=True)
 class OpenVINOSettings(Settings):
     """`mode`: fp32, int8_weights or hybrid_int8; `inference_precision`: f32 or auto (OpenVINO's choice, bf16
-    on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too."""
+    on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too; `overflow_fix`
+    (hybrid_int8): which int8 convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or
+    AMX cannot saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable",
+    or "auto" (all on such CPUs, NNCF's default elsewhere)."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
     vae: bool = True
     text_encoder: bool = True
+    overflow_fix: str = "auto"
 
     def __post_init__(self) -> None:
         self._set("mode", checks.one_of("openvino mode", self.mode, ovm.MODES))
@@ -46,6 +57,15 @@ class OpenVINOSettings(Settings):
         )
         self._set("vae", checks.boolean("openvino vae", self.vae))
         self._set("text_encoder", checks.boolean("openvino text_encoder", self.text_encoder))
+        self._set("overflow_fix", checks.one_of("openvino overflow_fix", self.overflow_fix, OVERFLOW_FIXES))
+
+
+def overflow_fix(setting: str, cpu_flags: frozenset[str]) -> str:
+    """NNCF's overflow fix for a setting on a CPU: "auto" gives every int8 convolution 7-bit weights where
+    oneDNN sums u8 x s8 pairs into a saturating int16 (no VNNI, no AMX), NNCF's default elsewhere."""
+    if setting != "auto":
+        return setting
+    return "enable" if devices.int8_path(cpu_flags) == "reduced_range" else "first_layer_only"
 
 
 def _runner(model: Any, precision: str) -> Any:
@@ -99,10 +119,11 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
 
     part = "unet"
 
-    def __init__(self, unet, settings, stats, pipe: Any, prompts: tuple[str, ...]):
+    def __init__(self, unet, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str):
         super().__init__(unet, settings, stats)  # PerShapeUNet's part makes `_plain`
         self._pipe = weakref.ref(pipe)  # no cycle: the part is freed with its pipeline
         self._prompts = prompts
+        self._overflow_fix = fix
 
     def traced(self) -> torch.nn.Module:
         return self._plain
@@ -119,13 +140,18 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         parts = super().key_parts(inputs)
         if self._settings.mode == "hybrid_int8":
             scheduler = self._pipe().scheduler
-            parts.update(steps=self._steps(), prompts=list(self._prompts), scheduler=type(scheduler).__name__)
+            parts.update(
+                steps=self._steps(),
+                prompts=list(self._prompts),
+                scheduler=type(scheduler).__name__,
+                overflow_fix=self._overflow_fix,
+            )
         return parts
 
     def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
         if self._settings.mode != "hybrid_int8":
             return super().compressed(model, inputs)
-        return ovm.hybrid_quantize(model, self.calibration(inputs))
+        return ovm.hybrid_quantize(model, self.calibration(inputs), self._overflow_fix)
 
     def calibration(self, inputs: tuple[torch.Tensor, ...]) -> list[tuple[Any, ...]]:
         """The UNet's inputs along a denoising trajectory per calibration prompt, at this call's shape."""
@@ -191,8 +217,11 @@ def apply(pipe: Any, ctx: Context) -> None:
     ovm.openvino()  # unavailable before anything changes
     if settings.mode != "fp32":
         ovm.nncf()
+    fix = overflow_fix(settings.overflow_fix, (ctx.hw or devices.detect()).cpu_flags)
+    if settings.mode == "hybrid_int8":
+        ctx.stats["openvino_overflow_fix"] = fix
     swap_denoiser(
-        lambda unet, _: OpenVINOUNet(unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts)
+        lambda unet, _: OpenVINOUNet(unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix)
     )(pipe, ctx)
     if settings.vae:
         ctx.state["openvino_decoder"] = pipe.vae.decoder
@@ -221,8 +250,9 @@ register(
             "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
             "mode fp32, int8_weights (8-bit weights) or hybrid_int8 (8-bit weights and calibrated int8 "
             "convolutions); inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs "
-            "with AMX or AVX512-BF16. The first call of each size converts (and calibrates) and is cached on "
-            "disk."
+            "with AMX or AVX512-BF16. On CPUs without VNNI or AMX hybrid_int8 gives every int8 convolution "
+            "7-bit weights (overflow_fix=auto), so the int16 sums there cannot saturate. The first call of "
+            "each size converts (and calibrates) and is cached on disk."
         ),
         requires=("module:openvino", "family:sd", "cpu"),
         conflicts=(

@@ -34,6 +34,7 @@ from studio.errors import UnavailableError
 log = logging.getLogger(__name__)
 
 MODES = ("fp32", "int8_weights", "hybrid_int8")
+OVERFLOW_FIXES = ("enable", "first_layer_only", "disable")  # nncf.OverflowFix's values
 
 
 def openvino() -> Any:
@@ -144,10 +145,14 @@ def _constant_behind(op: Any, port: int) -> bool:
     return node.get_type_name() == "Constant"
 
 
-def hybrid_quantize(model: Any, calibration: list[dict[str, Any]]) -> Any:
+def hybrid_quantize(
+    model: Any, calibration: list[dict[str, Any]], overflow_fix: str = "first_layer_only"
+) -> Any:
     """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
     layers), then static int8 calibrated on `calibration` (the model's inputs by name, numpy arrays) for
-    the rest: convolutions and attention's activation-activation MatMuls, SmoothQuant off, `conv_in` float."""
+    the rest: convolutions and attention's activation-activation MatMuls, SmoothQuant off, `conv_in` float.
+    `overflow_fix` (one of OVERFLOW_FIXES) says which convolutions get 7-bit weights; optimum-intel leaves
+    NNCF's default, "first_layer_only"."""
     lib = nncf()
     linear = [
         op.get_friendly_name()
@@ -167,7 +172,8 @@ def hybrid_quantize(model: Any, calibration: list[dict[str, Any]]) -> Any:
         model_type=lib.ModelType.TRANSFORMER,
         ignored_scope=lib.IgnoredScope(names=linear + first_conv, validate=False),
         advanced_parameters=lib.AdvancedQuantizationParameters(
-            smooth_quant_alphas=lib.AdvancedSmoothQuantParameters(matmul=-1)
+            smooth_quant_alphas=lib.AdvancedSmoothQuantParameters(matmul=-1),
+            overflow_fix=lib.OverflowFix(overflow_fix),
         ),
     )
 

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from studio import checks, devices
+from studio.devices import int8_path
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.bias_correction import correct_biases
@@ -84,16 +85,6 @@ def _pt2e() -> tuple[Any, Any]:
     except ImportError as exc:
         raise UnavailableError(f"int8_static could not import torchao's PT2E quantization ({exc}).") from exc
     return quantize, x86
-
-
-def int8_path(cpu_flags: frozenset[str]) -> str:
-    """The int8 kernels oneDNN will use on a CPU with these /proc/cpuinfo flags: "amx", "vnni" or
-    "reduced_range" (neither: activations must stay within 0..127, see the module's docstring)."""
-    if "amx_int8" in cpu_flags:
-        return "amx"
-    if {"avx512_vnni", "avx_vnni"} & cpu_flags:
-        return "vnni"
-    return "reduced_range"
 
 
 @dataclass(frozen=True)

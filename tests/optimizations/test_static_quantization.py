@@ -11,12 +11,12 @@ import torch
 
 from pipelines import loader
 from studio import devices
+from studio.devices import int8_path
 from studio.errors import ConflictError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, unavailable_reason
-from studio.optimizations.static_quantization import int8_path
 from tests import tiny
 from tests.tiny import needs_torchao, run
 from tests.tiny import technique_request as request
