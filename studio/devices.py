@@ -58,6 +58,11 @@ class Hardware:
         return "amx_bf16" in self.cpu_flags
 
     @property
+    def cpu_bf16(self) -> bool:
+        """Whether the CPU computes bf16 itself (AVX512-BF16 or AMX); elsewhere bf16 is emulated, and slow."""
+        return bool({"avx512_bf16", "amx_bf16"} & self.cpu_flags)
+
+    @property
     def device_names(self) -> list[str]:
         names = [f"cuda:{g.index}" for g in self.gpus] if self.cuda_functional else []
         if self.mps:

@@ -62,7 +62,7 @@ register(
         group="precision",
         description=(
             "Load the weights in bfloat16: fp32's range at half the memory; fast on Ampere+ GPUs and on CPUs "
-            "with AMX."
+            "with AMX or AVX512-BF16; CPUs without them emulate it, many times slower than fp32."
         ),
         stage="load",
         conflicts=("fp16",),

@@ -112,7 +112,8 @@ def test_overflow_fix_gives_every_int8_convolution_7_bit_weights(tmp_path, monke
     peaks = {}
     for fix in ("enable", "first_layer_only"):
         before = cache_entries(tmp_path)
-        request = openvino(mode="hybrid_int8", overflow_fix=fix, vae=False, text_encoder=False)
+        settings = {"mode": "hybrid_int8", "overflow_fix": fix, "vae": False, "text_encoder": False}
+        request = tiny.request(["openvino"], {"openvino": settings}, steps=2)  # a short calibration
         _, prepared = tiny.run(PipelineManager(), request)
         assert prepared.ctx.stats["openvino_overflow_fix"] == fix
         (unet,) = cache_entries(tmp_path) - before  # a UNet of its own for each fix
