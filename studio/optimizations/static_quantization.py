@@ -22,7 +22,7 @@ All of it is the first call's cost, counted as compiles (`compile_count`, `compi
 The float UNet and decoder are kept and put back on revert.
 
 Which int8 kernels oneDNN runs depends on the CPU, and so does how activations must be quantized
-(`int8_path`, recorded in the pipeline's stats as `int8_static_path`):
+(`devices.int8_path`, recorded in the pipeline's stats as `int8_static_path`):
 - "amx" (`amx_int8`, Sapphire Rapids on) and "vnni" (`avx512_vnni`, or `avx_vnni` on AVX2 CPUs that
   have it): u8 x s8 products are accumulated straight into int32; activations use the full 0..255.
 - "reduced_range" (neither, e.g. an AVX2-only AMD EPYC): oneDNN multiplies with vpmaddubsw, which
@@ -40,7 +40,6 @@ from typing import Any
 import torch
 
 from studio import checks, devices
-from studio.devices import int8_path
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.bias_correction import correct_biases
@@ -178,7 +177,7 @@ class Int8StaticDecoder(PerShapeModule):
 def quantize_unet(pipe: Any, ctx: Context) -> None:
     _pt2e()  # unavailable before anything changes
     settings = ctx.settings("int8_static")
-    path = ctx.stats["int8_static_path"] = int8_path((ctx.hw or devices.detect()).cpu_flags)
+    path = ctx.stats["int8_static_path"] = devices.int8_path((ctx.hw or devices.detect()).cpu_flags)
     recipe = Recipe(path == "reduced_range", settings.layers, settings.bias_correction)
     calibration = settings.calibration_steps
     swap_denoiser(lambda unet, _: Int8StaticUNet(unet.eval(), pipe, calibration, ctx.stats, recipe))(
