@@ -21,7 +21,7 @@ from tests import tiny
 from tests.tiny import needs_torchao, run
 from tests.tiny import technique_request as request
 
-# int8_static path (studio.optimizations.static_quantization.int8_path) -> (largest max-abs difference,
+# int8_static path (studio.devices.int8_path) -> (largest max-abs difference,
 # smallest PSNR) against fp32 at 20 steps, seed 3, UNet + decoder, 4 calibration steps. amx and vnni compute
 # the same integers (exact int32 accumulation): measured on AMX (Xeon, model 167) 0.369 / 29.4 dB compiled,
 # 0.378 / 29.3 dB with the converted graph run uncompiled. reduced_range (activations 0..127, CPUs without
