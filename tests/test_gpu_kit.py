@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from PIL import Image
 
-from benchmarks.gpu import floors, kit, kit_build, merge
+from benchmarks.gpu import common, floors, kit, kit_build, ladder, merge, plan, techniques
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,6 +125,26 @@ def test_runs_merge_and_their_floors_are_judged_again():
     assert merged["floors"][0]["met"] is True and merged["notes"] == [f"run 2: {second['notes'][0]}"]
     with pytest.raises(SystemExit, match="different devices"):
         merge.merge([first, results_with([], device="cpu")])
+
+
+def test_a_run_picks_its_models_in_order_its_techniques_and_the_ladders_compile_mode(tmp_path):
+    args = ["--dry-run", "--out", str(tmp_path), "--work", str(tmp_path)]
+    chosen = plan.from_args(
+        plan.parser().parse_args(
+            [*args, "--models", "sdxl,sd15", "--techniques", "combination,sdpa", "--compile-mode", "default"]
+        )
+    )
+    assert [m.role for m in chosen.models] == ["sdxl", "sd15"]
+    request = common.base_request(chosen, chosen.models[1])
+    todo, _ = techniques.candidates(chosen, chosen.models[1], request)
+    assert [name for name, _ in todo] == ["sdpa"]  # sd15 has no combination
+    todo, _ = techniques.candidates(chosen, chosen.models[0], common.base_request(chosen, chosen.models[0]))
+    assert [name for name, _ in todo] == ["sdpa", "combination"]
+    steps = [s.rung.label for s, _ in ladder.plan_rungs(chosen, request)]
+    assert steps[-2:] == ["torch.compile default", "CUDA graphs (reduce-overhead)"]
+    for wrong in (["--models", "sd3"], ["--techniques", "warp_drive"]):
+        with pytest.raises(SystemExit, match="unknown"):
+            plan.from_args(plan.parser().parse_args([*args, *wrong]))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The speed ladder of the documentation on a GPU: fp32 (classic attention) -> cuDNN auto-tuner -> TF32 ->
-fp16 -> channels last -> traced UNet -> SDPA -> torch.compile max-autotune -> CUDA graphs (reduce-overhead),
-cumulative.
+fp16 -> channels last -> traced UNet -> SDPA -> torch.compile (max-autotune unless the plan names another
+mode) -> CUDA graphs (reduce-overhead), cumulative.
 
 The rungs are `studio.sweeps.ladder.Rung`s with settings; a rung that cannot run here is skipped with the
 reason (`studio.sweeps.ladder.choose`). Two sweeps through the engine's sweep helper, each with the fp32 rung
@@ -24,8 +24,7 @@ from studio.sweeps.ladder import Rung, Step, choose, ladder_records
 from studio.sweeps.runner import Entry, run_sweep
 
 log = logging.getLogger(__name__)
-COMPILED = {"torch_compile": {"mode": "max-autotune"}}
-RUNGS: tuple[tuple[Rung, dict[str, dict[str, str]]], ...] = (
+EAGER_RUNGS: tuple[tuple[Rung, dict[str, dict[str, str]]], ...] = (
     (Rung("fp32", add=("classic_attention",)), {}),
     (Rung("cuDNN auto-tuner", add=("cudnn_benchmark",)), {}),
     (Rung("TF32", add=("tf32",)), {}),
@@ -33,12 +32,19 @@ RUNGS: tuple[tuple[Rung, dict[str, dict[str, str]]], ...] = (
     (Rung("channels last", add=("channels_last",)), {}),
     (Rung("traced UNet", add=("jit_trace_unet",)), {}),
     (Rung("SDPA", add=("sdpa",), remove=("classic_attention",)), {}),
-    (Rung("torch.compile max-autotune", add=("torch_compile",), remove=("jit_trace_unet",)), COMPILED),
-    (
-        Rung("CUDA graphs (reduce-overhead)", add=("torch_compile",), remove=("jit_trace_unet",)),
-        {"torch_compile": {"mode": "reduce-overhead"}},
-    ),
 )
+
+
+def rungs(compile_mode: str = "max-autotune") -> tuple[tuple[Rung, dict[str, dict[str, str]]], ...]:
+    """The ladder's rungs with their settings; the compiled rung in `compile_mode` (the plan's), then CUDA
+    graphs."""
+    compiled = Rung(f"torch.compile {compile_mode}", add=("torch_compile",), remove=("jit_trace_unet",))
+    graphs = Rung("CUDA graphs (reduce-overhead)", add=("torch_compile",), remove=("jit_trace_unet",))
+    return (
+        *EAGER_RUNGS,
+        (compiled, {"torch_compile": {"mode": compile_mode}}),
+        (graphs, {"torch_compile": {"mode": "reduce-overhead"}}),
+    )
 
 
 def _label(opts: list[str], settings: dict[str, dict[str, str]]) -> str:
@@ -51,7 +57,7 @@ def plan_rungs(plan: Plan, request: GenerationRequest) -> list[tuple[Step, Gener
     """Every rung with the request it runs (None when skipped), planned as if each one succeeds."""
     fp32 = dataclasses.replace(request, opts=(), settings={})
     steps, current, settings = [], [], {}
-    for rung, rung_settings in RUNGS:
+    for rung, rung_settings in rungs(plan.compile_mode):
         names, why = choose(rung, fp32)
         why = why or next((plan.skip[n] for n in names if n in plan.skip), None)
         if why:

@@ -13,6 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studio.optimizations import REGISTRY
+from studio.optimizations.compile import MODES
+
 SECTIONS = ("memory", "compute-limit", "techniques", "ladder")  # per model, in this order; floors come last
 PROMPT = "a photo of an astronaut riding a horse on mars"
 DRY_PROMPT = "a big red circle on the left, on a white background"
@@ -75,6 +78,8 @@ class Plan:
     prompt: str = PROMPT
     seed: int = 1
     skip: dict[str, str] = field(default_factory=dict)  # technique -> why it is not measured in this run
+    compile_mode: str = "max-autotune"  # the ladder's compiled rung
+    techniques: tuple[str, ...] = ()  # the techniques section measures only these ("combination" too); () all
 
     def left(self) -> float:
         """Seconds left before the deadline."""
@@ -87,7 +92,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tiny", action="store_true", help="the dry run's models and numbers, on the GPU")
     p.add_argument("--out", type=Path, default=Path("gpu-out"), help="results.json, results.md, images.png")
     p.add_argument("--work", type=Path, default=None, help="run log and images (default: a temporary folder)")
-    p.add_argument("--models", default="", help="roles to run, comma-separated: sd15, sdxl (default: all)")
+    p.add_argument(
+        "--models", default="", help="roles to run, comma-separated, in that order: sd15, sdxl (default: all)"
+    )
     p.add_argument(
         "--sections", default="", help=f"comma-separated, from {', '.join(SECTIONS)} (default: all)"
     )
@@ -96,22 +103,44 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--group", type=int, default=8, help="configurations per Compare at most")
     p.add_argument("--with-compile", action="store_true", help="compile in the dry run too")
+    p.add_argument(
+        "--compile-mode",
+        choices=MODES,
+        default="max-autotune",
+        help="torch.compile mode of the ladder's compiled rung (max-autotune can take minutes to compile)",
+    )
+    p.add_argument(
+        "--techniques",
+        default="",
+        help="the techniques section measures only these, comma-separated ('combination': the model's "
+        "keep-the-math combination); default: every technique",
+    )
     return p
 
 
 def _chosen(models: tuple[ModelPlan, ...], roles: str, sections: str) -> tuple[ModelPlan, ...]:
-    wanted_roles = {r.strip() for r in roles.split(",") if r.strip()}
+    wanted_roles = [r.strip() for r in roles.split(",") if r.strip()] or [m.role for m in models]
     wanted = {s.strip() for s in sections.split(",") if s.strip()}
-    unknown = wanted - set(SECTIONS)
+    unknown = (wanted - set(SECTIONS)) | {r for r in wanted_roles if r not in {m.role for m in models}}
     if unknown:
-        raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+        raise SystemExit(
+            f"unknown sections or models {sorted(unknown)}; sections: {', '.join(SECTIONS)}; "
+            f"models: {', '.join(m.role for m in models)}"
+        )
+    by_role = {m.role: m for m in models}
     chosen = []
-    for m in models:
-        if wanted_roles and m.role not in wanted_roles:
-            continue
+    for m in (by_role[r] for r in dict.fromkeys(wanted_roles)):
         kept = tuple(s for s in m.sections if not wanted or s in wanted)
         chosen.append(ModelPlan(m.role, m.model, m.side, m.steps, kept, m.combination))
     return tuple(chosen)
+
+
+def _techniques(names: str) -> tuple[str, ...]:
+    chosen = tuple(n.strip() for n in names.split(",") if n.strip())
+    unknown = [n for n in chosen if n != "combination" and n not in REGISTRY]
+    if unknown:
+        raise SystemExit(f"unknown techniques {unknown}; the registry's: {', '.join(REGISTRY)}")
+    return chosen
 
 
 def from_args(args: argparse.Namespace) -> Plan:
@@ -136,4 +165,6 @@ def from_args(args: argparse.Namespace) -> Plan:
         deadline=time.monotonic() + args.budget_s,
         prompt=DRY_PROMPT if small else PROMPT,
         skip=dict(DRY_SKIP) if small and not args.with_compile else {},
+        compile_mode=args.compile_mode,
+        techniques=_techniques(args.techniques),
     )

@@ -57,8 +57,8 @@ def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tupl
     """(technique, configured request) pairs to measure, and the records of the techniques that are not."""
     todo, rows = [], []
     for name in REGISTRY:
-        if name in request.opts:
-            continue  # the baseline's own precision
+        if name in request.opts or (plan.techniques and name not in plan.techniques):
+            continue  # the baseline's own precision, or left out of this run (--techniques)
         why = reason(plan, request, name)
         if why:
             rows.append(not_run(name, why, "unavailable", technique=name))
@@ -68,7 +68,7 @@ def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tupl
         except StudioError as exc:
             rows.append(not_run(name, str(exc), "unavailable", technique=name))
     members = [n for n in model.combination if not reason(plan, request, n)]
-    if members:
+    if members and (not plan.techniques or "combination" in plan.techniques):
         dropped = [n for n in model.combination if n not in members]
         todo.append(("combination", configure(request, members)))
         if dropped:
