@@ -4,6 +4,7 @@ judge wheels as intended, the floors are judged only under their own conditions,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -145,6 +146,23 @@ def test_a_run_picks_its_models_in_order_its_techniques_and_the_ladders_compile_
     for wrong in (["--models", "sd3"], ["--techniques", "warp_drive"]):
         with pytest.raises(SystemExit, match="unknown"):
             plan.from_args(plan.parser().parse_args([*args, *wrong]))
+
+
+def test_techniques_are_measured_against_the_plans_baseline_not_against_no_technique(tmp_path):
+    chosen = plan.from_args(
+        plan.parser().parse_args(["--dry-run", "--out", str(tmp_path), "--work", str(tmp_path)])
+    )
+    chosen = dataclasses.replace(chosen, baseline=("channels_last",), rounds=1, warmup=0)
+    model = dataclasses.replace(chosen.models[0], steps=2)
+    request = common.base_request(chosen, model)
+    studio = common.new_studio(chosen, "baseline")
+    rows = techniques.measure_group(
+        studio, chosen, request, [("sdpa", techniques.configure(request, ["sdpa"]))]
+    )
+    assert [(r["technique"], r["config"], r["status"]) for r in rows] == [
+        ("baseline", "channels_last", "ok"),
+        ("sdpa", request.config_label + "+sdpa", "ok"),
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ from studio.engine import Studio
 from studio.errors import StudioError
 from studio.optimizations import REGISTRY, conflicts_of, unavailable_reason
 from studio.request import MAX_CONFIGS, GenerationRequest, with_config
-from studio.sweeps.compare import run_compare
+from studio.sweeps.compare import records_of
+from studio.sweeps.runner import Entry, run_sweep
 
 log = logging.getLogger(__name__)
 ARCH_DEVICE_MAP = (
@@ -87,12 +88,12 @@ def group_size(plan: Plan, studio: Studio, request: GenerationRequest) -> int:
 
 
 def _compare(studio: Studio, plan: Plan, request: GenerationRequest, todo: list) -> list[dict[str, Any]]:
-    """One Compare of the baseline and `todo`; the baseline's record first, then one per technique."""
-    result = run_compare(
-        studio, request, [r.config_label for _, r in todo], warmup=plan.warmup, rounds=plan.rounds
-    )
-    by_label = {r["config"]: r for r in result.records}
-    rows = [{**result.records[0], "technique": "baseline"}]
+    """One Compare of the plan's baseline (fp16 on a GPU; a user's Compare starts from no technique) and
+    `todo`; the baseline's record first, then one per technique."""
+    entries = [Entry(baseline_label(request), request), *(Entry(r.config_label, r) for _, r in todo)]
+    records = records_of(run_sweep(studio, "compare", entries, warmup=plan.warmup, rounds=plan.rounds))
+    by_label = {r["config"]: r for r in records}
+    rows = [{**records[0], "technique": "baseline"}]
     for name, configured in todo:
         record = by_label.get(configured.config_label)
         missing = not_run(configured.config_label, "the sweep returned no record", "failed", technique=name)
