@@ -24,6 +24,7 @@ import torch
 
 from pipelines import loader
 from studio import devices
+from studio.measure.memory_probe import weight_bytes
 from studio.optimizations import Context, Optimization, get, ordered
 from studio.request import GenerationRequest
 
@@ -134,11 +135,7 @@ class PipelineManager:
         """The bytes of weights and buffers a copy of `request`'s pipeline holds with its techniques applied
         (loads it if needed): the weights, and the further copies some techniques keep."""
         entry, _ = self._entry(request)
-        weights = sum(
-            t.numel() * t.element_size()
-            for m in _modules(entry.base)
-            for t in [*m.parameters(), *m.buffers()]
-        )
+        weights = weight_bytes(entry.base)
         return int(weights * (1 + sum(get(o).weight_copies for o in request.opts)))
 
     @contextlib.contextmanager

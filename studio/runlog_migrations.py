@@ -129,3 +129,10 @@ def m006_profile(db: Database) -> None:
     """A profiled step's figures (`studio.measure.profile`: time by kind, top operators, FLOPs, peak), as
     JSON; empty for runs that were not profiles."""
     db["runs"].add_column("profile", str)
+
+
+@migrations()
+def m007_memory_resident(db: Database) -> None:
+    """The bytes of the pipeline's own weights on the device when a run's call started: with what the call
+    adds, a configuration's footprint (an offloaded pipeline starts with none of its weights there)."""
+    db["runs"].add_column("memory_resident", int)

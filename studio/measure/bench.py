@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from studio.errors import Cancelled, OutOfMemory, RunFailed
-from studio.measure.memory_probe import PeakMemory
+from studio.measure.memory_probe import PeakMemory, weight_bytes
 from studio.optimizations import call_contexts
 from studio.request import GenerationRequest
 
@@ -45,6 +45,7 @@ class Timing:
     peak_memory: int
     memory_added: int
     images: np.ndarray
+    memory_resident: int = 0  # the pipeline's own weights on the device when the call started
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Measurement:
             "peak_memory": self.peak_memory,
             "memory_added": self.memory_added,
             "memory_added_all": [r.memory_added for r in self.runs],
+            "memory_resident": self.runs[-1].memory_resident,
             "memory_kind": self.memory_kind,
         }
 
@@ -183,6 +185,7 @@ def run_once(
     )
     kwargs.update(step_tensor_inputs(prepared))
     device = prepared.ctx.device
+    resident = weight_bytes(prepared.pipe, device)
     try:
         with PeakMemory(device) as mem, call_contexts(prepared.call_opts, prepared.ctx):
             synchronize(device)
@@ -204,7 +207,7 @@ def run_once(
             "Try bf16 or fp32 instead of fp16."
         )
     steps = np.diff([start, *marks]).tolist()
-    return Timing(seconds, steps, mem.peak, mem.added, images)
+    return Timing(seconds, steps, mem.peak, mem.added, images, resident)
 
 
 def release_memory(device: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import psutil
 import torch
@@ -29,6 +30,22 @@ def _can_reset_hwm() -> bool:
     except OSError:
         return False
     return _STATUS.exists()
+
+
+def weight_bytes(pipe: Any, device: str | None = None) -> int:
+    """Bytes of the parameters and buffers of a pipeline's torch modules (each tensor once), or of those on
+    `device` only: what of the pipeline is resident there before a call (none of an offloaded one's)."""
+    where = None if device is None else torch.device(device)
+    seen: dict[tuple[torch.device, int], int] = {}
+    for module in (m for m in vars(pipe).values() if isinstance(m, torch.nn.Module)):
+        for t in (*module.parameters(), *module.buffers()):
+            if where is None or _same_device(t.device, where):
+                seen[(t.device, t.data_ptr())] = t.numel() * t.element_size()
+    return sum(seen.values())
+
+
+def _same_device(have: torch.device, want: torch.device) -> bool:
+    return have.type == want.type and (want.index is None or have.index == want.index)
 
 
 def rss() -> int:

@@ -35,8 +35,9 @@ KEYS: dict[str, tuple[str, str]] = {
     "memory_kind": ("", "cuda_allocated (exact) or cpu_rss (process resident set, coarse)"),
     "memory_change_mb": (
         "MB",
-        "memory a call adds above what was in use, minus the baseline's; "
-        "null when below what the probe resolves",
+        "memory a configuration needs (its pipeline's weights on the device when the call starts, plus "
+        "what the call adds above the memory in use), minus the baseline's; "
+        "null below what the probe resolves",
     ),
     "memory_note": ("", "'no measurable difference' when memory_change_mb is null against a baseline"),
     "psnr_db": ("dB", "image difference from the baseline's image (null: identical or no baseline)"),

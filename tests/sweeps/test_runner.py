@@ -17,6 +17,7 @@ from studio import report
 from studio.errors import Cancelled, RunFailed
 from studio.measure import host as host_module
 from studio.measure.host import BUSY_PCT, HostMonitor
+from studio.measure.memory_probe import weight_bytes
 from studio.measure.protocol import verdict
 from studio.report.records import _memory_change
 from studio.request import validate_request
@@ -419,6 +420,29 @@ def test_memory_change_is_reported_only_beyond_what_the_probe_resolves(mine, the
     m = {"memory_added_all": mine, "memory_added": max(mine), "memory_kind": kind}
     base = {"memory_added_all": theirs, "memory_added": max(theirs), "memory_kind": kind}
     assert _memory_change(m, base) == expected
+
+
+def test_an_offloaded_configuration_reads_as_a_saving_not_as_more_memory():
+    """What the H100 showed: model offload's call adds more (its modules come onto the GPU during the call),
+    but it starts with none of its weights there; the baseline keeps 2 GB of weights resident."""
+    baseline = {
+        "memory_added_all": [1219 * MB] * 3,
+        "memory_resident": 2089 * MB,
+        "memory_kind": "cuda_allocated",
+    }
+    offload = {"memory_added_all": [1913 * MB] * 3, "memory_resident": 0, "memory_kind": "cuda_allocated"}
+    assert _memory_change(offload, baseline) == (-1395.0, None)
+    old_row = {**baseline, "memory_resident": None}
+    assert _memory_change(offload, old_row) == (694.0, None), "a row without the figure: what the calls added"
+
+
+def test_a_run_records_the_weights_resident_before_its_call(studio):
+    result = studio.generate(request(width=64, height=64))
+    with studio.manager.acquire(request(width=64, height=64)) as prepared:
+        expected = weight_bytes(prepared.pipe, "cpu")
+    assert result.metrics["memory_resident"] == expected > 0
+    assert studio.runlog.get_run(result.run_id)["memory_resident"] == expected
+    assert weight_bytes(prepared.pipe, "cuda:0") == 0, "nothing of it is on a GPU"
 
 
 def test_memory_change_without_a_baseline_or_per_call_figures():
