@@ -141,6 +141,14 @@ def test_a_run_picks_its_models_in_order_its_techniques_and_the_ladders_compile_
     assert [name for name, _ in todo] == ["sdpa"]  # sd15 has no combination
     todo, _ = techniques.candidates(chosen, chosen.models[0], common.base_request(chosen, chosen.models[0]))
     assert [name for name, _ in todo] == ["sdpa", "combination"]
+    compiled = plan.from_args(
+        plan.parser().parse_args([*args, "--with-compile", "--techniques", "combination"])
+    )
+    sdxl = compiled.models[1]
+    todo, _ = techniques.candidates(compiled, sdxl, common.base_request(compiled, sdxl))
+    assert todo[0][1].settings == {"torch_compile": {"mode": "reduce-overhead"}}, (
+        "CUDA graphs, the ladder's best"
+    )
     steps = [s.rung.label for s, _ in ladder.plan_rungs(chosen, request)]
     assert steps[-2:] == ["torch.compile default", "CUDA graphs (reduce-overhead)"]
     for wrong in (["--models", "sd3"], ["--techniques", "warp_drive"]):

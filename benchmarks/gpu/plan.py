@@ -38,6 +38,8 @@ class ModelPlan:
     combination: tuple[str, ...] = ()  # a configuration that keeps the math, measured with the techniques
 
 
+# The best of sd15-arch's ladder on an H100 (CUDA graphs: 0.54 s against 1.56 s for the default mode)
+COMBINATION = ("channels_last", "cudnn_benchmark", "torch_compile[mode=reduce-overhead]")
 GPU_MODELS = (
     ModelPlan("sd15", "sd15-arch", 512, 50, SECTIONS),
     ModelPlan(
@@ -46,14 +48,12 @@ GPU_MODELS = (
         1024,
         30,
         ("memory", "compute-limit", "techniques"),
-        ("channels_last", "cudnn_benchmark", "torch_compile"),
+        COMBINATION,
     ),
 )
 DRY_MODELS = (
     ModelPlan("sd15", "tiny-shapes", 64, 3, SECTIONS),
-    ModelPlan(
-        "sdxl", "tiny-shapes", 64, 2, ("techniques",), ("channels_last", "cudnn_benchmark", "torch_compile")
-    ),
+    ModelPlan("sdxl", "tiny-shapes", 64, 2, ("techniques",), COMBINATION),
 )
 
 

@@ -24,7 +24,7 @@ from studio import devices
 from studio.engine import Studio
 from studio.errors import StudioError
 from studio.optimizations import REGISTRY, conflicts_of, unavailable_reason
-from studio.request import MAX_CONFIGS, GenerationRequest, with_config
+from studio.request import MAX_CONFIGS, GenerationRequest, parse_config, with_config
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, run_sweep
 
@@ -48,8 +48,9 @@ def reason(plan: Plan, request: GenerationRequest, name: str) -> str | None:
 
 
 def configure(request: GenerationRequest, names: list[str]) -> GenerationRequest:
-    """The baseline with `names` added (a baseline technique they conflict with makes way: bf16 for fp16)."""
-    clash = set().union(*(conflicts_of(n) for n in names))
+    """The baseline with `names` added ('torch_compile[mode=reduce-overhead]' with its settings; a baseline
+    technique they conflict with makes way: bf16 for fp16)."""
+    clash = set().union(*(conflicts_of(n) for n in parse_config("+".join(names))[0]))
     kept = [o for o in request.opts if o not in clash]
     return with_config(request, "+".join(dict.fromkeys([*kept, *names])))
 
@@ -68,7 +69,7 @@ def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tupl
             todo.append((name, configure(request, [name])))
         except StudioError as exc:
             rows.append(not_run(name, str(exc), "unavailable", technique=name))
-    members = [n for n in model.combination if not reason(plan, request, n)]
+    members = [n for n in model.combination if not reason(plan, request, parse_config(n)[0][0])]
     if members and (not plan.techniques or "combination" in plan.techniques):
         dropped = [n for n in model.combination if n not in members]
         todo.append(("combination", configure(request, members)))
