@@ -67,10 +67,6 @@ class Prepared:
     entry: LivePipeline
 
 
-def _modules(pipe: Any) -> list[torch.nn.Module]:
-    return [m for m in vars(pipe).values() if isinstance(m, torch.nn.Module)]
-
-
 def _clone(pipe: Any) -> Any:
     """A pipeline whose torch modules are copies (same values, separate tensors); the rest is shared."""
     clone = copy.copy(pipe)
