@@ -1,14 +1,13 @@
 """The `openvino` technique: the UNet, the VAE decoder and the text encoder run by OpenVINO's CPU runtime.
 
-Applied at request time like every technique: each part is swapped for a stand-in that, on the first call of
-each input shape, converts the part (or reads the conversion from the disk cache), compresses or quantizes it
-as the `mode` setting says, and compiles it for the CPU; the PyTorch parts are kept and put back on revert.
-Modes (see `openvino_models`): "fp32" (fp32 weights; with `inference_precision` "f32" the math of PyTorch's
-fp32 to rounding), "int8_weights" (8-bit weights), "hybrid_int8" (8-bit weights plus static int8 of the
-convolutions, calibrated on the model's calibration prompts along a denoising trajectory of the call's own
-size and steps) and "full_int8" (static int8 of the Linear layers too, calibrated the same way).
-`inference_precision` "auto" lets OpenVINO choose (bf16 on CPUs with AMX or AVX512-BF16): faster there, and
-the image changes a little.
+Applied at request time like every technique: each part is swapped for a stand-in that, on the first call
+of each input shape, converts the part (or reads the conversion from the disk cache), compresses or
+quantizes it as the `mode` setting says, and compiles it for the CPU; the PyTorch parts are kept and put
+back on revert. Modes (see `openvino_models`): "fp32" (fp32 weights; with `inference_precision` "f32" the math
+of PyTorch's fp32 to rounding), "int8_weights" (8-bit weights) and "hybrid_int8" (8-bit weights plus static
+int8 of the convolutions, calibrated on the model's calibration prompts along a denoising trajectory of the
+call's own size and steps). `inference_precision` "auto" lets OpenVINO choose (bf16 on CPUs with AMX or
+AVX512-BF16): faster there, and the image changes a little.
 
 On CPUs without VNNI or AMX (an AVX2-only AMD EPYC, say) oneDNN's int8 convolutions add pairs of u8 x s8
 products into a saturating int16, as for `int8_static` (`devices.int8_path`). NNCF's "overflow fix" quantizes
@@ -38,11 +37,11 @@ OVERFLOW_FIXES = ("auto", *ovm.OVERFLOW_FIXES)
 
 @dataclass(frozen=True)
 class OpenVINOSettings(Settings):
-    """`mode`: fp32, int8_weights, hybrid_int8 or full_int8; `inference_precision`: f32 or auto (OpenVINO's
-    choice, bf16 on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too;
-    `overflow_fix` (the calibrated modes): which int8 layers get 7-bit weights, so that the int16 sums of
-    CPUs without VNNI or AMX cannot saturate: "enable" (all), "first_layer_only" (NNCF's and
-    optimum-intel's default), "disable", or "auto" (all on such CPUs, NNCF's default elsewhere)."""
+    """`mode`: fp32, int8_weights or hybrid_int8; `inference_precision`: f32 or auto (OpenVINO's choice, bf16
+    on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too; `overflow_fix`
+    (hybrid_int8): which int8 convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or
+    AMX cannot saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable",
+    or "auto" (all on such CPUs, NNCF's default elsewhere)."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
@@ -115,9 +114,8 @@ class OpenVINOPart(PerShapeModule):
 
 
 class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
-    """The UNet; in the calibrated modes (hybrid_int8, full_int8) calibrated on the model's calibration
-    prompts at the call's size and steps (the step count is read from the pipeline's scheduler, set for the
-    running call)."""
+    """The UNet; in hybrid_int8 mode calibrated on the model's calibration prompts at the call's size and
+    steps (the step count is read from the pipeline's scheduler, set for the running call)."""
 
     part = "unet"
 
@@ -134,13 +132,13 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         return len(self._pipe().scheduler.timesteps)
 
     def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
-        """In a calibrated mode a graph is calibrated for the call's step count as well as its shapes."""
-        steps = self._steps() if self._settings.mode in ovm.CALIBRATED else None
+        """In hybrid_int8 mode a graph is calibrated for the call's step count as well as its shapes."""
+        steps = self._steps() if self._settings.mode == "hybrid_int8" else None
         return (*super().graph_key(inputs), steps)
 
     def key_parts(self, inputs):
         parts = super().key_parts(inputs)
-        if self._settings.mode in ovm.CALIBRATED:
+        if self._settings.mode == "hybrid_int8":
             scheduler = self._pipe().scheduler
             parts.update(
                 steps=self._steps(),
@@ -151,10 +149,9 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         return parts
 
     def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
-        if self._settings.mode not in ovm.CALIBRATED:
+        if self._settings.mode != "hybrid_int8":
             return super().compressed(model, inputs)
-        full = self._settings.mode == "full_int8"
-        return ovm.hybrid_quantize(model, self.calibration(inputs), self._overflow_fix, full=full)
+        return ovm.hybrid_quantize(model, self.calibration(inputs), self._overflow_fix)
 
     def calibration(self, inputs: tuple[torch.Tensor, ...]) -> list[tuple[Any, ...]]:
         """The UNet's inputs along a denoising trajectory per calibration prompt, at this call's shape."""
@@ -177,7 +174,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
 
 
 class OpenVINODecoder(OpenVINOPart):
-    """The VAE's decoder (8-bit weights in the int8 modes, full_int8 too; its activations stay float)."""
+    """The VAE's decoder (8-bit weights in the int8 modes; its activations stay float)."""
 
     part = "vae_decoder"
 
@@ -221,7 +218,7 @@ def apply(pipe: Any, ctx: Context) -> None:
     if settings.mode != "fp32":
         ovm.nncf()
     fix = overflow_fix(settings.overflow_fix, (ctx.hw or devices.detect()).cpu_flags)
-    if settings.mode in ovm.CALIBRATED:
+    if settings.mode == "hybrid_int8":
         ctx.stats["openvino_overflow_fix"] = fix
     swap_denoiser(
         lambda unet, _: OpenVINOUNet(unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix)
@@ -251,12 +248,11 @@ register(
         group="speed",
         description=(
             "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
-            "mode fp32, int8_weights (8-bit weights), hybrid_int8 (8-bit weights and calibrated int8 "
-            "convolutions) or full_int8 (calibrated int8 Linear layers too); inference_precision f32 keeps "
-            "fp32 math, auto lets OpenVINO pick bf16 on CPUs with AMX or AVX512-BF16. On CPUs without VNNI or"
-            " AMX the calibrated modes give every int8 layer 7-bit weights (overflow_fix=auto), so the int16 "
-            "sums there cannot saturate. The first call of each size converts (and calibrates) and is cached "
-            "on disk."
+            "mode fp32, int8_weights (8-bit weights) or hybrid_int8 (8-bit weights and calibrated int8 "
+            "convolutions); inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs "
+            "with AMX or AVX512-BF16. On CPUs without VNNI or AMX hybrid_int8 gives every int8 convolution "
+            "7-bit weights (overflow_fix=auto), so the int16 sums there cannot saturate. The first call of "
+            "each size converts (and calibrates) and is cached on disk."
         ),
         requires=("module:openvino", "family:sd", "cpu"),
         conflicts=(

@@ -6,9 +6,7 @@ another size, and the CPU plugin runs static shapes fastest), then optionally co
 - "int8_weights": 8-bit weights (per output channel, asymmetric), activations stay float;
 - "hybrid_int8": the recipe optimum-intel uses for diffusion UNets: 8-bit weights for the Linear layers,
   and static int8 (weights and activations, calibrated) for the convolutions and the attention matmuls,
-  the first convolution kept float;
-- "full_int8": static int8 for the Linear layers too (only the first convolution kept float): int8 kernels
-  for all the UNet's matmuls, at some cost in image.
+  the first convolution kept float.
 Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
 `$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
 library versions, so a later process reads it back in a fraction of that.
@@ -35,8 +33,7 @@ from studio.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 
-MODES = ("fp32", "int8_weights", "hybrid_int8", "full_int8")
-CALIBRATED = ("hybrid_int8", "full_int8")  # the modes that calibrate the UNet's activations
+MODES = ("fp32", "int8_weights", "hybrid_int8")
 OVERFLOW_FIXES = ("enable", "first_layer_only", "disable")  # nncf.OverflowFix's values
 
 
@@ -149,13 +146,13 @@ def _constant_behind(op: Any, port: int) -> bool:
 
 
 def hybrid_quantize(
-    model: Any, calibration: list[dict[str, Any]], overflow_fix: str = "first_layer_only", full: bool = False
+    model: Any, calibration: list[dict[str, Any]], overflow_fix: str = "first_layer_only"
 ) -> Any:
     """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
     layers), then static int8 calibrated on `calibration` (the model's inputs by name, numpy arrays) for
     the rest: convolutions and attention's activation-activation MatMuls, SmoothQuant off, `conv_in` float.
-    `full`: the Linear layers get static int8 as well ("full_int8"). `overflow_fix` (one of OVERFLOW_FIXES)
-    says which layers get 7-bit weights; optimum-intel leaves NNCF's default, "first_layer_only"."""
+    `overflow_fix` (one of OVERFLOW_FIXES) says which convolutions get 7-bit weights; optimum-intel leaves
+    NNCF's default, "first_layer_only"."""
     lib = nncf()
     linear = [
         op.get_friendly_name()
@@ -167,14 +164,13 @@ def hybrid_quantize(
         for op in model.get_ops()
         if op.get_type_name() == "Convolution" and "conv_in" in op.get_friendly_name()
     ]
-    if not full:
-        model = lib.compress_weights(model, ignored_scope=lib.IgnoredScope(types=["Convolution"]))
+    compressed = lib.compress_weights(model, ignored_scope=lib.IgnoredScope(types=["Convolution"]))
     return lib.quantize(
-        model,
+        compressed,
         lib.Dataset(calibration),
         subset_size=len(calibration),
         model_type=lib.ModelType.TRANSFORMER,
-        ignored_scope=lib.IgnoredScope(names=first_conv + ([] if full else linear), validate=False),
+        ignored_scope=lib.IgnoredScope(names=linear + first_conv, validate=False),
         advanced_parameters=lib.AdvancedQuantizationParameters(
             smooth_quant_alphas=lib.AdvancedSmoothQuantParameters(matmul=-1),
             overflow_fix=lib.OverflowFix(overflow_fix),
