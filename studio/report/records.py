@@ -23,22 +23,22 @@ def _num(value: Any, digits: int) -> float | None:
     return round(float(value), digits)
 
 
-def _footprints(m: dict[str, Any]) -> list[int]:
-    """A run's memory footprint per call: its pipeline's weights resident on the device when the call started
-    plus what the call added above the memory in use (older runs recorded what the call added only)."""
+def _footprints(m: dict[str, Any], resident: bool) -> list[int]:
+    """A run's memory footprint per call: what the call added above the memory in use, plus (`resident`) its
+    pipeline's weights resident on the device when the call started."""
     added = m.get("memory_added_all") or [m["memory_added"]]
-    return [a + (m.get("memory_resident") or 0) for a in added]
+    return [a + (m["memory_resident"] if resident else 0) for a in added]
 
 
 def _memory_change(m: dict[str, Any], base: dict[str, Any] | None) -> tuple[float | None, str | None]:
     """Change of the memory a configuration needs (`_footprints`) against the baseline, when the probe can
     resolve it. Not the peaks: in a sweep the peak also holds the other configurations' copies of the model.
+    Runs logged before the resident weights were recorded are compared by what their calls added.
     """
     if base is None or m is base:
         return None, None
-    both_resident = m.get("memory_resident") is not None and base.get("memory_resident") is not None
-    mine = _footprints(m if both_resident else {**m, "memory_resident": 0})
-    theirs = _footprints(base if both_resident else {**base, "memory_resident": 0})
+    resident = m.get("memory_resident") is not None and base.get("memory_resident") is not None
+    mine, theirs = _footprints(m, resident), _footprints(base, resident)
     noise = max(max(mine) - min(mine), max(theirs) - min(theirs)) / 2**20
     change = (statistics.median(mine) - statistics.median(theirs)) / 2**20
     floor = max(MEMORY_RESOLUTION_MB.get(m.get("memory_kind", "cpu_rss"), 16.0), noise)
