@@ -3,7 +3,8 @@ of them: `pipelines.transformer_architectures`).
 
 For speed and memory measurement only: the images are noise. They let the studio
 measure techniques on the real shapes (UNet, VAE, text encoders) on any machine,
-with no download. The bundled tiny-shapes tokenizer stands in for CLIP's.
+with no download. The bundled tiny-shapes tokenizer stands in for CLIP's, padding to CLIP's 77 tokens as the
+real models do (its own length is 24: cross-attention over 24 tokens would cost less than on the real model).
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ BETAS = {
 }
 
 
-def _tokenizer(source: str) -> CLIPTokenizer:
-    return CLIPTokenizer.from_pretrained(source, subfolder="tokenizer")
+def clip_tokenizer(source: str, length: int | None = CLIP_L["max_position_embeddings"]) -> CLIPTokenizer:
+    """The bundled CLIP tokenizer from `source`, padding and truncating to `length` tokens (None: its own)."""
+    kwargs = {} if length is None else {"model_max_length": length}
+    return CLIPTokenizer.from_pretrained(source, subfolder="tokenizer", **kwargs)
 
 
 def models(name: str) -> dict[str, torch.nn.Module]:
@@ -122,7 +125,7 @@ def build_sd15(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionPipe
     torch.manual_seed(0)
     pipe = StableDiffusionPipeline(
         **models("sd15"),
-        tokenizer=_tokenizer(tokenizer_source),
+        tokenizer=clip_tokenizer(tokenizer_source),
         scheduler=PNDMScheduler(**BETAS, skip_prk_steps=True, steps_offset=1),
         safety_checker=None,
         feature_extractor=None,
@@ -135,8 +138,8 @@ def build_sdxl(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionXLPi
     torch.manual_seed(0)
     pipe = StableDiffusionXLPipeline(
         **models("sdxl"),
-        tokenizer=_tokenizer(tokenizer_source),
-        tokenizer_2=_tokenizer(tokenizer_source),
+        tokenizer=clip_tokenizer(tokenizer_source),
+        tokenizer_2=clip_tokenizer(tokenizer_source),
         scheduler=EulerDiscreteScheduler(**BETAS, timestep_spacing="leading", steps_offset=1),
     )
     return pipe.to(dtype=dtype)

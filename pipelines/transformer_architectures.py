@@ -38,7 +38,7 @@ from transformers import (
     T5Tokenizer,
 )
 
-from pipelines.architectures import CLIP_G, CLIP_L, VAE
+from pipelines.architectures import CLIP_G, CLIP_L, VAE, clip_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def _scheduler(family: str) -> FlowMatchEulerDiscreteScheduler:
 def build(name: str, tokenizer_source: str, dtype: torch.dtype = torch.float32) -> Any:
     """A pipeline of the named architecture with seeded random weights in `dtype`, on the CPU."""
     family, tiny = name.removesuffix("-tiny"), name.endswith("-tiny")
-    clip = CLIPTokenizer.from_pretrained(tokenizer_source, subfolder="tokenizer")
+    clip = clip_tokenizer(tokenizer_source, None if tiny else CLIP_L["max_position_embeddings"])
     t5 = t5_tokenizer(clip, 32 if tiny else T5_LENGTH[family])
     if tiny and max(len(clip), len(t5)) > TINY_VOCAB:
         raise ValueError(f"the stand-in tokenizers have more than {TINY_VOCAB} tokens")

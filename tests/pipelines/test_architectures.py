@@ -1,7 +1,9 @@
 """sd15-arch: the real SD 1.5 shapes from config, random weights, through the same engine."""
 
 import pytest
+import torch
 
+from pipelines import architectures, transformer_architectures
 from pipelines.registry import SPECS
 from studio import devices
 from studio.request import validate_request
@@ -32,3 +34,31 @@ def test_a_device_map_on_a_model_built_from_config_is_refused_with_the_way_out(m
 
     with pytest.raises(ModelLoadError, match=r"without a device map; save it as a diffusers folder"):
         loader.load(SPECS[model], device_map="balanced")
+
+
+def _on_meta(models):
+    def build(name):
+        with torch.device("meta"):
+            return models(name)
+
+    return build
+
+
+@pytest.mark.parametrize("name", ["sd15", "sdxl", "sd3", "flux"])
+def test_the_real_architectures_read_prompts_as_long_as_their_text_encoders(name, monkeypatch):
+    """The bundled tokenizer pads to 24 tokens; on the real shapes every CLIP tokenizer must pad to its text
+    encoder's 77 positions, or cross-attention (and the speed measured on these models) is that of a shorter
+    prompt than the real model reads. The models are made on the meta device: nothing is allocated."""
+    for module in (architectures, transformer_architectures):
+        monkeypatch.setattr(module, "models", _on_meta(module.models))
+    pipe = architectures.build(name, SPECS["tiny-shapes"].source)
+    pairs = [("tokenizer", "text_encoder"), ("tokenizer_2", "text_encoder_2")]
+    checked = 0
+    for tok, enc in pairs:
+        tokenizer, encoder = getattr(pipe, tok, None), getattr(pipe, enc, None)
+        if tokenizer is None or type(tokenizer).__name__ != "CLIPTokenizer":
+            continue
+        ids = tokenizer("a photo of an astronaut", padding="max_length").input_ids
+        assert len(ids) == encoder.config.max_position_embeddings == 77, (tok, len(ids))
+        checked += 1
+    assert checked >= 1
