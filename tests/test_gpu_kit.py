@@ -17,6 +17,8 @@ from packaging.requirements import Requirement
 from PIL import Image
 
 from benchmarks.gpu import common, floors, kit, kit_build, ladder, merge, plan, techniques
+from benchmarks.gpu import report as gpu_report
+from studio import report as studio_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -171,6 +173,14 @@ def test_techniques_are_measured_against_the_plans_baseline_not_against_no_techn
         ("baseline", "channels_last", "ok"),
         ("sdpa", request.config_label + "+sdpa", "ok"),
     ]
+    # every group repeats the baseline and a speedup is against its own group's: the table shows that time,
+    # or a row reads x1.09 beside a baseline of another group that took as long as it did
+    assert rows[1]["baseline_s"] == rows[0]["latency_s"] > 0
+    section = {"model": "tiny-shapes", "side": 64, "steps": 2, "baseline": "channels_last", "rows": rows}
+    table = gpu_report.markdown({"status": "complete", "techniques": {"sd15": section}})
+    head, _, first = table.split("## Techniques")[1].splitlines()[2:5]
+    column = [c.strip() for c in head.split("|")].index("Baseline in the same rounds")
+    assert first.split("|")[column].strip() == studio_report.seconds(rows[0]["latency_s"])
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,11 @@ def _revert(r: dict[str, Any]) -> str:
     return f"{exact} ({r['revert_note']})" if r.get("revert_note") else exact
 
 
-TECHNIQUE_COLUMNS = (("Technique", lambda r: r.get("technique") or ""), ("Revert exact", _revert))
+TECHNIQUE_COLUMNS = (
+    ("Technique", lambda r: r.get("technique") or ""),
+    ("Revert exact", _revert),
+    ("Baseline in the same rounds", lambda r: report.seconds(r.get("baseline_s"))),
+)
 MEMORY_COLUMNS = (
     ("Technique", lambda r: r.get("technique") or ""),
     ("Added during the call", lambda r: f"{r['added_mb']:,.0f} MB" if r.get("added_mb") is not None else "–"),
