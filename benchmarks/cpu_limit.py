@@ -1,0 +1,100 @@
+"""How fast this CPU's fp32 arithmetic lets an image go: the FLOPs of one image of a random-weight
+architecture (counted with FlopCounterMode on the meta device: nothing is allocated or run), against this
+machine's measured fp32 matmul peak; measured latencies read as the GFLOP/s they sustain, and their share.
+
+    .venv/bin/python -m benchmarks.cpu_limit [--model sd15|sdxl] [--side 256] [--steps 10] [--tokens 77]
+        [--latency "PyTorch fp32=52.2" --latency "OpenVINO fp32=30.9"] [--target 2.0]
+
+With `--target X`, the first latency given is the reference: what X times faster would have to sustain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks.cpu_peers import cpu_line
+from benchmarks.speed_floors import matmul_peak
+from pipelines import architectures
+
+SIZES = (1024, 2048, 3072)
+
+
+def _count(run) -> float:
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return float(counter.get_total_flops())
+
+
+def image_flops(model: str, side: int, steps: int, tokens: int) -> dict[str, float]:
+    """FLOPs of one image with classifier-free guidance (batch 2 through the denoiser and the text encoders),
+    by part: the UNet over all steps, the VAE decoder, the text encoders."""
+    with torch.device("meta"):
+        parts = architectures.models(model)
+        latent = torch.randn(2, 4, side // 8, side // 8)
+        ids = torch.zeros(2, tokens, dtype=torch.long)
+        unet = parts["unet"]
+        context = torch.randn(2, tokens, unet.config.cross_attention_dim)
+        extra = {}
+        if unet.config.addition_embed_type == "text_time":
+            pooled = parts["text_encoder_2"].config.projection_dim
+            added = {"text_embeds": torch.randn(2, pooled), "time_ids": torch.randn(2, 6)}
+            extra = {"added_cond_kwargs": added}
+        encoders = [parts[k] for k in ("text_encoder", "text_encoder_2") if k in parts]
+        return {
+            "UNet": steps * _count(lambda: unet(latent, torch.tensor(10), context, **extra)),
+            "VAE decoder": _count(lambda: parts["vae"].decode(latent[:1])),
+            "text encoders": sum(_count(lambda e=e: e(ids)) for e in encoders),
+        }
+
+
+def fp32_peak() -> float:
+    """The best fp32 matmul rate here, GFLOP/s (torch.mm with this process's threads, best of 5 per size)."""
+    return max(matmul_peak(torch.float32, n, reps=5) for n in SIZES)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", choices=("sd15", "sdxl"), default="sd15")
+    parser.add_argument("--side", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=77, help="prompt length the text encoders read")
+    parser.add_argument("--latency", action="append", default=[], metavar="NAME=SECONDS")
+    parser.add_argument("--target", type=float, default=None, help="a speedup over the first latency")
+    args = parser.parse_args()
+    latencies = {}
+    for item in args.latency:
+        name, _, seconds = item.rpartition("=")
+        latencies[name or item] = float(seconds)
+    flops = image_flops(args.model, args.side, args.steps, args.tokens)
+    total = sum(flops.values()) / 1e9
+    peak = fp32_peak()
+    print(f"CPU: {cpu_line()}; {torch.get_num_threads()} threads; torch {torch.__version__}")
+    size = f"{args.side}x{args.side}, {args.steps} steps"
+    print(f"{args.model}-arch {size}, guidance, a {args.tokens}-token prompt:")
+    for name, value in flops.items():
+        print(f"  {name:14} {value / 1e9:9,.1f} GFLOP ({value / 1e9 / total:.0%})")
+    print(f"  {'per image':14} {total:9,.1f} GFLOP")
+    print(f"fp32 matmul peak here: {peak:.0f} GFLOP/s (best over n = {', '.join(map(str, SIZES))})")
+    print(f"an image at that peak: {total / peak:.1f} s")
+    for name, seconds in latencies.items():
+        rate = total / seconds
+        print(f"  {name}: {seconds:.2f} s = {rate:.0f} GFLOP/s sustained, {rate / peak:.0%} of the peak")
+    if args.target and latencies:
+        name, seconds = next(iter(latencies.items()))
+        goal = seconds / args.target
+        print(
+            f"x{args.target:g} against {name}: {goal:.2f} s, {total / goal:.0f} GFLOP/s sustained, "
+            f"{total / goal / peak:.0%} of the measured peak"
+        )
+
+
+if __name__ == "__main__":
+    main()
