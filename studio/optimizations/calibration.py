@@ -23,9 +23,9 @@ def denoising_trajectory(
     scheduler: Any,
     steps: int,
     seed: int = CALIBRATION_SEED,
-) -> None:
+) -> torch.Tensor:
     """Run `model(latents, timestep, context)` along `steps` denoising steps from seeded noise shaped like
-    `sample`, with a fresh scheduler made from `scheduler`'s config."""
+    `sample`, with a fresh scheduler made from `scheduler`'s config; the latents it ends at."""
     fresh = type(scheduler).from_config(scheduler.config)
     fresh.set_timesteps(steps)
     generator = torch.Generator().manual_seed(seed)
@@ -35,3 +35,4 @@ def denoising_trajectory(
         step_input = fresh.scale_model_input(latents, t)
         prediction = model(step_input, torch.as_tensor(t, device=sample.device), context)
         latents = fresh.step(prediction, t, latents).prev_sample
+    return latents

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from studio import checks, devices
+from studio.errors import ValidationError
 from studio.optimizations import openvino_models as ovm
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.calibration import denoising_trajectory
@@ -38,16 +39,19 @@ OVERFLOW_FIXES = ("auto", *ovm.OVERFLOW_FIXES)
 @dataclass(frozen=True)
 class OpenVINOSettings(Settings):
     """`mode`: fp32, int8_weights or hybrid_int8; `inference_precision`: f32 or auto (OpenVINO's choice, bf16
-    on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too; `overflow_fix`
-    (hybrid_int8): which int8 convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or
-    AMX cannot saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable",
-    or "auto" (all on such CPUs, NNCF's default elsewhere)."""
+    on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too; `vae_int8`
+    (int8 modes): the VAE decoder in static int8 as well (calibrated on the latents the calibration prompts
+    denoise to), not 8-bit weights over float math; `overflow_fix` (int8 activations): which int8
+    convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or AMX cannot saturate:
+    "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable", or "auto" (all on
+    such CPUs, NNCF's default elsewhere)."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
     vae: bool = True
     text_encoder: bool = True
     overflow_fix: str = "auto"
+    vae_int8: bool = False
 
     def __post_init__(self) -> None:
         self._set("mode", checks.one_of("openvino mode", self.mode, ovm.MODES))
@@ -58,6 +62,12 @@ class OpenVINOSettings(Settings):
         self._set("vae", checks.boolean("openvino vae", self.vae))
         self._set("text_encoder", checks.boolean("openvino text_encoder", self.text_encoder))
         self._set("overflow_fix", checks.one_of("openvino overflow_fix", self.overflow_fix, OVERFLOW_FIXES))
+        self._set("vae_int8", checks.boolean("openvino vae_int8", self.vae_int8))
+        if self.vae_int8 and (self.mode == "fp32" or not self.vae):
+            raise ValidationError(
+                "openvino vae_int8 quantizes the VAE decoder OpenVINO runs: it needs vae=true and an int8 "
+                f"mode (int8_weights or hybrid_int8), not mode={self.mode}, vae={str(self.vae).lower()}."
+            )
 
 
 def overflow_fix(setting: str, cpu_flags: frozenset[str]) -> str:
@@ -163,20 +173,75 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
             records.append(tuple(v.detach().cpu().numpy().copy() for v in (x, t, c)))
             return self._plain(x, t, c)
 
-        pipe = self._pipe()
-        with torch.no_grad():
-            for seed, prompt in enumerate(self._prompts):
-                cond, uncond = pipe.encode_prompt(prompt, sample.device, 1, True, None)
-                half = context.shape[0] // 2  # the pipeline's order: unguided first, then guided
-                prompt_context = torch.cat([uncond] * half + [cond] * (context.shape[0] - half))
-                denoising_trajectory(record, sample, prompt_context, pipe.scheduler, self._steps(), seed)
+        trajectories(self._pipe(), self._prompts, record, sample, self._steps())
         return records
 
 
+def trajectories(
+    pipe: Any, prompts: tuple[str, ...], model: Any, sample: torch.Tensor, steps: int
+) -> list[torch.Tensor]:
+    """`model(latents, t, context)` along a denoising trajectory of `steps` per calibration prompt, from
+    seeded noise shaped like `sample` (batch 2 or more), the batch's first half unguided and the rest guided
+    by the prompt (the pipeline's order); the latents each trajectory ends at."""
+    ends = []
+    with torch.no_grad():
+        for seed, prompt in enumerate(prompts):
+            cond, uncond = pipe.encode_prompt(prompt, sample.device, 1, True, None)
+            half = sample.shape[0] // 2
+            context = torch.cat([uncond] * half + [cond] * (sample.shape[0] - half))
+            ends.append(denoising_trajectory(model, sample, context, pipe.scheduler, steps, seed))
+    return ends
+
+
 class OpenVINODecoder(OpenVINOPart):
-    """The VAE's decoder (8-bit weights in the int8 modes; its activations stay float)."""
+    """The VAE's decoder: 8-bit weights over float math in the int8 modes, or with `vae_int8` static int8,
+    calibrated on the latents the calibration prompts denoise to (with the PyTorch UNet, at the call's size
+    and steps), decoded as the pipeline decodes them."""
 
     part = "vae_decoder"
+
+    def __init__(self, decoder, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str):
+        super().__init__(decoder, settings, stats)
+        self._pipe = weakref.ref(pipe)
+        self._prompts = prompts
+        self._overflow_fix = fix
+
+    def _steps(self) -> int | None:
+        return len(self._pipe().scheduler.timesteps) if self._settings.vae_int8 else None
+
+    def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        return (*super().graph_key(inputs), self._steps())
+
+    def key_parts(self, inputs):
+        parts = super().key_parts(inputs)
+        if self._settings.vae_int8:
+            fix, prompts = self._overflow_fix, list(self._prompts)
+            parts.update(vae_int8=True, steps=self._steps(), prompts=prompts, overflow_fix=fix)
+        return parts
+
+    def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+        if not self._settings.vae_int8:
+            return super().compressed(model, inputs)
+        return ovm.decoder_quantize(model, self.calibration(inputs), self._overflow_fix)
+
+    def calibration(self, inputs: tuple[torch.Tensor, ...]) -> list[tuple[Any, ...]]:
+        """The decoder's inputs for the latents of each calibration trajectory, one image each."""
+        (sample,) = inputs
+        pipe = self._pipe()
+        unet = getattr(pipe.unet, "original", pipe.unet)  # PyTorch's: no graph of another batch is built
+
+        def denoise(x: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+            return unet(x, t, encoder_hidden_states=c, return_dict=False)[0]
+
+        latent = torch.zeros(2, unet.config.in_channels, *sample.shape[2:], dtype=sample.dtype)
+        vae, records = pipe.vae, []
+        with torch.no_grad():
+            for latents in trajectories(pipe, self._prompts, denoise, latent, self._steps()):
+                z = latents / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)
+                if vae.post_quant_conv is not None:
+                    z = vae.post_quant_conv(z)
+                records += [(one.numpy().copy(),) for one in z.split(1)]
+        return records
 
     def forward(self, sample: torch.Tensor, latent_embeds: torch.Tensor | None = None) -> torch.Tensor:
         if latent_embeds is not None:
@@ -225,7 +290,8 @@ def apply(pipe: Any, ctx: Context) -> None:
     )(pipe, ctx)
     if settings.vae:
         ctx.state["openvino_decoder"] = pipe.vae.decoder
-        pipe.vae.decoder = OpenVINODecoder(pipe.vae.decoder.eval(), settings, ctx.stats)
+        decoder = pipe.vae.decoder.eval()
+        pipe.vae.decoder = OpenVINODecoder(decoder, settings, ctx.stats, pipe, ctx.calibration_prompts, fix)
     if settings.text_encoder:
         ctx.state["openvino_text_encoder"] = pipe.text_encoder
         pipe.text_encoder = OpenVINOTextEncoder(pipe.text_encoder.eval(), settings, ctx.stats)
@@ -250,9 +316,9 @@ register(
             "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
             "mode fp32, int8_weights (8-bit weights) or hybrid_int8 (8-bit weights and calibrated int8 "
             "convolutions); inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs "
-            "with AMX or AVX512-BF16. On CPUs without VNNI or AMX hybrid_int8 gives every int8 convolution "
-            "7-bit weights (overflow_fix=auto), so the int16 sums there cannot saturate. The first call of "
-            "each size converts (and calibrates) and is cached on disk."
+            "with AMX or AVX512-BF16; vae_int8 makes the VAE decoder static int8 too. On CPUs without VNNI "
+            "or AMX every int8 convolution gets 7-bit weights (overflow_fix=auto), so the int16 sums there "
+            "cannot saturate. The first call of each size converts (and calibrates) and is cached on disk."
         ),
         requires=("module:openvino", "family:sd", "cpu"),
         conflicts=(

@@ -178,6 +178,25 @@ def hybrid_quantize(
     )
 
 
+def decoder_quantize(model: Any, calibration: list[dict[str, Any]], overflow_fix: str) -> Any:
+    """Static int8 for a VAE decoder, calibrated on `calibration` (its input latents by name, numpy arrays):
+    weights and activations of its convolutions and matmuls, the first and last convolutions kept float."""
+    lib = nncf()
+    ends = [
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_type_name() == "Convolution"
+        and any(k in op.get_friendly_name() for k in ("conv_in", "conv_out"))
+    ]
+    return lib.quantize(
+        model,
+        lib.Dataset(calibration),
+        subset_size=len(calibration),
+        ignored_scope=lib.IgnoredScope(names=ends, validate=False),
+        advanced_parameters=lib.AdvancedQuantizationParameters(overflow_fix=lib.OverflowFix(overflow_fix)),
+    )
+
+
 def compile_for_cpu(model: Any, precision: str) -> Any:
     """Compile for the CPU with torch's thread count, one stream, latency first. `precision` "f32" keeps
     fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16, f32 elsewhere)."""

@@ -93,6 +93,41 @@ def test_int8_modes_stay_close_and_keep_what_the_image_shows(manager, baseline, 
     assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
 
 
+def decoder_constants(home: Path, entries: set[str]) -> set[str]:
+    """The element types of the constants of the VAE decoder among `entries` (the one model whose only input
+    is a float latent)."""
+    from studio.optimizations import openvino_models as ovm
+
+    core = ovm.openvino().Core()
+    for entry in entries:
+        model = core.read_model(home / "openvino" / entry / "model.xml")
+        if len(model.inputs) == 1 and model.inputs[0].get_element_type().is_real():
+            constants = [op for op in model.get_ops() if op.get_type_name() == "Constant"]
+            return {op.get_element_type().get_type_name() for op in constants}
+    raise AssertionError("no VAE decoder among the new cache entries")
+
+
+def test_vae_int8_makes_the_decoder_static_int8_and_the_image_still_shows_what_was_asked(
+    manager, baseline, tmp_path, monkeypatch
+):
+    """In the int8 modes the decoder otherwise gets 8-bit weights (unsigned, with a zero point) over float
+    math; `vae_int8` quantizes its activations too: signed int8 weights, calibrated on the latents the
+    calibration prompts denoise to."""
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))  # an empty cache: every entry below is new
+    types = {}
+    for vae_int8 in (False, True):
+        before = cache_entries(tmp_path)
+        settings = {"mode": "int8_weights", "text_encoder": False, "vae_int8": vae_int8}
+        images, _ = tiny.run(manager, openvino(**settings))
+        types[vae_int8] = decoder_constants(tmp_path, cache_entries(tmp_path) - before)
+        if vae_int8:
+            assert psnr(images, baseline) >= 24.0, psnr(images, baseline)
+            assert tiny.fidelity(images)["detected"] == tiny.fidelity(baseline)["detected"]
+    assert "u8" in types[False] and "i8" not in types[False]
+    assert "i8" in types[True]
+    assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
+
+
 def int8_weight_peaks(model_xml: Path) -> list[int]:
     """The largest |value| of each signed 8-bit constant (the static int8 convolutions' weights)."""
     from studio.optimizations import openvino_models as ovm
@@ -180,6 +215,9 @@ def test_bad_settings_are_refused_before_anything_runs():
         openvino(mode="hybrid_int8", overflow_fix="half")
     with pytest.raises(ValidationError, match="openvino settings must be a mapping"):
         openvino(threads=2)
+    for mode, vae in (("fp32", True), ("hybrid_int8", False)):
+        with pytest.raises(ValidationError, match="vae_int8 .* needs vae=true and an int8 mode"):
+            openvino(mode=mode, vae=vae, vae_int8=True)
 
 
 def test_it_says_why_when_it_cannot_run(monkeypatch):
