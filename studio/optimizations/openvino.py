@@ -283,7 +283,7 @@ def apply(pipe: Any, ctx: Context) -> None:
     if settings.mode != "fp32":
         ovm.nncf()
     fix = overflow_fix(settings.overflow_fix, (ctx.hw or devices.detect()).cpu_flags)
-    if settings.mode == "hybrid_int8":
+    if settings.mode == "hybrid_int8" or settings.vae_int8:  # int8 activations: the fix applies
         ctx.stats["openvino_overflow_fix"] = fix
     swap_denoiser(
         lambda unet, _: OpenVINOUNet(unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix)

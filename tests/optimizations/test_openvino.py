@@ -118,8 +118,9 @@ def test_vae_int8_makes_the_decoder_static_int8_and_the_image_still_shows_what_w
     for vae_int8 in (False, True):
         before = cache_entries(tmp_path)
         settings = {"mode": "int8_weights", "text_encoder": False, "vae_int8": vae_int8}
-        images, _ = tiny.run(manager, openvino(**settings))
+        images, prepared = tiny.run(manager, openvino(**settings))
         types[vae_int8] = decoder_constants(tmp_path, cache_entries(tmp_path) - before)
+        assert ("openvino_overflow_fix" in prepared.ctx.stats) == vae_int8, "recorded where it applies"
         if vae_int8:
             assert psnr(images, baseline) >= 24.0, psnr(images, baseline)
             assert tiny.fidelity(images)["detected"] == tiny.fidelity(baseline)["detected"]
