@@ -178,8 +178,8 @@ def hybrid_quantize(
     )
 
 
-def decoder_quantize(model: Any, calibration: list[dict[str, Any]], overflow_fix: str) -> Any:
-    """Static int8 for a VAE decoder, calibrated on `calibration` (its input latents by name, numpy arrays):
+def decoder_quantize(model: Any, calibration: list[tuple[Any, ...]], overflow_fix: str) -> Any:
+    """Static int8 for a VAE decoder, calibrated on `calibration` (its inputs, a tuple of numpy arrays each):
     weights and activations of its convolutions and matmuls, the first and last convolutions kept float."""
     lib = nncf()
     ends = [
