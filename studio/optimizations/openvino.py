@@ -4,9 +4,10 @@ Applied at request time like every technique: each part is swapped for a stand-i
 of each input shape, converts the part (or reads the conversion from the disk cache), compresses or
 quantizes it as the `mode` setting says, and compiles it for the CPU; the PyTorch parts are kept and put
 back on revert. Modes (see `openvino_models`): "fp32" (fp32 weights; with `inference_precision` "f32" the math
-of PyTorch's fp32 to rounding), "int8_weights" (8-bit weights) and "hybrid_int8" (8-bit weights plus static
+of PyTorch's fp32 to rounding), "int8_weights" (8-bit weights), "hybrid_int8" (8-bit weights plus static
 int8 of the convolutions, calibrated on the model's calibration prompts along a denoising trajectory of the
-call's own size and steps). `inference_precision` "auto" lets OpenVINO choose (bf16 on CPUs with AMX or
+call's own size and steps) and "full_int8" (hybrid with the UNet's Linear layers as 1x1 convolutions, so
+that they are static int8 too). `inference_precision` "auto" lets OpenVINO choose (bf16 on CPUs with AMX or
 AVX512-BF16): faster there, and the image changes a little.
 
 On CPUs without VNNI or AMX (an AVX2-only AMD EPYC, say) oneDNN's int8 convolutions add pairs of u8 x s8
@@ -38,13 +39,13 @@ OVERFLOW_FIXES = ("auto", *ovm.OVERFLOW_FIXES)
 
 @dataclass(frozen=True)
 class OpenVINOSettings(Settings):
-    """`mode`: fp32, int8_weights or hybrid_int8; `inference_precision`: f32 or auto (OpenVINO's choice, bf16
-    on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too; `vae_int8`
-    (int8 modes): the VAE decoder in static int8 as well (calibrated on the latents the calibration prompts
-    denoise to), not 8-bit weights over float math; `overflow_fix` (int8 activations): which int8
-    convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or AMX cannot saturate:
-    "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable", or "auto" (all on
-    such CPUs, NNCF's default elsewhere)."""
+    """`mode`: fp32, int8_weights, hybrid_int8 or full_int8; `inference_precision`: f32 or auto (OpenVINO's
+    choice, bf16 on CPUs with AMX or AVX512-BF16); `vae`, `text_encoder`: run those through OpenVINO too;
+    `vae_int8` (int8 modes): the VAE decoder in static int8 as well (calibrated on the latents the
+    calibration prompts denoise to), not 8-bit weights over float math; `overflow_fix` (int8 activations):
+    which int8 convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or AMX cannot
+    saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable", or "auto"
+    (all on such CPUs, NNCF's default elsewhere)."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
@@ -66,7 +67,8 @@ class OpenVINOSettings(Settings):
         if self.vae_int8 and (self.mode == "fp32" or not self.vae):
             raise ValidationError(
                 "openvino vae_int8 quantizes the VAE decoder OpenVINO runs: it needs vae=true and an int8 "
-                f"mode (int8_weights or hybrid_int8), not mode={self.mode}, vae={str(self.vae).lower()}."
+                f"mode (int8_weights, hybrid_int8 or full_int8), not mode={self.mode}, "
+                f"vae={str(self.vae).lower()}."
             )
 
 
@@ -124,8 +126,8 @@ class OpenVINOPart(PerShapeModule):
 
 
 class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
-    """The UNet; in hybrid_int8 mode calibrated on the model's calibration prompts at the call's size and
-    steps (the step count is read from the pipeline's scheduler, set for the running call)."""
+    """The UNet; in hybrid_int8 and full_int8 modes calibrated on the model's calibration prompts at the
+    call's size and steps (the step count is read from the pipeline's scheduler, set for the running call)."""
 
     part = "unet"
 
@@ -142,13 +144,13 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         return len(self._pipe().scheduler.timesteps)
 
     def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
-        """In hybrid_int8 mode a graph is calibrated for the call's step count as well as its shapes."""
-        steps = self._steps() if self._settings.mode == "hybrid_int8" else None
+        """In the calibrated modes a graph is calibrated for the call's step count as well as its shapes."""
+        steps = self._steps() if self._settings.mode in ovm.CALIBRATED else None
         return (*super().graph_key(inputs), steps)
 
     def key_parts(self, inputs):
         parts = super().key_parts(inputs)
-        if self._settings.mode == "hybrid_int8":
+        if self._settings.mode in ovm.CALIBRATED:
             scheduler = self._pipe().scheduler
             parts.update(
                 steps=self._steps(),
@@ -159,8 +161,10 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         return parts
 
     def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
-        if self._settings.mode != "hybrid_int8":
+        if self._settings.mode not in ovm.CALIBRATED:
             return super().compressed(model, inputs)
+        if self._settings.mode == "full_int8":
+            self._stats["openvino_linears_as_convolutions"] = ovm.linears_as_convolutions(model)
         return ovm.hybrid_quantize(model, self.calibration(inputs), self._overflow_fix)
 
     def calibration(self, inputs: tuple[torch.Tensor, ...]) -> list[tuple[Any, ...]]:
@@ -283,7 +287,7 @@ def apply(pipe: Any, ctx: Context) -> None:
     if settings.mode != "fp32":
         ovm.nncf()
     fix = overflow_fix(settings.overflow_fix, (ctx.hw or devices.detect()).cpu_flags)
-    if settings.mode == "hybrid_int8" or settings.vae_int8:  # int8 activations: the fix applies
+    if settings.mode in ovm.CALIBRATED or settings.vae_int8:  # int8 activations: the fix applies
         ctx.stats["openvino_overflow_fix"] = fix
     swap_denoiser(
         lambda unet, _: OpenVINOUNet(unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix)
@@ -314,9 +318,10 @@ register(
         group="speed",
         description=(
             "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
-            "mode fp32, int8_weights (8-bit weights) or hybrid_int8 (8-bit weights and calibrated int8 "
-            "convolutions); inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs "
-            "with AMX or AVX512-BF16; vae_int8 makes the VAE decoder static int8 too. On CPUs without VNNI "
+            "mode fp32, int8_weights (8-bit weights), hybrid_int8 (8-bit weights and calibrated int8 "
+            "convolutions) or full_int8 (the Linear layers too, as 1x1 int8 convolutions); "
+            "inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs with AMX or "
+            "AVX512-BF16; vae_int8 makes the VAE decoder static int8 too. On CPUs without VNNI "
             "or AMX every int8 convolution gets 7-bit weights (overflow_fix=auto), so the int16 sums there "
             "cannot saturate. The first call of each size converts (and calibrates) and is cached on disk."
         ),

@@ -6,7 +6,10 @@ another size, and the CPU plugin runs static shapes fastest), then optionally co
 - "int8_weights": 8-bit weights (per output channel, asymmetric), activations stay float;
 - "hybrid_int8": the recipe optimum-intel uses for diffusion UNets: 8-bit weights for the Linear layers,
   and static int8 (weights and activations, calibrated) for the convolutions and the attention matmuls,
-  the first convolution kept float.
+  the first convolution kept float;
+- "full_int8": hybrid's quantization of a UNet whose Linear layers were first rewritten as 1x1
+  convolutions over the tokens (`linears_as_convolutions`), so that they run in static int8 too, on the
+  CPU plugin's int8 convolution kernels (its int8 matmul is no faster than fp32 on CPUs without VNNI).
 Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
 `$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
 library versions, so a later process reads it back in a fraction of that.
@@ -18,6 +21,7 @@ import hashlib
 import importlib
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -33,7 +37,8 @@ from studio.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 
-MODES = ("fp32", "int8_weights", "hybrid_int8")
+MODES = ("fp32", "int8_weights", "hybrid_int8", "full_int8")
+CALIBRATED = ("hybrid_int8", "full_int8")  # the modes whose UNet has int8 activations
 OVERFLOW_FIXES = ("enable", "first_layer_only", "disable")  # nncf.OverflowFix's values
 
 
@@ -143,6 +148,39 @@ def _constant_behind(op: Any, port: int) -> bool:
     while node.get_type_name() in ("Convert", "FakeQuantize", "Reshape") and node.inputs():
         node = node.input_value(0).get_node()
     return node.get_type_name() == "Constant"
+
+
+def linears_as_convolutions(model: Any) -> int:
+    """Rewrites, in place, every MatMul by a constant weight matrix (a Linear layer: `x @ W.T`, x of static
+    shape [..., in]) as Reshape to [tokens, in, 1, 1] -> 1x1 Convolution -> Reshape back: the same
+    products and sums, one image of 1x1 pixels per token, so no transpose (NCHW and NHWC are the same
+    memory there). Returns how many were rewritten."""
+    ops = importlib.import_module(f"{openvino().__name__}.opset13")
+    count = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "MatMul" or op.get_attributes()["transpose_a"]:
+            continue
+        weight = op.input_value(1).get_node()
+        if weight.get_type_name() != "Constant" or _constant_behind(op, 0):
+            continue  # activations by activations (attention), a compressed weight, or W @ x
+        matrix = weight.get_data()
+        matrix = matrix if op.get_attributes()["transpose_b"] else matrix.T  # [out, in]
+        source = op.input_value(0)
+        shape = source.get_partial_shape()
+        if shape.is_dynamic or shape.rank.get_length() < 2:
+            continue
+        dims = [d.get_length() for d in shape]
+        name = op.get_friendly_name()
+        tokens = ops.reshape(source, [math.prod(dims[:-1]), dims[-1], 1, 1], False)
+        conv = ops.convolution(
+            tokens, ops.constant(matrix[:, :, None, None].copy()), [1, 1], [0, 0], [0, 0], [1, 1]
+        )
+        conv.set_friendly_name(f"{name}/as_convolution")
+        back = ops.reshape(conv, [*dims[:-1], matrix.shape[0]], False)
+        op.output(0).replace(back.output(0))
+        count += 1
+    model.validate_nodes_and_infer_types()
+    return count
 
 
 def hybrid_quantize(

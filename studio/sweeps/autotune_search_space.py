@@ -50,6 +50,8 @@ GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for technique
         {"mode": "fp32", "inference_precision": "auto"},
         {"mode": "int8_weights", "inference_precision": "auto"},
         {"mode": "hybrid_int8", "inference_precision": "auto"},
+        {"mode": "full_int8", "inference_precision": "auto"},
+        {"mode": "full_int8", "inference_precision": "auto", "vae_int8": True},
     ],
 }
 

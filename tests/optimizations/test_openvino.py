@@ -83,9 +83,10 @@ def test_an_unreadable_cache_entry_is_rebuilt(baseline, home):
 
 
 @pytest.mark.parametrize(
-    "mode, min_psnr", [("int8_weights", 36.0), ("hybrid_int8", 24.0)]
+    "mode, min_psnr", [("int8_weights", 36.0), ("hybrid_int8", 24.0), ("full_int8", 20.0)]
 )  # measured on an AMX Xeon: 43-46 dB and 30.5-32 dB; on an AVX2-only EPYC hybrid_int8 25.1 dB (overflow fix
-# on every convolution, the default there; 23.6 dB with NNCF's first-layer-only): room for other CPUs
+# on every convolution, the default there; 23.6 dB with NNCF's first-layer-only) and full_int8 22.6 dB: room
+# for other CPUs
 def test_int8_modes_stay_close_and_keep_what_the_image_shows(manager, baseline, mode, min_psnr):
     images, prepared = tiny.run(manager, openvino(mode=mode))
     assert 0 < max_abs_diff(images, baseline) and psnr(images, baseline) >= min_psnr, psnr(images, baseline)
@@ -127,6 +128,67 @@ def test_vae_int8_makes_the_decoder_static_int8_and_the_image_still_shows_what_w
     assert "u8" in types[False] and "i8" not in types[False]
     assert "i8" in types[True]
     assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
+
+
+def test_linears_as_convolutions_computes_what_the_linear_layers_did():
+    """Every Linear layer becomes a 1x1 convolution over the tokens (same result to rounding); a product of
+    two activations (attention's) stays a MatMul."""
+    import torch
+
+    from studio.optimizations import openvino_models as ovm
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(8, 16)
+            self.outer = torch.nn.Linear(16, 8, bias=False)
+
+        def forward(self, x):
+            hidden = torch.nn.functional.gelu(self.inner(x))
+            return self.outer(hidden @ hidden.transpose(1, 2) @ hidden)
+
+    torch.manual_seed(0)
+    block, x = Block().eval(), torch.randn(2, 5, 8)
+    model = ovm.convert(block, (x,))
+    assert ovm.linears_as_convolutions(model) == 2
+    kinds = [op.get_type_name() for op in model.get_ordered_ops()]
+    assert kinds.count("Convolution") == 2 and kinds.count("MatMul") == 2, kinds
+    out = ovm.compile_for_cpu(model, "f32").create_infer_request().infer([x.numpy()])[0]
+    np.testing.assert_allclose(out, block(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def weight_element_type(op) -> str:
+    """The element type of the constant behind `op`'s weight input (through dequantizing ops)."""
+    node = op.input_value(1).get_node()
+    while node.get_type_name() != "Constant":
+        node = node.input_value(0).get_node()
+    return node.get_element_type().get_type_name()
+
+
+def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_path, monkeypatch):
+    """hybrid_int8 leaves the Linear layers as MatMuls with 8-bit weights over float math; full_int8 runs
+    each of them as a 1x1 convolution with int8 weights and activations."""
+    import torch
+
+    from studio.optimizations import openvino_models as ovm
+
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
+    manager = PipelineManager()
+    _, prepared = tiny.run(manager, tiny.request(["openvino"], {"openvino": settings}, steps=2))
+    rewrites = prepared.ctx.stats["openvino_linears_as_convolutions"]
+    with manager.acquire(tiny.request()) as plain:
+        linears = sum(isinstance(m, torch.nn.Linear) for m in plain.pipe.unet.modules())
+    assert rewrites == linears > 0
+    (unet,) = cache_entries(tmp_path)
+    model = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml")
+    ops = model.get_ordered_ops()
+    assert not [op for op in ops if op.get_type_name() == "MatMul" and ovm._constant_behind(op, 1)]
+    rewritten = [op for op in ops if op.get_friendly_name().endswith("/as_convolution")]
+    assert len(rewritten) == linears
+    assert {weight_element_type(op) for op in rewritten} == {"i8"}
+    kinds = {op.get_type_name() for op in ops}
+    assert "FakeQuantize" in kinds, "int8 activations: calibrated quantizers in front of the convolutions"
 
 
 def int8_weight_peaks(model_xml: Path) -> list[int]:
@@ -210,6 +272,8 @@ print(sys.modules["openvino_telemetry"], telemetry_utils.tm.__name__, type(wrapp
 def test_bad_settings_are_refused_before_anything_runs():
     with pytest.raises(ValidationError, match="openvino mode"):
         openvino(mode="int4")
+    with pytest.raises(ValidationError, match="full_int8"):
+        openvino(mode="int4")  # the message lists the modes
     with pytest.raises(ValidationError, match="openvino inference_precision"):
         openvino(inference_precision="fp8")
     with pytest.raises(ValidationError, match="openvino overflow_fix"):
