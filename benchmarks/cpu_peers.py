@@ -10,9 +10,10 @@ a speedup is the median of the per-round ratios, with their range. OpenVINO's ro
 run on the same prompt, seed, scheduler, threads and timer. Groups:
 - keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), and the studio's compiled UNet;
 - quantized: OpenVINO hybrid int8 as optimum-intel makes it (NNCF's default overflow fix: the first layer
-  only), OpenVINO 8-bit weights, the studio's int8_static (oneDNN), all layers and convolutions only
-  (OpenVINO's hybrid recipe), and, on CPUs without VNNI or AMX, the studio's hybrid int8 with 7-bit weights
-  in every int8 convolution (its `overflow_fix` default there);
+  only), the studio's full int8 (OpenVINO, the Linear layers as 1x1 int8 convolutions), OpenVINO 8-bit
+  weights, the studio's int8_static (oneDNN), all layers and convolutions only (OpenVINO's hybrid recipe),
+  and, on CPUs without VNNI or AMX, the studio's hybrid int8 with 7-bit weights in every int8 convolution
+  (its `overflow_fix` default there);
 - bf16 (CPUs with AMX or AVX512-BF16 only): OpenVINO with its default precision (and its hybrid int8), and the
   studio's bf16, eager and compiled (channels last, static shapes, frozen weights).
 Each line gives the median seconds per image, x vs PyTorch fp32 and x vs the group's OpenVINO row, PSNR of
@@ -41,6 +42,7 @@ from studio.sweeps.compare import run_compare
 COMPILED = "channels_last+torch_compile[dynamic=false,freezing=true]"
 OPTIMUM_HYBRID = "openvino[mode=hybrid_int8,overflow_fix=first_layer_only]"  # optimum-intel's recipe
 STUDIO_HYBRID = "openvino[mode=hybrid_int8]"  # overflow_fix=auto: the same as optimum's on VNNI or AMX CPUs
+FULL_INT8 = "openvino[mode=full_int8]"
 BF16_COMPILED = f"bf16+{COMPILED}"
 GROUPS = {
     "keep the math": ("openvino", ["openvino", COMPILED]),
@@ -48,6 +50,7 @@ GROUPS = {
         OPTIMUM_HYBRID,
         [
             OPTIMUM_HYBRID,
+            FULL_INT8,
             STUDIO_HYBRID,
             "openvino[mode=int8_weights]",
             "int8_static[layers=convolutions]",
@@ -66,9 +69,12 @@ GROUPS = {
 }
 # Left out on sd15-arch unless --all: each configuration keeps a copy of the ~4 GB model for the sweep, and
 # these add ~10 min and ~4 GB each on a 2-core, 24 GB machine (fp32 compile measured x0.76 there before; a
-# fourth configuration in the quantized group ran out of the 24 GB while int8_static compiled).
+# fourth configuration in the quantized group ran out of the 24 GB while int8_static compiled, and the
+# sweep's memory check refuses four there).
 SD15_OPTIONAL = {
     COMPILED,
+    STUDIO_HYBRID,
+    "int8_static[layers=convolutions]",
     "openvino[mode=int8_weights]",
     "int8_static",
     "openvino[inference_precision=auto,mode=hybrid_int8]",

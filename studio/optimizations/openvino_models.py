@@ -235,9 +235,10 @@ def decoder_quantize(model: Any, calibration: list[tuple[Any, ...]], overflow_fi
     )
 
 
-def compile_for_cpu(model: Any, precision: str) -> Any:
+def compile_for_cpu(model: Any, precision: str, profile: bool = False) -> Any:
     """Compile for the CPU with torch's thread count, one stream, latency first. `precision` "f32" keeps
-    fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16, f32 elsewhere)."""
+    fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16, f32 elsewhere).
+    `profile`: keep the plugin's per-node counters (a request's `profiling_info`)."""
     ov = openvino()
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
@@ -246,4 +247,6 @@ def compile_for_cpu(model: Any, precision: str) -> Any:
     }
     if precision == "f32":
         config["INFERENCE_PRECISION_HINT"] = "f32"
+    if profile:
+        config["PERF_COUNT"] = "YES"
     return ov.Core().compile_model(model, "CPU", config)
