@@ -158,13 +158,14 @@ def linears_as_convolutions(model: Any) -> int:
     ops = importlib.import_module(f"{openvino().__name__}.opset13")
     count = 0
     for op in model.get_ordered_ops():
-        if op.get_type_name() != "MatMul" or op.get_attributes()["transpose_a"]:
+        if op.get_type_name() != "MatMul":
             continue
+        transposed = op.get_attributes()
         weight = op.input_value(1).get_node()
-        if weight.get_type_name() != "Constant" or _constant_behind(op, 0):
+        if transposed["transpose_a"] or weight.get_type_name() != "Constant" or _constant_behind(op, 0):
             continue  # activations by activations (attention), a compressed weight, or W @ x
         matrix = weight.get_data()
-        matrix = matrix if op.get_attributes()["transpose_b"] else matrix.T  # [out, in]
+        matrix = matrix if transposed["transpose_b"] else matrix.T  # [out, in]
         source = op.input_value(0)
         shape = source.get_partial_shape()
         if shape.is_dynamic or shape.rank.get_length() < 2:
