@@ -8,7 +8,8 @@ Each group is one Compare (one run-log group): warm-up calls, then interleaved r
 a speedup is the median of the per-round ratios, with their range. OpenVINO's rows are the studio's
 `openvino` technique (OpenVINO's `convert_model` and NNCF, the recipe optimum-intel uses), so both sides
 run on the same prompt, seed, scheduler, threads and timer. Groups:
-- keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), and the studio's compiled UNet;
+- keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), the same with the 3x3 convolutions by
+  Winograd's minimal filtering (fp32, the result to rounding), and the studio's compiled UNet;
 - quantized: OpenVINO hybrid int8 as optimum-intel makes it (NNCF's default overflow fix: the first layer
   only), the studio's full int8 (OpenVINO, the Linear layers as 1x1 int8 convolutions), OpenVINO 8-bit
   weights, the studio's int8_static (oneDNN), all layers and convolutions only (OpenVINO's hybrid recipe),
@@ -43,9 +44,10 @@ COMPILED = "channels_last+torch_compile[dynamic=false,freezing=true]"
 OPTIMUM_HYBRID = "openvino[mode=hybrid_int8,overflow_fix=first_layer_only]"  # optimum-intel's recipe
 STUDIO_HYBRID = "openvino[mode=hybrid_int8]"  # overflow_fix=auto: the same as optimum's on VNNI or AMX CPUs
 FULL_INT8 = "openvino[mode=full_int8]"
+WINOGRAD = "openvino[winograd=true]"  # fp32, its 3x3 convolutions by Winograd's F(4,3) or F(2,3)
 BF16_COMPILED = f"bf16+{COMPILED}"
 GROUPS = {
-    "keep the math": ("openvino", ["openvino", COMPILED]),
+    "keep the math": ("openvino", ["openvino", WINOGRAD, COMPILED]),
     "quantized": (
         OPTIMUM_HYBRID,
         [

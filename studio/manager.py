@@ -132,7 +132,7 @@ class PipelineManager:
         (loads it if needed): the weights, and the further copies some techniques keep."""
         entry, _ = self._entry(request)
         weights = weight_bytes(entry.base)
-        return int(weights * (1 + sum(get(o).weight_copies for o in request.opts)))
+        return int(weights * (1 + sum(get(o).copies(request.settings.get(o, {})) for o in request.opts)))
 
     @contextlib.contextmanager
     def own_pipelines(self, name: str) -> Iterator[None]:

@@ -40,10 +40,13 @@ def baseline(manager):
 
 
 def test_a_sweep_counts_the_weight_copies_a_technique_keeps(manager):
-    """OpenVINO's compiled parts hold their own weights: a pipeline with it needs twice the bytes."""
+    """OpenVINO's compiled parts hold their own weights: a pipeline with it needs twice the bytes, more with
+    Winograd's larger convolution weights."""
     plain = manager.model_bytes(request())
     assert plain > 0 and manager.model_bytes(request(["channels_last"])) == plain
     assert manager.model_bytes(request(["openvino"])) == 2 * plain
+    winograd = request(["openvino"], {"openvino": {"winograd": True}})
+    assert manager.model_bytes(winograd) == int(2.4 * plain)
 
 
 def test_vae_tiling_changes_little_and_reverts(manager):

@@ -108,8 +108,9 @@ class Optimization:
     dtype: torch.dtype | None = None
     places_modules: bool = False
     # Further copies of the pipeline's weights the technique holds while applied (a runtime's own converted
-    # model): what a sweep must count to keep a copy of the pipeline for it.
-    weight_copies: float = 0.0
+    # model): what a sweep must count to keep a copy of the pipeline for it; a function of the technique's
+    # settings where they change it (`copies`).
+    weight_copies: float | Callable[[Settings], float] = 0.0
     settings: type[Settings] = Settings
     # Why a requirement matters to this technique, by its kind ("family", "accelerator", ...), as words after
     # its name ("has no convolutions to speed up in a transformer"); the requirement's own reason follows.
@@ -122,6 +123,12 @@ class Optimization:
     def defaults(self) -> dict[str, Any]:
         """The settings' names and defaults (for docs, the UI's placeholder and the CLI)."""
         return self.settings.defaults()
+
+    def copies(self, given: dict[str, Any]) -> float:
+        """`weight_copies` with settings `given` (a request's, for this technique)."""
+        if callable(self.weight_copies):
+            return self.weight_copies(self.settings(**given))
+        return self.weight_copies
 
     def settings_unavailable(self, given: dict[str, Any], device: str, dtype: str) -> str | None:
         """Why settings `given` cannot run on `device` in `dtype` here (`settings_reason`), or None."""

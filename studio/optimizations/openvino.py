@@ -19,6 +19,7 @@ the bundled model: 25.1 dB against fp32, 23.6 dB with the first layer only), and
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,10 @@ class OpenVINOSettings(Settings):
     calibration prompts denoise to), not 8-bit weights over float math; `overflow_fix` (int8 activations):
     which int8 convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or AMX cannot
     saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable", or "auto"
-    (all on such CPUs, NNCF's default elsewhere)."""
+    (all on such CPUs, NNCF's default elsewhere); `winograd` (fp32 with f32 inference): the 3x3
+    convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3) or F(2x2, 3x3), whichever this
+    CPU runs fastest for each shape, timed at the first call (the direct convolution where neither gains):
+    fewer multiplies, the same result to fp32 rounding."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
@@ -53,6 +57,7 @@ class OpenVINOSettings(Settings):
     text_encoder: bool = True
     overflow_fix: str = "auto"
     vae_int8: bool = False
+    winograd: bool = False
 
     def __post_init__(self) -> None:
         self._set("mode", checks.one_of("openvino mode", self.mode, ovm.MODES))
@@ -64,6 +69,12 @@ class OpenVINOSettings(Settings):
         self._set("text_encoder", checks.boolean("openvino text_encoder", self.text_encoder))
         self._set("overflow_fix", checks.one_of("openvino overflow_fix", self.overflow_fix, OVERFLOW_FIXES))
         self._set("vae_int8", checks.boolean("openvino vae_int8", self.vae_int8))
+        self._set("winograd", checks.boolean("openvino winograd", self.winograd))
+        if self.winograd and (self.mode != "fp32" or self.inference_precision != "f32"):
+            raise ValidationError(
+                "openvino winograd rewrites fp32 convolutions: it needs mode=fp32 and inference_precision="
+                f"f32, not mode={self.mode}, inference_precision={self.inference_precision}."
+            )
         if self.vae_int8 and (self.mode == "fp32" or not self.vae):
             raise ValidationError(
                 "openvino vae_int8 quantizes the VAE decoder OpenVINO runs: it needs vae=true and an int8 "
@@ -78,6 +89,12 @@ def overflow_fix(setting: str, cpu_flags: frozenset[str]) -> str:
     if setting != "auto":
         return setting
     return "enable" if devices.int8_path(cpu_flags) == "reduced_range" else "first_layer_only"
+
+
+@functools.cache
+def fastest_convolution(shape: tuple[int, ...]) -> int | None:
+    """`openvino_models.fastest_convolution`, timed once per shape in a process."""
+    return ovm.fastest_convolution(shape)
 
 
 def _runner(model: Any, precision: str) -> Any:
@@ -96,6 +113,7 @@ class OpenVINOPart(PerShapeModule):
 
     counter = "compile"
     part = ""
+    convolutional = True  # has 3x3 convolutions `winograd` may rewrite
 
     def __init__(self, module: torch.nn.Module, settings: OpenVINOSettings, stats: dict[str, Any]):
         super().__init__(module, stats)
@@ -118,10 +136,21 @@ class OpenVINOPart(PerShapeModule):
         }
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        key = ovm.cache_key(**self.key_parts(inputs))
+        parts = self.key_parts(inputs)
         model = ovm.cached_model(
-            key, lambda: self.compressed(ovm.convert(self.traced(), inputs), inputs), self._stats
+            ovm.cache_key(**parts),
+            lambda: self.compressed(ovm.convert(self.traced(), inputs), inputs),
+            self._stats,
         )
+        if self._settings.winograd and self.convolutional:
+            # the fp32 conversion's entry, rewritten: which shapes gain is timed, so depends on the CPU
+            fp32 = model
+            model = ovm.cached_model(
+                ovm.cache_key(**parts, winograd=True, cpu=devices.detect().cpu_model),
+                lambda: ovm.winograd_convolutions(fp32, fastest_convolution),
+                self._stats,
+            )
+            self._stats[f"openvino_winograd_{self.part}"] = ovm.winograd_counts(model)
         return _runner(model, self._settings.inference_precision)
 
 
@@ -268,6 +297,7 @@ class OpenVINOTextEncoder(OpenVINOPart):
     """The text encoder's last hidden state (8-bit weights in the int8 modes)."""
 
     part = "text_encoder"
+    convolutional = False
 
     def traced(self) -> torch.nn.Module:
         return _TextHidden(self.original)
@@ -279,6 +309,13 @@ class OpenVINOTextEncoder(OpenVINOPart):
                 "clip_skip); set openvino text_encoder=false"
             )
         return (self.graph_for((input_ids,))(input_ids),)
+
+
+def copies(settings: OpenVINOSettings) -> float:
+    """The further copies of the pipeline's weights the compiled parts hold: fp32, as many bytes again;
+    with `winograd` more, the rewritten convolutions' weights being 16/9 (F(2, 3)) or 4 (F(4, 3)) times as
+    large (SD 1.5's UNet: 3.3 GB on disk in fp32, 4.7 GB rewritten on an AVX2 EPYC)."""
+    return 1.4 if settings.winograd else 1.0
 
 
 def apply(pipe: Any, ctx: Context) -> None:
@@ -321,7 +358,9 @@ register(
             "mode fp32, int8_weights (8-bit weights), hybrid_int8 (8-bit weights and calibrated int8 "
             "convolutions) or full_int8 (the Linear layers too, as 1x1 int8 convolutions); "
             "inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs with AMX or "
-            "AVX512-BF16; vae_int8 makes the VAE decoder static int8 too. On CPUs without VNNI "
+            "AVX512-BF16; vae_int8 makes the VAE decoder static int8 too; winograd (fp32) computes the 3x3 "
+            "convolutions with fewer multiplies (Winograd's F(4x4,3x3) or F(2x2,3x3), each shape timed on "
+            "this CPU at the first call). On CPUs without VNNI "
             "or AMX every int8 convolution gets 7-bit weights (overflow_fix=auto), so the int16 sums there "
             "cannot saturate. The first call of each size converts (and calibrates) and is cached on disk."
         ),
@@ -341,7 +380,7 @@ register(
             "autocast",
         ),
         reversible=False,
-        weight_copies=1.0,  # OpenVINO's compiled parts hold their own weights (fp32: as many bytes again)
+        weight_copies=copies,
         apply=apply,
         revert=revert,
         settings=OpenVINOSettings,

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from studio import settings as studio_settings
@@ -100,7 +101,9 @@ def cache_key(**parts: Any) -> str:
 
 def cached_model(key: str, build: Callable[[], Any], stats: dict[str, Any]) -> Any:
     """The OpenVINO model stored under `key`, or `build()` written there first (atomically: a directory
-    renamed into place). An unreadable entry is removed and rebuilt."""
+    renamed into place) and read back. An unreadable entry is removed and rebuilt. A model read from the
+    cache maps its weights from the file (OpenVINO's mmap), so the build's own copy is freed before the
+    model is compiled: memory a compiled part keeps in place (its MatMuls' weights) stays file-backed."""
     ov = openvino()
     path = cache_root() / key / "model.xml"
     if path.exists():
@@ -121,9 +124,11 @@ def cached_model(key: str, build: Callable[[], Any], stats: dict[str, Any]) -> A
         os.replace(scratch, path.parent)
     except OSError as exc:  # another process stored the same entry first, or the disk is full
         log.warning("openvino cache entry %s not written (%s)", path.parent, exc)
+        return model
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return model
+    del model
+    return ov.Core().read_model(path)
 
 
 def convert(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
@@ -182,6 +187,186 @@ def linears_as_convolutions(model: Any) -> int:
         count += 1
     model.validate_nodes_and_infer_types()
     return count
+
+
+# Winograd's minimal filtering F(m x m, 3 x 3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural
+# Networks", 2016): an m x m block of a 3x3 convolution's output from an a x a tile of its input
+# (a = m + 2) with a*a products per channel pair instead of 9*m*m: Y = A^T [(G g G^T) * (B^T d B)] A, with
+# B^T, G and A^T below for m = 2 and m = 4.
+WINOGRAD = {
+    2: (
+        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]],
+    ),
+    4: (
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        [
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+    ),
+}
+
+
+def winograd_shape(op: Any) -> tuple[int, ...] | None:
+    """(N, C_in, C_out, H, W) of a Convolution Winograd's F(m, 3) can replace: a constant float 3x3 kernel,
+    stride and dilation 1, padding 1 on every side, static shapes; None for any other."""
+    if op.get_type_name() != "Convolution" or op.input_value(1).get_node().get_type_name() != "Constant":
+        return None
+    attributes = op.get_attributes()
+    kernel = op.input_value(1).get_partial_shape()
+    source = op.input_value(0).get_partial_shape()
+    if source.is_dynamic or kernel.is_dynamic or source.rank.get_length() != 4:
+        return None
+    n, c, h, w = (d.get_length() for d in source)
+    out, _, kh, kw = (d.get_length() for d in kernel)
+    plain = (
+        list(attributes["strides"]) == [1, 1]
+        and list(attributes["dilations"]) == [1, 1]
+        and list(attributes["pads_begin"]) == [1, 1]
+        and list(attributes["pads_end"]) == [1, 1]
+        and attributes["auto_pad"] == "explicit"
+    )
+    return (n, c, out, h, w) if plain and (kh, kw) == (3, 3) else None
+
+
+def winograd_convolution(source: Any, weight: Any, m: int) -> Any:
+    """`source` [N, C, H, W] (H and W multiples of m) convolved with `weight` [C_out, C, 3, 3] (a numpy
+    array; stride 1, padding 1) by F(m x m, 3 x 3), built of the CPU plugin's fast nodes: the input
+    transform B^T d B as a stride-m convolution of each channel alone (one input channel, a*a fixed
+    kernels), the products as one batched MatMul per tile position ([C_out, C] by [C, tiles]), the output
+    transform A^T M A as a 1x1 convolution to m*m values and DepthToSpace. Returns the output node."""
+    ops = importlib.import_module(f"{openvino().__name__}.opset13")
+    bt, g, at = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
+    a = m + 2
+    n, c, h, w = (d.get_length() for d in source.get_partial_shape())
+    out = weight.shape[0]
+    tiles = (h // m) * (w // m)
+    u = (g @ weight.astype(np.float64) @ g.T).transpose(2, 3, 0, 1).reshape(a * a, out, c)  # G g G^T
+    inward = np.einsum("ki,lj->klij", bt, bt).reshape(a * a, 1, a, a)
+    outward = np.einsum("xk,yl->xykl", at, at).reshape(m * m, a * a, 1, 1)
+    planes = ops.reshape(source, [n * c, 1, h, w], False)
+    v = ops.convolution(
+        planes, ops.constant(inward.astype(np.float32)), [m, m], [1, 1], [a - m - 1] * 2, [1, 1]
+    )
+    v = ops.transpose(ops.reshape(v, [n, c, a * a, tiles], False), ops.constant(np.array([0, 2, 1, 3])))
+    products = ops.matmul(ops.constant(u.astype(np.float32)), v, False, False)  # [N, a*a, C_out, tiles]
+    products = ops.transpose(products, ops.constant(np.array([0, 2, 1, 3])))
+    blocks = ops.convolution(
+        ops.reshape(products, [n * out, a * a, h // m, w // m], False),
+        ops.constant(outward.astype(np.float32)),
+        [1, 1],
+        [0, 0],
+        [0, 0],
+        [1, 1],
+    )
+    image = ops.depth_to_space(blocks, "depth_first", m)
+    return ops.reshape(image, [n, out, h, w], False)
+
+
+def fastest_convolution(shape: tuple[int, ...], calls: int = 5) -> int | None:
+    """Which of the direct convolution (None), F(2, 3) and F(4, 3) runs a 3x3 convolution of `shape`
+    (N, C_in, C_out, H, W) fastest on this CPU, as part of a network: each compiled alone as the technique
+    compiles (f32) and run on random data, interleaved, timed by the plugin's own counters, the best of
+    `calls` each. Inside a network the direct convolution gets its input in the plugin's blocked layout from
+    its neighbours and hands its output on so, while a Winograd form needs the plain layout in and out; so
+    the direct one counts without the reorders it pays alone, and a Winograd form with them added. A Winograd
+    form is chosen only when it is at least 10% faster: that estimate is rough (SD 1.5's VAE decoder ran
+    faster with its 256x256 convolutions left direct, 6% ahead alone), and a close call keeps the direct
+    convolution."""
+    ov = openvino()
+    ops = importlib.import_module(f"{ov.__name__}.opset13")
+    n, c, out, h, w = shape
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((out, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)
+    data = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    variants: dict[int | None, Any] = {}
+    for m in (None, 2, 4):
+        if m is not None and (h % m or w % m):
+            continue
+        source = ops.parameter([n, c, h, w], np.float32)
+        node = (
+            ops.convolution(source, ops.constant(weight), [1, 1], [1, 1], [1, 1], [1, 1])
+            if m is None
+            else winograd_convolution(source.output(0), weight, m)
+        )
+        model = ov.Model([node], [source])
+        variants[m] = compile_for_cpu(model, "f32", profile=True).create_infer_request()
+    best: dict[int | None, float] = dict.fromkeys(variants, math.inf)
+    for request in variants.values():
+        request.infer([data])  # warm-up
+    for _ in range(calls):
+        for request in variants.values():
+            request.infer([data])
+        reorders, own = _split_reorders(variants[None])
+        best[None] = min(best[None], own)
+        for m in (2, 4):
+            if m in variants:
+                best[m] = min(best[m], sum(_split_reorders(variants[m])) + reorders)
+    fastest = min(best, key=lambda m: best[m])
+    return fastest if best[fastest] < 0.9 * best[None] else None
+
+
+def _split_reorders(request: Any) -> tuple[float, float]:
+    """Seconds of a request's last call in layout reorders, and in everything else (the plugin's counters)."""
+    reorders = rest = 0.0
+    for node in request.profiling_info:
+        seconds = node.real_time.total_seconds()
+        if node.node_type == "Reorder":
+            reorders += seconds
+        else:
+            rest += seconds
+    return reorders, rest
+
+
+def winograd_convolutions(model: Any, choose: Callable[[tuple[int, ...]], int | None]) -> Any:
+    """Rewrites, in place, each 3x3 convolution `winograd_shape` accepts as F(m, 3) with m = `choose(shape)`
+    (2 or 4; None keeps the direct convolution). The same products and sums up to fp32 rounding (the
+    transforms' constants add relative error of about 1e-5 for F(4, 3), 3e-6 for F(2, 3)). Returns the
+    model (`winograd_counts` says how many convolutions became each F(m, 3))."""
+    found = [
+        (op, shape)
+        for op in model.get_ordered_ops()
+        if (shape := winograd_shape(op)) is not None
+        and op.get_output_element_type(0).get_type_name() == "f32"
+    ]
+    found.reverse()
+    while found:  # popped: a replaced convolution and its weights are freed as the rewrite goes
+        op, shape = found.pop()
+        m = choose(shape)
+        if m is None or shape[3] % m or shape[4] % m:
+            continue
+        weight = op.input_value(1).get_node().get_data()
+        replacement = winograd_convolution(op.input_value(0), weight, m)
+        replacement.set_friendly_name(f"{op.get_friendly_name()}/winograd_f{m}")
+        op.output(0).replace(replacement.output(0))
+        del op, weight, replacement
+    model.validate_nodes_and_infer_types()
+    return model
+
+
+def winograd_counts(model: Any) -> dict[str, int]:
+    """How many convolutions of `model` (rewritten now, or read back from the cache) are each F(m, 3)."""
+    counts: dict[str, int] = {}
+    for op in model.get_ops():
+        name = op.get_friendly_name()
+        for m in WINOGRAD:
+            if name.endswith(f"/winograd_f{m}"):
+                counts[f"F({m},3)"] = counts.get(f"F({m},3)", 0) + 1
+    return counts
 
 
 def hybrid_quantize(

@@ -157,7 +157,8 @@ def estimate(manager: Any, request: GenerationRequest, runlog: RunLog | None = N
         return Estimate(kind, now, 0, 0, 1.0, now, False, capacity)
     size = _bytes_per_param(request)
     weights = 0 if loaded and not cuda else _on_device(request, shape.params, size)
-    copies = sum(get(o).weight_copies for o in request.opts) * sum(shape.params.values()) * size
+    copies = sum(get(o).copies(request.settings.get(o, {})) for o in request.opts)
+    copies *= sum(shape.params.values()) * size
     activations = _activations(request, shape, size)
     correction = _correction(runlog, request, kind)
     peak = int(now + (weights + copies + activations) * correction)

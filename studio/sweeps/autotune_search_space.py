@@ -47,6 +47,7 @@ GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for technique
     "int8_static": [{"layers": "all"}, {"layers": "convolutions"}],  # fastest, or closer to fp32
     "openvino": [
         {"mode": "fp32"},
+        {"mode": "fp32", "winograd": True},
         {"mode": "fp32", "inference_precision": "auto"},
         {"mode": "int8_weights", "inference_precision": "auto"},
         {"mode": "hybrid_int8", "inference_precision": "auto"},

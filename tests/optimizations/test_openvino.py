@@ -157,6 +157,69 @@ def test_linears_as_convolutions_computes_what_the_linear_layers_did():
     np.testing.assert_allclose(out, block(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("m", [2, 4])
+def test_winograd_computes_the_3x3_convolutions_and_leaves_the_others(m):
+    """F(2x2, 3x3) and F(4x4, 3x3) give what the 3x3 convolutions gave, to fp32 rounding; a strided, a 1x1
+    and a dilated convolution are left as they are."""
+    import torch
+
+    from studio.optimizations import openvino_models as ovm
+
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.SiLU(),
+        torch.nn.Conv2d(16, 24, 3, padding=1),
+        torch.nn.Conv2d(24, 24, 3, padding=1, stride=2),
+        torch.nn.Conv2d(24, 8, 1),
+        torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+    ).eval()
+    x = torch.randn(2, 3, 16, 24)  # not square; after the strided one 8x12
+    model = ovm.convert(layers, (x,))
+    counts = ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: m))
+    assert counts == {f"F({m},3)": 3}, counts
+    kinds = [op.get_type_name() for op in model.get_ordered_ops()]
+    assert kinds.count("DepthToSpace") == 3 and kinds.count("MatMul") == 3
+    out = ovm.compile_for_cpu(model, "f32").create_infer_request().infer([x.numpy()])[0]
+    expected = layers(x).detach().numpy()
+    assert np.abs(out - expected).max() < 1e-4 * np.abs(expected).max()
+
+
+def test_winograd_is_timed_per_shape_and_fits_the_shape():
+    """The chooser answers the direct convolution (None), F(2, 3) or F(4, 3), never a tile that does not
+    divide the image, and the rewrite keeps a convolution its choice says to keep."""
+    import torch
+
+    from studio.optimizations import openvino_models as ovm
+
+    assert ovm.fastest_convolution((1, 8, 8, 6, 6), calls=2) in (None, 2)
+    assert ovm.fastest_convolution((1, 7, 7, 5, 5), calls=1) is None, "neither tile fits 5x5"
+    conv = torch.nn.Conv2d(4, 4, 3, padding=1).eval()
+    model = ovm.convert(conv, (torch.randn(1, 4, 8, 8),))
+    assert ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: None)) == {}
+    assert [op.get_type_name() for op in model.get_ordered_ops()].count("Convolution") == 1
+
+
+def test_winograd_draws_the_same_image_and_says_what_it_rewrote(manager, baseline, monkeypatch):
+    """Every 3x3 convolution of the UNet and the VAE decoder that F(2, 3) fits, forced to it (which ones gain
+    is timed, so depends on the CPU): the image stays PyTorch's fp32 one to rounding; the run's stats count
+    the rewritten convolutions per part; other settings are refused before anything runs."""
+    from studio.optimizations import openvino as technique
+
+    monkeypatch.setattr(technique, "fastest_convolution", lambda shape: 2)
+    images, prepared = tiny.run(manager, openvino(winograd=True))
+    stats = prepared.ctx.stats
+    assert (
+        stats["openvino_winograd_unet"]["F(2,3)"] > 0 and stats["openvino_winograd_vae_decoder"]["F(2,3)"] > 0
+    )
+    assert "openvino_winograd_text_encoder" not in stats
+    assert psnr(images, baseline) > 60.0
+    for settings in ({"mode": "hybrid_int8"}, {"inference_precision": "auto"}):
+        with pytest.raises(ValidationError, match="winograd .* needs mode=fp32 and inference_precision=f32"):
+            openvino(winograd=True, **settings)
+
+
 def test_openvino_profile_says_where_a_models_time_goes(tmp_path, monkeypatch, capsys):
     """The profile benchmark lists what is cached and splits one model's time by node type and kernel."""
     import torch
