@@ -2,6 +2,8 @@
 
     .venv/bin/python -m benchmarks.cpu_peers sd15 [--rounds 3]   # sd15-arch 256x256, 10 steps, guidance 7.5
         [--group quantized] [--add CONFIG] [--drop CONFIG] [--all]
+    .venv/bin/python -m benchmarks.cpu_peers sd15 --group "keep the math" --drop openvino \
+        --add "openvino[winograd=true]"                            # Winograd's fp32 on a 24 GB machine
     .venv/bin/python -m benchmarks.cpu_peers tiny [--rounds 7]   # tiny-shapes 64x64, 20 steps, + fidelity
 
 Each group is one Compare (one run-log group): warm-up calls, then interleaved rounds (A B C, A B C, ...);
@@ -75,6 +77,7 @@ GROUPS = {
 # sweep's memory check refuses four there).
 SD15_OPTIONAL = {
     COMPILED,
+    WINOGRAD,  # with OpenVINO fp32 in the same sweep the two converted UNets and three copies pass 20 GB
     STUDIO_HYBRID,
     "int8_static[layers=convolutions]",
     "openvino[mode=int8_weights]",

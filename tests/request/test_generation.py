@@ -27,6 +27,8 @@ def test_config_label_names_the_techniques_in_order_with_the_settings_given():
     tome = ok(opts=["token_merging"], settings={"token_merging": {"ratio": 0.5, "max_downsample": 2}})
     assert tome.config_label == "token_merging[max_downsample=2,ratio=0.5]", "settings sorted by name"
     assert ok(opts=["deepcache"]).config_label == "deepcache", "no settings given: the bare name"
+    vae = ok(opts=["int8_static"], settings={"int8_static": {"vae": "false"}})
+    assert vae.config_label == "int8_static[vae=false]", "a boolean as it is typed, not Python's False"
     dropped = ok(opts=["bf16"], settings={"deepcache": {"interval": 2}})
     assert dropped.settings == {} and dropped.config_label == "bf16", (
         "settings of a technique not asked for are dropped"
