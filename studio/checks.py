@@ -58,6 +58,11 @@ def boolean(name: str, value: Any) -> bool:
     raise ValidationError(f"{name} must be true or false, not {value!r}.")
 
 
+def typed(value: Any) -> str:
+    """A setting's value as a user types it back (`boolean` reads it): true and false, not Python's True."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def one_of(name: str, value: Any, allowed: tuple) -> Any:
     """One of `allowed`, compared as text (so '2' matches 2)."""
     matches = [a for a in allowed if str(a) == str(value).strip()]

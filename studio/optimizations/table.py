@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from studio import checks
 from studio.optimizations import REGISTRY
 from studio.optimizations.denoiser import kind as denoisers
 
@@ -37,7 +38,7 @@ def markdown() -> str:
     """One row per technique: name, group, what it needs, its settings with defaults, what it does."""
     lines = ["| technique | group | needs | settings (default) | what it does |", "|---|---|---|---|---|"]
     for name, opt in REGISTRY.items():
-        settings = ", ".join(f"`{k}`={v}" for k, v in opt.defaults.items()) or "–"
+        settings = ", ".join(f"`{k}`={checks.typed(v)}" for k, v in opt.defaults.items()) or "–"
         lines.append(f"| `{name}` | {opt.group} | {_needs(opt.requires)} | {settings} | {opt.description} |")
     return "\n".join(lines)
 

@@ -57,12 +57,11 @@ class GenerationRequest:
     def config_label(self) -> str:
         """'bf16+deepcache[interval=2]': the techniques in order, with the settings given for them."""
 
-        def shown(value: Any) -> str:
-            return str(value).lower() if isinstance(value, bool) else str(value)  # as typed: vae=false
-
         def named(o: str) -> str:
             given = self.settings.get(o)
-            return f"{o}[{','.join(f'{k}={shown(v)}' for k, v in sorted(given.items()))}]" if given else o
+            return (
+                f"{o}[{','.join(f'{k}={checks.typed(v)}' for k, v in sorted(given.items()))}]" if given else o
+            )
 
         return "+".join(named(o) for o in self.opts) or "baseline"
 
