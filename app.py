@@ -7,10 +7,4 @@ from studio.ui import build_demo, launch_kwargs
 demo = build_demo()
 
 if __name__ == "__main__":
-    import os
-
-    demo.launch(
-        server_name=os.environ.get("STUDIO_HOST", "127.0.0.1"),
-        server_port=int(os.environ.get("STUDIO_PORT", "7860")),
-        **launch_kwargs(),
-    )
+    demo.launch(**launch_kwargs())

@@ -166,3 +166,19 @@ def test_client_disconnect_mid_run_is_logged_cancelled_and_frees_the_slot(server
     start = time.monotonic()
     health = Client(server.url, verbose=False).predict(*gen_args(), api_name="/generate")
     assert health[2]["latency_s"] > 0 and time.monotonic() - start < 60, "the slot must be free again"
+
+
+def test_it_listens_where_the_studio_or_a_space_says(monkeypatch):
+    """STUDIO_HOST/STUDIO_PORT first; else Gradio's GRADIO_SERVER_NAME/PORT (a Hugging Face Space sets
+    0.0.0.0: listening on 127.0.0.1 there, the Space would never answer); else this machine only, on 7860."""
+    from studio.ui import launch_kwargs
+
+    for name in ("STUDIO_HOST", "STUDIO_PORT", "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert (launch_kwargs()["server_name"], launch_kwargs()["server_port"]) == ("127.0.0.1", 7860)
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7861")
+    assert (launch_kwargs()["server_name"], launch_kwargs()["server_port"]) == ("0.0.0.0", 7861)
+    monkeypatch.setenv("STUDIO_HOST", "127.0.0.2")
+    monkeypatch.setenv("STUDIO_PORT", "7999")
+    assert (launch_kwargs()["server_name"], launch_kwargs()["server_port"]) == ("127.0.0.2", 7999)
