@@ -10,6 +10,8 @@ another size, and the CPU plugin runs static shapes fastest), then optionally co
 - "full_int8": hybrid's quantization of a UNet whose Linear layers were first rewritten as 1x1
   convolutions over the tokens (`linears_as_convolutions`), so that they run in static int8 too, on the
   CPU plugin's int8 convolution kernels (its int8 matmul is no faster than fp32 on CPUs without VNNI).
+An fp32 model's 3x3 convolutions can be rewritten as Winograd's minimal filtering (`winograd_convolutions`):
+fewer multiplies, the same result to fp32 rounding, each shape's form timed on the CPU.
 Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
 `$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
 library versions, so a later process reads it back in a fraction of that.
