@@ -224,9 +224,13 @@ WINOGRAD = {
 
 
 def winograd_shape(op: Any) -> tuple[int, ...] | None:
-    """(N, C_in, C_out, H, W) of a Convolution Winograd's F(m, 3) can replace: a constant float 3x3 kernel,
+    """(N, C_in, C_out, H, W) of a Convolution Winograd's F(m, 3) can replace: fp32, a constant 3x3 kernel,
     stride and dilation 1, padding 1 on every side, static shapes; None for any other."""
-    if op.get_type_name() != "Convolution" or op.input_value(1).get_node().get_type_name() != "Constant":
+    if (
+        op.get_type_name() != "Convolution"
+        or op.input_value(1).get_node().get_type_name() != "Constant"
+        or op.get_output_element_type(0).get_type_name() != "f32"
+    ):
         return None
     attributes = op.get_attributes()
     kernel = op.input_value(1).get_partial_shape()
@@ -339,12 +343,7 @@ def winograd_convolutions(model: Any, choose: Callable[[tuple[int, ...]], int | 
     (2 or 4; None keeps the direct convolution). The same products and sums up to fp32 rounding (the
     transforms' constants add relative error of about 1e-5 for F(4, 3), 3e-6 for F(2, 3)). Returns the
     model (`winograd_counts` says how many convolutions became each F(m, 3))."""
-    found = [
-        (op, shape)
-        for op in model.get_ordered_ops()
-        if (shape := winograd_shape(op)) is not None
-        and op.get_output_element_type(0).get_type_name() == "f32"
-    ]
+    found = [(op, shape) for op in model.get_ordered_ops() if (shape := winograd_shape(op)) is not None]
     found.reverse()
     while found:  # popped: a replaced convolution and its weights are freed as the rewrite goes
         op, shape = found.pop()

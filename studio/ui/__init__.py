@@ -70,8 +70,8 @@ def launch_kwargs() -> dict[str, Any]:
     GRADIO_SERVER_NAME and GRADIO_SERVER_PORT, which a Hugging Face Space sets to 0.0.0.0 and 7860; else
     127.0.0.1:7860), theme and css (they live here in Gradio 6), the upload limit, and the MCP server (at
     /gradio_api/mcp/, unless STUDIO_MCP=0)."""
-    auth = os.environ.get("STUDIO_AUTH")
     env = os.environ.get
+    auth = env("STUDIO_AUTH")
     return {
         "server_name": env("STUDIO_HOST") or env("GRADIO_SERVER_NAME") or "127.0.0.1",
         "server_port": int(env("STUDIO_PORT") or env("GRADIO_SERVER_PORT") or 7860),
