@@ -158,6 +158,63 @@ def test_a_run_picks_its_models_in_order_its_techniques_and_the_ladders_compile_
             plan.from_args(plan.parser().parse_args([*args, *wrong]))
 
 
+def test_techniques_with_settings_are_measured_as_written(tmp_path):
+    args = ["--dry-run", "--with-compile", "--out", str(tmp_path), "--work", str(tmp_path), "--techniques"]
+    written = "torch_compile[regional=true],torch_compile[mode=max-autotune,dynamic=false],sdpa"
+    chosen = plan.from_args(plan.parser().parse_args([*args, written]))
+    assert chosen.techniques == (
+        "torch_compile[regional=true]",
+        "torch_compile[mode=max-autotune,dynamic=false]",
+        "sdpa",
+    )
+    request = common.base_request(chosen, chosen.models[0])
+    todo, _ = techniques.candidates(chosen, chosen.models[0], request)
+    assert [(name, r.settings) for name, r in todo] == [
+        ("torch_compile[regional=true]", {"torch_compile": {"regional": True}}),
+        (
+            "torch_compile[mode=max-autotune,dynamic=false]",
+            {"torch_compile": {"mode": "max-autotune", "dynamic": "false"}},
+        ),
+        ("sdpa", {}),
+    ]
+    for wrong in ("torch_compile[regional=true]+sdpa", "sdpa[", "warp_drive[speed=9]"):
+        with pytest.raises(SystemExit, match="unknown techniques"):
+            plan.from_args(plan.parser().parse_args([*args, wrong]))
+
+
+def test_each_compiled_rung_is_measured_beside_fp32_on_its_own(tmp_path, monkeypatch):
+    """A compile the machine's limit cuts off costs its own row only; `--rungs compiled` skips the eager
+    rungs but fp32, which each compiled rung is measured against."""
+    args = ["--dry-run", "--with-compile", "--out", str(tmp_path), "--work", str(tmp_path)]
+    sweeps = []
+
+    def measure(studio, chosen, planned, why):
+        labels = [step.rung.label for step, _ in planned]
+        sweeps.append(labels)
+        if labels[-1] == "torch.compile max-autotune":
+            why[labels[-1]] = "failed: the compile ran out of memory"
+            return {}
+        return {
+            label: {"config": label, "latency_s": 1.0 / (i + 1), "status": "ok"}
+            for i, label in enumerate(labels)
+        }
+
+    monkeypatch.setattr(ladder, "_measure", measure)
+    results = type("Results", (), {"put": lambda self, *a: None})()
+    for rungs in ("all", "compiled"):
+        sweeps.clear()
+        chosen = plan.from_args(plan.parser().parse_args([*args, "--rungs", rungs]))
+        rows = {r["step"]: r for r in ladder.measure(chosen, chosen.models[0], None, results)}
+        fp32 = sweeps[0][0]
+        assert len(sweeps) == (3 if rungs == "all" else 2) and [len(s) for s in sweeps[-2:]] == [2, 2]
+        assert "SDPA" in sweeps[0] if rungs == "all" else "SDPA" not in sum(sweeps, [])
+        assert [s[-1] for s in sweeps[-2:]] == ["torch.compile max-autotune", "CUDA graphs (reduce-overhead)"]
+        assert all(s[0] == fp32 for s in sweeps) and rows[fp32]["status"] == "ok"
+        assert rows["CUDA graphs (reduce-overhead)"]["status"] == "ok"
+        assert "out of memory" in rows["torch.compile max-autotune"]["error"]
+        assert ("compiled rungs only" in (rows["SDPA"].get("error") or "")) == (rungs == "compiled")
+
+
 def test_techniques_are_measured_against_the_plans_baseline_not_against_no_technique(tmp_path):
     chosen = plan.from_args(
         plan.parser().parse_args(["--dry-run", "--out", str(tmp_path), "--work", str(tmp_path)])

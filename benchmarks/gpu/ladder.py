@@ -3,9 +3,10 @@ fp16 -> channels last -> traced UNet -> SDPA -> torch.compile (max-autotune unle
 mode) -> CUDA graphs (reduce-overhead), cumulative.
 
 The rungs are `studio.sweeps.ladder.Rung`s with settings; a rung that cannot run here is skipped with the
-reason (`studio.sweeps.ladder.choose`). Two sweeps through the engine's sweep helper, each with the fp32 rung
-first and every speedup against it in the same rounds: the eager rungs, then the compiled ones, so that a
-compile that runs past the machine's time limit does not take the eager figures with it.
+reason (`studio.sweeps.ladder.choose`). Sweeps through the engine's sweep helper, each with the fp32 rung
+first and every speedup against it in the same rounds: the eager rungs together, then each compiled rung on
+its own, so that a compile that runs past the machine's time limit takes neither the eager figures nor
+another compiled rung's with it. `--rungs compiled` climbs the compiled rungs only (fp32 beside each).
 """
 
 from __future__ import annotations
@@ -110,21 +111,33 @@ def _rows(planned: list, measured: dict[str, dict], why: dict[str, str]) -> list
 
 
 def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> list[dict[str, Any]]:
-    """The ladder on one model plan; the records, one per rung, also in the results."""
+    """The ladder on one model plan; the records, one per rung, also in the results. The eager rungs in one
+    sweep (unless the plan climbs the compiled rungs only), then each compiled rung in a sweep of its own with
+    the fp32 rung, so that a compile the machine's limit cuts off costs only its own row."""
     planned = plan_rungs(plan, base_request(plan, model))
     section = {"model": model.model, "side": model.side, "steps": model.steps}
     runnable = [p for p in planned if p[1] is not None]
     eager = [p for p in runnable if "torch_compile" not in p[1].opts]
     compiled = [p for p in runnable if "torch_compile" in p[1].opts]
-    why = {step.rung.label: "not measured: the run ended before the compiled rungs" for step, _ in compiled}
-    measured = _measure(studio, plan, eager, why)
-    results.put("ladder", model.role, {**section, "rows": _rows(planned, measured, why)})
-    if compiled and plan.left() > 0:
-        more = _measure(studio, plan, [eager[0], *compiled], why)
-        more.pop(eager[0][0].rung.label, None)
+    why = {step.rung.label: "not measured: the run ended before this rung" for step, _ in compiled}
+    fp32 = eager[0][0].rung.label
+    if plan.rungs == "compiled":
+        skipped = "not run: the compiled rungs only (--rungs compiled)"
+        why.update({step.rung.label: skipped for step, _ in eager[1:]})
+        measured: dict[str, dict] = {}
+    else:
+        measured = _measure(studio, plan, eager, why)
+        results.put("ladder", model.role, {**section, "rows": _rows(planned, measured, why)})
+    for step, request in compiled:
+        if plan.left() <= 0:
+            why[step.rung.label] = "not run: out of time"
+            continue
+        more = _measure(studio, plan, [eager[0], (step, request)], why)
+        baseline = more.pop(fp32, None)
+        if baseline and fp32 not in measured:
+            measured[fp32] = baseline
         measured.update(more)
-    elif compiled:
-        why.update({step.rung.label: "not run: out of time" for step, _ in compiled})
+        results.put("ladder", model.role, {**section, "rows": _rows(planned, measured, why)})
     rows = _rows(planned, measured, why)
     results.put("ladder", model.role, {**section, "rows": rows})
     return rows

@@ -8,13 +8,16 @@ run there is recorded as unavailable with the registry's reason, like any techni
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studio.errors import ValidationError
 from studio.optimizations import REGISTRY
 from studio.optimizations.compile import MODES
+from studio.request import parse_config
 
 SECTIONS = ("memory", "compute-limit", "techniques", "ladder")  # per model, in this order; floors come last
 PROMPT = "a photo of an astronaut riding a horse on mars"
@@ -79,6 +82,7 @@ class Plan:
     seed: int = 1
     skip: dict[str, str] = field(default_factory=dict)  # technique -> why it is not measured in this run
     compile_mode: str = "max-autotune"  # the ladder's compiled rung
+    rungs: str = "all"  # the ladder's rungs: all, or compiled (each beside the fp32 rung)
     techniques: tuple[str, ...] = ()  # the techniques section measures only these ("combination" too); () all
 
     def left(self) -> float:
@@ -110,10 +114,17 @@ def parser() -> argparse.ArgumentParser:
         help="torch.compile mode of the ladder's compiled rung (max-autotune can take minutes to compile)",
     )
     p.add_argument(
+        "--rungs",
+        choices=("all", "compiled"),
+        default="all",
+        help="the ladder's rungs: all, or the compiled ones only (each beside the fp32 rung)",
+    )
+    p.add_argument(
         "--techniques",
         default="",
-        help="the techniques section measures only these, comma-separated ('combination': the model's "
-        "keep-the-math combination); default: every technique",
+        help="the techniques section measures only these, comma-separated, each with settings if given "
+        "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination); default: "
+        "every technique",
     )
     return p
 
@@ -136,8 +147,17 @@ def _chosen(models: tuple[ModelPlan, ...], roles: str, sections: str) -> tuple[M
 
 
 def _techniques(names: str) -> tuple[str, ...]:
-    chosen = tuple(n.strip() for n in names.split(",") if n.strip())
-    unknown = [n for n in chosen if n != "combination" and n not in REGISTRY]
+    """'sdpa,torch_compile[mode=max-autotune,regional=true]' -> each technique as written, checked against the
+    registry (commas inside brackets separate settings, not techniques)."""
+    chosen = tuple(n.strip() for n in re.split(r",(?![^\[]*\])", names) if n.strip())
+    unknown = []
+    for entry in (n for n in chosen if n != "combination"):
+        try:
+            parsed = parse_config(entry)[0]
+        except ValidationError as exc:
+            raise SystemExit(f"unknown techniques: {exc}") from exc
+        if len(parsed) != 1 or parsed[0] not in REGISTRY:
+            unknown.append(entry)
     if unknown:
         raise SystemExit(f"unknown techniques {unknown}; the registry's: {', '.join(REGISTRY)}")
     return chosen
@@ -166,5 +186,6 @@ def from_args(args: argparse.Namespace) -> Plan:
         prompt=DRY_PROMPT if small else PROMPT,
         skip=dict(DRY_SKIP) if small and not args.with_compile else {},
         compile_mode=args.compile_mode,
+        rungs=args.rungs,
         techniques=_techniques(args.techniques),
     )

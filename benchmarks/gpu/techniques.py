@@ -58,17 +58,19 @@ def configure(request: GenerationRequest, names: list[str]) -> GenerationRequest
 def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tuple[list, list[dict]]:
     """(technique, configured request) pairs to measure, and the records of the techniques that are not."""
     todo, rows = [], []
-    for name in REGISTRY:
-        if name in request.opts or (plan.techniques and name not in plan.techniques):
-            continue  # the baseline's own precision, or left out of this run (--techniques)
+    chosen = [t for t in plan.techniques if t != "combination"] if plan.techniques else list(REGISTRY)
+    for entry in chosen:  # a name, or a name with settings ('torch_compile[regional=true]')
+        name = parse_config(entry)[0][0]
+        if entry in request.opts:
+            continue  # the baseline's own precision
         why = reason(plan, request, name)
         if why:
-            rows.append(not_run(name, why, "unavailable", technique=name))
+            rows.append(not_run(entry, why, "unavailable", technique=entry))
             continue
         try:
-            todo.append((name, configure(request, [name])))
+            todo.append((entry, configure(request, [entry])))
         except StudioError as exc:
-            rows.append(not_run(name, str(exc), "unavailable", technique=name))
+            rows.append(not_run(entry, str(exc), "unavailable", technique=entry))
     members = [n for n in model.combination if not reason(plan, request, parse_config(n)[0][0])]
     if members and (not plan.techniques or "combination" in plan.techniques):
         dropped = [n for n in model.combination if n not in members]
