@@ -16,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 from PIL import Image
 
-from benchmarks.gpu import common, floors, kit, kit_build, ladder, merge, plan, techniques
+from benchmarks.gpu import autotune_cache, common, floors, kit, kit_build, ladder, merge, plan, techniques
 from benchmarks.gpu import report as gpu_report
 from studio import report as studio_report
 
@@ -200,7 +200,8 @@ def test_each_compiled_rung_is_measured_beside_fp32_on_its_own(tmp_path, monkeyp
         }
 
     monkeypatch.setattr(ladder, "_measure", measure)
-    results = type("Results", (), {"put": lambda self, *a: None})()
+    puts = []
+    results = type("Results", (), {"put": lambda self, *a: puts.append((list(sweeps), a[2]["rows"]))})()
     for rungs in ("all", "compiled"):
         sweeps.clear()
         chosen = plan.from_args(plan.parser().parse_args([*args, "--rungs", rungs]))
@@ -213,6 +214,10 @@ def test_each_compiled_rung_is_measured_beside_fp32_on_its_own(tmp_path, monkeyp
         assert rows["CUDA graphs (reduce-overhead)"]["status"] == "ok"
         assert "out of memory" in rows["torch.compile max-autotune"]["error"]
         assert ("compiled rungs only" in (rows["SDPA"].get("error") or "")) == (rungs == "compiled")
+        # a run the machine's limit stops mid-compile still reports every rung, measured or why not
+        first = next(rows for done, rows in puts if len(done) == len(sweeps) - 2)
+        assert [r["step"] for r in first] == list(rows)
+        puts.clear()
 
 
 def test_techniques_are_measured_against_the_plans_baseline_not_against_no_technique(tmp_path):
@@ -240,17 +245,44 @@ def test_techniques_are_measured_against_the_plans_baseline_not_against_no_techn
     assert first.split("|")[column].strip() == studio_report.seconds(rows[0]["latency_s"])
 
 
+def autotune_file(cache: dict) -> dict:
+    """One of inductor's local autotune cache files: the system timed, op -> shape -> choice timings."""
+    return {"system": {"device": {"name": "NVIDIA H100 80GB HBM3"}, "hash": "0a1b2c"}, "cache": cache}
+
+
+def test_autotuning_timings_carried_between_leases_merge_shape_by_shape(tmp_path):
+    earlier, later = tmp_path / "earlier", tmp_path / "later"
+    earlier.mkdir(), later.mkdir()
+    (earlier / "0a1b2c").write_text(json.dumps(autotune_file({"mm": {"a": {"c1": 1.0, "c2": 2.0}}})))
+    (later / "0a1b2c").write_text(
+        json.dumps(autotune_file({"mm": {"a": {"c1": 0.5}, "b": {"c1": 3.0}}, "conv": {"d": {"c": 1.0}}}))
+    )
+    assert autotune_cache.merge(later, earlier) == ["0a1b2c (NVIDIA H100 80GB HBM3): 3 shapes"]
+    assert json.loads((earlier / "0a1b2c").read_text())["cache"] == {
+        "mm": {"a": {"c1": 0.5, "c2": 2.0}, "b": {"c1": 3.0}},
+        "conv": {"d": {"c": 1.0}},
+    }
+    assert autotune_cache.merge(tmp_path / "empty", tmp_path / "out") == []
+    assert not (tmp_path / "out").exists(), "nothing timed, nothing returned"
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     """`bash benchmarks/gpu/run.sh --dry-run` once for the module: its $OUT, its output and results.json."""
     tmp = tmp_path_factory.mktemp("gpu-dry-run")
     out = tmp / "out"
+    carried = (
+        tmp / "carried"
+    )  # an earlier lease's autotuning timings, as benchmarks/gpu/autotune-cache holds them
+    carried.mkdir()
+    (carried / "0a1b2c").write_text(json.dumps(autotune_file({"mm": {"8192x320": {"0.5": 0.01}}})))
     env = {
         **os.environ,
         "OUT": str(out),
         "PYTHON": sys.executable,
         "OMP_NUM_THREADS": "1",
         "TMPDIR": str(tmp),
+        "GPU_AUTOTUNE_CACHE": str(carried),
     }
     done = subprocess.run(
         ["bash", "benchmarks/gpu/run.sh", "--dry-run"],
@@ -268,7 +300,9 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_writes_every_file_and_section(dry_run):
     out, stdout, data = dry_run
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["bench.log", "images.png", "results.json", "results.md", "tests.log"]
+    assert files == ["autotune-cache", "bench.log", "images.png", "results.json", "results.md", "tests.log"]
+    returned = json.loads((out / "autotune-cache" / "0a1b2c").read_text())
+    assert returned["cache"] == {"mm": {"8192x320": {"0.5": 0.01}}}, "the carried timings go back out"
     assert data["dry_run"] and data["status"] == "complete" and data["device"] == "cpu", data["notes"]
     for section in ("environment", "techniques", "memory", "ladder", "compute-limit", "floors"):
         assert data[section], f"{section} is empty"
@@ -292,7 +326,7 @@ def test_the_dry_run_measures_techniques_and_memory_or_says_why_not(dry_run):
         rows["torch_compile"]["status"] == "unavailable"
         and "--with-compile" in rows["torch_compile"]["error"]
     )
-    memory = {r["config"]: r for r in dry_run[2]["memory"]["sd15"]["rows"]}
+    memory = {r["technique"]: r for r in dry_run[2]["memory"]["sd15"]["rows"]}
     assert memory["baseline"]["peak_memory_mb"] > 0 and memory["model_cpu_offload"]["status"] == "unavailable"
 
 

@@ -127,7 +127,7 @@ def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> l
         measured: dict[str, dict] = {}
     else:
         measured = _measure(studio, plan, eager, why)
-        results.put("ladder", model.role, {**section, "rows": _rows(planned, measured, why)})
+    results.put("ladder", model.role, {**section, "rows": _rows(planned, measured, why)})
     for step, request in compiled:
         if plan.left() <= 0:
             why[step.rung.label] = "not run: out of time"

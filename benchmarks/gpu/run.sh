@@ -6,8 +6,10 @@
 # Installs the kit (.gpu-kit/, from `make gpu-kit`) into /tmp/site without network, prints the GPU, its driver,
 # torch and CUDA, runs the GPU tests (pytest -m gpu tests/gpu) and the GPU benchmark (python -m benchmarks.gpu;
 # options after the ones above go to it, e.g. --models sd15 --sections ladder), and writes into $OUT (./gpu-out
-# when unset): results.json, results.md, images.png, tests.log, bench.log. The benchmark stops starting new work
-# when its budget is spent and is interrupted before the 10-minute limit; what it measured is still written.
+# when unset): results.json, results.md, images.png, tests.log, bench.log, and autotune-cache/ (inductor's
+# autotuning timings, carried into the next run: benchmarks/gpu/autotune_cache.py). The benchmark stops
+# starting new work when its budget is spent and is interrupted before the 10-minute limit; what it measured is
+# still written.
 # --dry-run: the same on this CPU with the bundled model and small numbers (the kit install is skipped when
 # diffusers already imports).
 set -uo pipefail
@@ -33,6 +35,9 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 if [ "$DRY" = 1 ] && [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
 export HF_HUB_OFFLINE=1
+# inductor's autotuning timings: merged in from earlier leases, returned in $OUT/autotune-cache (autotune_cache.py)
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchinductor-studio}
+CARRIED_AUTOTUNE=${GPU_AUTOTUNE_CACHE:-benchmarks/gpu/autotune-cache}
 
 install_kit() {
   if [ "$DRY" = 1 ] && "$PY" -c "import diffusers" 2>/dev/null; then
@@ -87,6 +92,8 @@ run_bench() {
 
 install_kit
 describe
+"$PY" -m benchmarks.gpu.autotune_cache "$CARRIED_AUTOTUNE" "$TORCHINDUCTOR_CACHE_DIR/cache"
 [ "$PART" = bench ] || run_tests
 [ "$PART" = tests ] || run_bench
+"$PY" -m benchmarks.gpu.autotune_cache "$TORCHINDUCTOR_CACHE_DIR/cache" "$OUT/autotune-cache"
 ls -l "$OUT"

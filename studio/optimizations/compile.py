@@ -18,7 +18,8 @@ compiles again (studio.optimizations.inductor_cache).
 Modes (checked by TorchCompileSettings): "default"; "reduce-overhead" adds CUDA
 graphs, which inductor skips on a CPU (it then behaves as "default"); "max-autotune" also
 benchmarks GEMM/convolution templates while compiling, which on a CPU makes the first call
-take many minutes for a small gain.
+take many minutes for a small gain, and on an H100 took more than 8 minutes for SD 1.5's UNet
+at 512x512 (4-40 s per shape; docs/benchmarks.md).
 
 Settings for inference on a CPU (Intel's and PyTorch's recommended inductor options):
 - `dynamic`: "auto" is torch's default (the second input shape seen recompiles the graph with
@@ -189,8 +190,9 @@ register(
         description=(
             "Compile the UNet or transformer with torch.compile (inductor), whole or block by block "
             "(regional: the model's repeated blocks, as diffusers' compile_repeated_blocks); the first call "
-            "pays the compile time. Settings: mode, regional, dynamic (auto/true/false), "
-            "freezing and cpp_wrapper (inductor's CPU inference options)."
+            "pays the compile time (mode=max-autotune also times kernels for every matmul and convolution "
+            "shape: more than 8 minutes for SD 1.5's UNet on an H100). Settings: mode, regional, dynamic "
+            "(auto/true/false), freezing and cpp_wrapper (inductor's CPU inference options)."
         ),
         conflicts=("jit_trace_unet",),
         reversible=False,

@@ -36,7 +36,7 @@ def test_every_section_runs_on_the_gpu_with_small_numbers(tmp_path):
     assert len(measured) >= 10, [(r["technique"], r["status"], r["error"]) for r in rows]
     failed = [(r["technique"], r["error"]) for r in rows if r["status"] == "failed"]
     assert not failed, failed
-    memory = {r["config"]: r for r in data["memory"]["sd15"]["rows"]}
+    memory = {r["technique"]: r for r in data["memory"]["sd15"]["rows"]}
     assert memory["model_cpu_offload"]["status"] == "ok", memory["model_cpu_offload"]["error"]
     assert all(r["status"] in ("ok", "skipped") for r in data["ladder"]["sd15"]["rows"])
     assert data["compute-limit"]["sd15"]["fraction_of_peak"] > 0
