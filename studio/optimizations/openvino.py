@@ -47,9 +47,10 @@ class OpenVINOSettings(Settings):
     which int8 convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or AMX cannot
     saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable", or "auto"
     (all on such CPUs, NNCF's default elsewhere); `winograd` (fp32 with f32 inference): the 3x3
-    convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3) or F(2x2, 3x3), whichever this
-    CPU runs fastest for each shape, timed at the first call (the direct convolution where neither gains):
-    fewer multiplies, the same result to fp32 rounding."""
+    convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3) or F(2x2, 3x3), over the whole
+    image or (large images) in strips of rows that stay in the CPU's cache, whichever this CPU runs fastest
+    for each shape, timed at the first call (the direct convolution where none gains): fewer multiplies, the
+    same result to fp32 rounding."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
@@ -92,7 +93,7 @@ def overflow_fix(setting: str, cpu_flags: frozenset[str]) -> str:
 
 
 @functools.cache
-def fastest_convolution(shape: tuple[int, ...]) -> int | None:
+def fastest_convolution(shape: tuple[int, ...]) -> ovm.Form | None:
     """`openvino_models.fastest_convolution`, timed once per shape in a process."""
     return ovm.fastest_convolution(shape)
 
@@ -146,7 +147,7 @@ class OpenVINOPart(PerShapeModule):
             # the fp32 conversion's entry, rewritten: which shapes gain is timed, so depends on the CPU
             fp32 = model
             model = ovm.cached_model(
-                ovm.cache_key(**parts, winograd=True, cpu=devices.detect().cpu_model),
+                ovm.cache_key(**parts, winograd=ovm.CHOOSER, cpu=devices.detect().cpu_model),
                 lambda: ovm.winograd_convolutions(fp32, fastest_convolution),
                 self._stats,
             )
@@ -359,8 +360,8 @@ register(
             "convolutions) or full_int8 (the Linear layers too, as 1x1 int8 convolutions); "
             "inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs with AMX or "
             "AVX512-BF16; vae_int8 makes the VAE decoder static int8 too; winograd (fp32) computes the 3x3 "
-            "convolutions with fewer multiplies (Winograd's F(4x4,3x3) or F(2x2,3x3), each shape timed on "
-            "this CPU at the first call). On CPUs without VNNI "
+            "convolutions with fewer multiplies (Winograd's F(4x4,3x3) or F(2x2,3x3), whole or in strips of "
+            "rows, each shape timed on this CPU at the first call). On CPUs without VNNI "
             "or AMX every int8 convolution gets 7-bit weights (overflow_fix=auto), so the int16 sums there "
             "cannot saturate. The first call of each size converts (and calibrates) and is cached on disk."
         ),

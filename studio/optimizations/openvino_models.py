@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -249,30 +250,37 @@ def winograd_shape(op: Any) -> tuple[int, ...] | None:
     return (n, c, out, h, w) if plain and (kh, kw) == (3, 3) else None
 
 
-def winograd_convolution(source: Any, weight: Any, m: int) -> Any:
-    """`source` [N, C, H, W] (H and W multiples of m) convolved with `weight` [C_out, C, 3, 3] (a numpy
-    array; stride 1, padding 1) by F(m x m, 3 x 3), built of the CPU plugin's fast nodes: the input
-    transform B^T d B as a stride-m convolution of each channel alone (one input channel, a*a fixed
-    kernels), the products as one batched MatMul per tile position ([C_out, C] by [C, tiles]), the output
-    transform A^T M A as a 1x1 convolution to m*m values and DepthToSpace. Returns the output node."""
+# A form of a 3x3 convolution: Winograd's F(m, 3) over the whole image (rows None) or in horizontal strips
+# of `rows` output rows, each strip's transformed tiles small enough to stay in the CPU's cache (on the AVX2
+# EPYC, SD 1.5's VAE decoder's 256x256 convolutions ran 1.4x faster in strips of 8 rows than whole).
+Form = tuple[int, int | None]
+STRIP_ROWS = 8
+FORMS: tuple[Form, ...] = ((2, None), (4, None), (4, STRIP_ROWS))
+MARGIN = 0.9  # a Winograd form replaces the direct convolution only when it takes under 90% of its time
+CHOOSER = {"forms": FORMS, "margin": MARGIN}  # part of a rewritten model's cache key
+
+
+def _winograd_tiles(source: Any, u: Any, m: int, out: int, pad: int) -> Any:
+    """F(m, 3) of `source` [N, C, H, W] with the transformed weights `u` [a*a, C_out, C] (a shared constant
+    node): padding 1 on every side, or none (`pad` 0: `source` carries its border, so the output is 2
+    smaller)."""
     ops = importlib.import_module(f"{openvino().__name__}.opset13")
-    bt, g, at = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
+    bt, _, at = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
     a = m + 2
     n, c, h, w = (d.get_length() for d in source.get_partial_shape())
-    out = weight.shape[0]
-    tiles = (h // m) * (w // m)
-    u = (g @ weight.astype(np.float64) @ g.T).transpose(2, 3, 0, 1).reshape(a * a, out, c)  # G g G^T
+    oh, ow = h - 2 + 2 * pad, w - 2 + 2 * pad
+    tiles = (oh // m) * (ow // m)
     inward = np.einsum("ki,lj->klij", bt, bt).reshape(a * a, 1, a, a)
     outward = np.einsum("xk,yl->xykl", at, at).reshape(m * m, a * a, 1, 1)
     planes = ops.reshape(source, [n * c, 1, h, w], False)
     v = ops.convolution(
-        planes, ops.constant(inward.astype(np.float32)), [m, m], [1, 1], [a - m - 1] * 2, [1, 1]
+        planes, ops.constant(inward.astype(np.float32)), [m, m], [pad, pad], [(a - m - 1) * pad] * 2, [1, 1]
     )
     v = ops.transpose(ops.reshape(v, [n, c, a * a, tiles], False), ops.constant(np.array([0, 2, 1, 3])))
-    products = ops.matmul(ops.constant(u.astype(np.float32)), v, False, False)  # [N, a*a, C_out, tiles]
+    products = ops.matmul(u, v, False, False)  # [N, a*a, C_out, tiles]
     products = ops.transpose(products, ops.constant(np.array([0, 2, 1, 3])))
     blocks = ops.convolution(
-        ops.reshape(products, [n * out, a * a, h // m, w // m], False),
+        ops.reshape(products, [n * out, a * a, oh // m, ow // m], False),
         ops.constant(outward.astype(np.float32)),
         [1, 1],
         [0, 0],
@@ -280,38 +288,68 @@ def winograd_convolution(source: Any, weight: Any, m: int) -> Any:
         [1, 1],
     )
     image = ops.depth_to_space(blocks, "depth_first", m)
-    return ops.reshape(image, [n, out, h, w], False)
+    return ops.reshape(image, [n, out, oh, ow], False)
 
 
-def fastest_convolution(shape: tuple[int, ...], calls: int = 5) -> int | None:
-    """Which of the direct convolution (None), F(2, 3) and F(4, 3) runs a 3x3 convolution of `shape`
-    (N, C_in, C_out, H, W) fastest on this CPU, as part of a network: each compiled alone as the technique
-    compiles (f32) and run on random data, interleaved, timed by the plugin's own counters, the best of
-    `calls` each. Inside a network the direct convolution gets its input in the plugin's blocked layout from
-    its neighbours and hands its output on so, while a Winograd form needs the plain layout in and out; so
-    the direct one counts without the reorders it pays alone, and a Winograd form with them added. A Winograd
-    form is chosen only when it is at least 10% faster: that estimate is rough (SD 1.5's VAE decoder ran
-    faster with its 256x256 convolutions left direct, 6% ahead alone), and a close call keeps the direct
-    convolution."""
+def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = None) -> Any:
+    """`source` [N, C, H, W] (H and W multiples of m) convolved with `weight` [C_out, C, 3, 3] (a numpy
+    array; stride 1, padding 1) by F(m x m, 3 x 3), built of the CPU plugin's fast nodes: the input
+    transform B^T d B as a stride-m convolution of each channel alone (one input channel, a*a fixed
+    kernels), the products as one batched MatMul per tile position ([C_out, C] by [C, tiles]), the output
+    transform A^T M A as a 1x1 convolution to m*m values and DepthToSpace. With `rows` (a multiple of m
+    dividing H), the image padded once and cut into strips of `rows` output rows (each with its two border
+    rows), each strip transformed, multiplied and transformed back alone, then joined. Returns the output
+    node."""
+    ops = importlib.import_module(f"{openvino().__name__}.opset13")
+    _, g, _ = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
+    a = m + 2
+    c, h = (source.get_partial_shape()[i].get_length() for i in (1, 2))
+    out = weight.shape[0]
+    u = (g @ weight.astype(np.float64) @ g.T).transpose(2, 3, 0, 1).reshape(a * a, out, c)  # G g G^T
+    u = ops.constant(u.astype(np.float32))
+    if rows is None or rows >= h:
+        return _winograd_tiles(source, u, m, out, pad=1)
+    border = ops.constant(np.array([0, 0, 1, 1]))
+    padded = ops.pad(source, border, border, "constant")
+    strips = []
+    for top in range(0, h, rows):
+        strip = ops.slice(padded, *(ops.constant(np.array(x)) for x in ([top], [top + rows + 2], [1], [2])))
+        strips.append(_winograd_tiles(strip.output(0), u, m, out, pad=0))
+    return ops.concat(strips, 2)
+
+
+def fits(form: Form, h: int, w: int) -> bool:
+    """Whether a form's tiles (and strips) divide an H x W image."""
+    m, rows = form
+    return not (h % m or w % m) and (rows is None or (rows % m == 0 and h % rows == 0 and h > rows))
+
+
+def fastest_convolution(shape: tuple[int, ...], calls: int = 5) -> Form | None:
+    """Which of the direct convolution (None) and the `FORMS` of Winograd's (F(2, 3), F(4, 3), F(4, 3) in
+    strips) runs a 3x3 convolution of `shape` (N, C_in, C_out, H, W) fastest on this CPU, as part of a
+    network: each compiled alone as the technique compiles (f32) and run on random data, interleaved, timed by
+    the plugin's own counters, the best of `calls` each. Inside a network the direct convolution gets its
+    input in the plugin's blocked layout from its neighbours and hands its output on so, while a Winograd
+    form needs the plain layout in and out; so the direct one counts without the reorders it pays alone, and
+    a Winograd form with them added. A Winograd form is chosen only when it takes under `MARGIN` of the
+    direct one's time: the estimate is rough, and a close call keeps the direct convolution."""
     ov = openvino()
     ops = importlib.import_module(f"{ov.__name__}.opset13")
     n, c, out, h, w = shape
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal((out, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)
     data = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    variants: dict[int | None, Any] = {}
-    for m in (None, 2, 4):
-        if m is not None and (h % m or w % m):
-            continue
+    variants: dict[Form | None, Any] = {}
+    for form in (None, *(f for f in FORMS if fits(f, h, w))):
         source = ops.parameter([n, c, h, w], np.float32)
         node = (
             ops.convolution(source, ops.constant(weight), [1, 1], [1, 1], [1, 1], [1, 1])
-            if m is None
-            else winograd_convolution(source.output(0), weight, m)
+            if form is None
+            else winograd_convolution(source.output(0), weight, *form)
         )
         model = ov.Model([node], [source])
-        variants[m] = compile_for_cpu(model, "f32", profile=True).create_infer_request()
-    best: dict[int | None, float] = dict.fromkeys(variants, math.inf)
+        variants[form] = compile_for_cpu(model, "f32", profile=True).create_infer_request()
+    best: dict[Form | None, float] = dict.fromkeys(variants, math.inf)
     for request in variants.values():
         request.infer([data])  # warm-up
     for _ in range(calls):
@@ -319,11 +357,10 @@ def fastest_convolution(shape: tuple[int, ...], calls: int = 5) -> int | None:
             request.infer([data])
         reorders, own = _split_reorders(variants[None])
         best[None] = min(best[None], own)
-        for m in (2, 4):
-            if m in variants:
-                best[m] = min(best[m], sum(_split_reorders(variants[m])) + reorders)
-    fastest = min(best, key=lambda m: best[m])
-    return fastest if best[fastest] < 0.9 * best[None] else None
+        for form in variants.keys() - {None}:
+            best[form] = min(best[form], sum(_split_reorders(variants[form])) + reorders)
+    fastest = min(best, key=lambda f: best[f])
+    return fastest if best[fastest] < MARGIN * best[None] else None
 
 
 def _split_reorders(request: Any) -> tuple[float, float]:
@@ -338,21 +375,31 @@ def _split_reorders(request: Any) -> tuple[float, float]:
     return reorders, rest
 
 
-def winograd_convolutions(model: Any, choose: Callable[[tuple[int, ...]], int | None]) -> Any:
-    """Rewrites, in place, each 3x3 convolution `winograd_shape` accepts as F(m, 3) with m = `choose(shape)`
-    (2 or 4; None keeps the direct convolution). The same products and sums up to fp32 rounding (the
-    transforms' constants add relative error of about 1e-5 for F(4, 3), 3e-6 for F(2, 3)). Returns the
-    model (`winograd_counts` says how many convolutions became each F(m, 3))."""
+def _form_name(form: Form) -> str:
+    m, rows = form
+    return f"F({m},3)" if rows is None else f"F({m},3) in strips of {rows} rows"
+
+
+def _form_suffix(form: Form) -> str:
+    m, rows = form
+    return f"/winograd_f{m}" if rows is None else f"/winograd_f{m}_strips{rows}"
+
+
+def winograd_convolutions(model: Any, choose: Callable[[tuple[int, ...]], Form | None]) -> Any:
+    """Rewrites, in place, each 3x3 convolution `winograd_shape` accepts in the form `choose(shape)` says
+    ((m, rows): F(m, 3), whole or in strips; None keeps the direct convolution). The same products and sums
+    up to fp32 rounding (the transforms' constants add relative error of about 1e-5 for F(4, 3), 3e-6 for
+    F(2, 3)). Returns the model (`winograd_counts` says how many convolutions took each form)."""
     found = [(op, shape) for op in model.get_ordered_ops() if (shape := winograd_shape(op)) is not None]
     found.reverse()
     while found:  # popped: a replaced convolution and its weights are freed as the rewrite goes
         op, shape = found.pop()
-        m = choose(shape)
-        if m is None or shape[3] % m or shape[4] % m:
+        form = choose(shape)
+        if form is None or not fits(form, shape[3], shape[4]):
             continue
         weight = op.input_value(1).get_node().get_data()
-        replacement = winograd_convolution(op.input_value(0), weight, m)
-        replacement.set_friendly_name(f"{op.get_friendly_name()}/winograd_f{m}")
+        replacement = winograd_convolution(op.input_value(0), weight, *form)
+        replacement.set_friendly_name(op.get_friendly_name() + _form_suffix(form))
         op.output(0).replace(replacement.output(0))
         del op, weight, replacement
     model.validate_nodes_and_infer_types()
@@ -360,13 +407,13 @@ def winograd_convolutions(model: Any, choose: Callable[[tuple[int, ...]], int | 
 
 
 def winograd_counts(model: Any) -> dict[str, int]:
-    """How many convolutions of `model` (rewritten now, or read back from the cache) are each F(m, 3)."""
+    """How many convolutions of `model` (rewritten now, or read back from the cache) took each form."""
     counts: dict[str, int] = {}
     for op in model.get_ops():
-        name = op.get_friendly_name()
-        for m in WINOGRAD:
-            if name.endswith(f"/winograd_f{m}"):
-                counts[f"F({m},3)"] = counts.get(f"F({m},3)", 0) + 1
+        found = re.search(r"/winograd_f(\d+)(?:_strips(\d+))?$", op.get_friendly_name())
+        if found:
+            name = _form_name((int(found[1]), int(found[2]) if found[2] else None))
+            counts[name] = counts.get(name, 0) + 1
     return counts
 
 

@@ -177,7 +177,7 @@ def test_winograd_computes_the_3x3_convolutions_and_leaves_the_others(m):
     ).eval()
     x = torch.randn(2, 3, 16, 24)  # not square; after the strided one 8x12
     model = ovm.convert(layers, (x,))
-    counts = ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: m))
+    counts = ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: (m, None)))
     assert counts == {f"F({m},3)": 3}, counts
     kinds = [op.get_type_name() for op in model.get_ordered_ops()]
     assert kinds.count("DepthToSpace") == 3 and kinds.count("MatMul") == 3
@@ -186,15 +186,49 @@ def test_winograd_computes_the_3x3_convolutions_and_leaves_the_others(m):
     assert np.abs(out - expected).max() < 1e-4 * np.abs(expected).max()
 
 
-def test_winograd_is_timed_per_shape_and_fits_the_shape():
-    """The chooser answers the direct convolution (None), F(2, 3) or F(4, 3), never a tile that does not
-    divide the image, and the rewrite keeps a convolution its choice says to keep."""
+@pytest.mark.parametrize("m", [2, 4])
+def test_winograd_in_strips_computes_the_same_convolution(m):
+    """In strips of 8 output rows (the image padded once, each strip cut with its border rows), F(m, 3) gives
+    the 3x3 convolution's result to fp32 rounding, top and bottom rows included; the strips share one copy
+    of the transformed weights; an image the strips do not divide keeps the direct convolution."""
     import torch
 
     from studio.optimizations import openvino_models as ovm
 
-    assert ovm.fastest_convolution((1, 8, 8, 6, 6), calls=2) in (None, 2)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(6, 10, 3, padding=1).eval()
+    x = torch.randn(2, 6, 24, 16)  # three strips of 8 rows
+    model = ovm.convert(conv, (x,))
+    counts = ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: (m, 8)))
+    assert counts == {f"F({m},3) in strips of 8 rows": 1}, counts
+    kinds = [op.get_type_name() for op in model.get_ordered_ops()]
+    assert kinds.count("MatMul") == 3 and kinds.count("Slice") == 3 and kinds.count("Concat") == 1
+    weights = [
+        op
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant" and list(op.shape) == [(m + 2) ** 2, 10, 6]
+    ]
+    assert len(weights) == 1, "one transformed weight tensor for every strip"
+    out = ovm.compile_for_cpu(model, "f32").create_infer_request().infer([x.numpy()])[0]
+    expected = conv(x).detach().numpy()
+    assert np.abs(out - expected).max() < 1e-4 * np.abs(expected).max()
+    odd = ovm.convert(conv, (torch.randn(1, 6, 12, 16),))  # 12 rows: strips of 8 do not divide them
+    assert ovm.winograd_counts(ovm.winograd_convolutions(odd, lambda shape: (m, 8))) == {}
+
+
+def test_winograd_is_timed_per_shape_and_fits_the_shape():
+    """The chooser answers the direct convolution (None) or one of Winograd's forms, never a tile or strip
+    that does not divide the image, and the rewrite keeps a convolution its choice says to keep."""
+    import torch
+
+    from studio.optimizations import openvino_models as ovm
+
+    assert ovm.fastest_convolution((1, 8, 8, 6, 6), calls=2) in (None, (2, None))
     assert ovm.fastest_convolution((1, 7, 7, 5, 5), calls=1) is None, "neither tile fits 5x5"
+    assert ovm.fastest_convolution((1, 8, 8, 16, 12), calls=1) in (None, *ovm.FORMS)
+    assert [f for f in ovm.FORMS if ovm.fits(f, 12, 16)] == [(2, None), (4, None)], (
+        "8-row strips: not 12 rows"
+    )
     conv = torch.nn.Conv2d(4, 4, 3, padding=1).eval()
     model = ovm.convert(conv, (torch.randn(1, 4, 8, 8),))
     assert ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: None)) == {}
@@ -207,7 +241,7 @@ def test_winograd_draws_the_same_image_and_says_what_it_rewrote(manager, baselin
     the rewritten convolutions per part; other settings are refused before anything runs."""
     from studio.optimizations import openvino as technique
 
-    monkeypatch.setattr(technique, "fastest_convolution", lambda shape: 2)
+    monkeypatch.setattr(technique, "fastest_convolution", lambda shape: (2, None))
     images, prepared = tiny.run(manager, openvino(winograd=True))
     stats = prepared.ctx.stats
     assert (
