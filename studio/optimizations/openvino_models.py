@@ -252,10 +252,9 @@ def winograd_shape(op: Any) -> tuple[int, ...] | None:
 
 # A form of a 3x3 convolution: Winograd's F(m, 3) over the whole image (rows None) or in horizontal strips
 # of `rows` output rows, each strip's transformed tiles small enough to stay in the CPU's cache (on the AVX2
-# EPYC, SD 1.5's VAE decoder's 256x256 convolutions ran 1.4x faster in strips of 8 rows than whole).
+# EPYC, SD 1.5's VAE decoder at 256x256 ran 1.2-1.3x faster with its 128x128 and larger layers in strips).
 Form = tuple[int, int | None]
-STRIP_ROWS = 8
-FORMS: tuple[Form, ...] = ((2, None), (4, None), (4, STRIP_ROWS))
+FORMS: tuple[Form, ...] = ((2, None), (4, None), (4, 8), (4, 4))
 MARGIN = 0.9  # a Winograd form replaces the direct convolution only when it takes under 90% of its time
 CHOOSER = {"forms": FORMS, "margin": MARGIN}  # part of a rewritten model's cache key
 
