@@ -259,28 +259,25 @@ MARGIN = 0.9  # a Winograd form replaces the direct convolution only when it tak
 CHOOSER = {"forms": FORMS, "margin": MARGIN}  # part of a rewritten model's cache key
 
 
-def _winograd_tiles(source: Any, u: Any, m: int, out: int, pad: int) -> Any:
-    """F(m, 3) of `source` [N, C, H, W] with the transformed weights `u` [a*a, C_out, C] (a shared constant
-    node): padding 1 on every side, or none (`pad` 0: `source` carries its border, so the output is 2
-    smaller)."""
+def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: int) -> Any:
+    """F(m, 3) of `source` [N, C, H, W] with `transforms` (constant nodes, shared by every strip): the input
+    transform's kernels, the transformed weights [a*a, C_out, C] and the output transform's kernels; padding 1
+    on every side, or none (`pad` 0: `source` carries its border, so the output is 2 smaller)."""
     ops = importlib.import_module(f"{openvino().__name__}.opset13")
-    bt, _, at = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
+    inward, u, outward = transforms
     a = m + 2
     n, c, h, w = (d.get_length() for d in source.get_partial_shape())
+    out = u.get_output_partial_shape(0)[1].get_length()
     oh, ow = h - 2 + 2 * pad, w - 2 + 2 * pad
     tiles = (oh // m) * (ow // m)
-    inward = np.einsum("ki,lj->klij", bt, bt).reshape(a * a, 1, a, a)
-    outward = np.einsum("xk,yl->xykl", at, at).reshape(m * m, a * a, 1, 1)
     planes = ops.reshape(source, [n * c, 1, h, w], False)
-    v = ops.convolution(
-        planes, ops.constant(inward.astype(np.float32)), [m, m], [pad, pad], [(a - m - 1) * pad] * 2, [1, 1]
-    )
+    v = ops.convolution(planes, inward, [m, m], [pad, pad], [(a - m - 1) * pad] * 2, [1, 1])
     v = ops.transpose(ops.reshape(v, [n, c, a * a, tiles], False), ops.constant(np.array([0, 2, 1, 3])))
     products = ops.matmul(u, v, False, False)  # [N, a*a, C_out, tiles]
     products = ops.transpose(products, ops.constant(np.array([0, 2, 1, 3])))
     blocks = ops.convolution(
         ops.reshape(products, [n * out, a * a, oh // m, ow // m], False),
-        ops.constant(outward.astype(np.float32)),
+        outward,
         [1, 1],
         [0, 0],
         [0, 0],
@@ -300,20 +297,26 @@ def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = No
     rows), each strip transformed, multiplied and transformed back alone, then joined. Returns the output
     node."""
     ops = importlib.import_module(f"{openvino().__name__}.opset13")
-    _, g, _ = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
+    bt, g, at = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
     a = m + 2
     c, h = (source.get_partial_shape()[i].get_length() for i in (1, 2))
-    out = weight.shape[0]
-    u = (g @ weight.astype(np.float64) @ g.T).transpose(2, 3, 0, 1).reshape(a * a, out, c)  # G g G^T
-    u = ops.constant(u.astype(np.float32))
+    u = (g @ weight.astype(np.float64) @ g.T).transpose(2, 3, 0, 1).reshape(a * a, weight.shape[0], c)
+    transforms = tuple(
+        ops.constant(x.astype(np.float32))
+        for x in (
+            np.einsum("ki,lj->klij", bt, bt).reshape(a * a, 1, a, a),  # B^T d B, per tile
+            u,  # G g G^T
+            np.einsum("xk,yl->xykl", at, at).reshape(m * m, a * a, 1, 1),  # A^T M A
+        )
+    )
     if rows is None or rows >= h:
-        return _winograd_tiles(source, u, m, out, pad=1)
+        return _winograd_tiles(source, transforms, m, pad=1)
     border = ops.constant(np.array([0, 0, 1, 1]))
     padded = ops.pad(source, border, border, "constant")
     strips = []
     for top in range(0, h, rows):
         strip = ops.slice(padded, *(ops.constant(np.array(x)) for x in ([top], [top + rows + 2], [1], [2])))
-        strips.append(_winograd_tiles(strip.output(0), u, m, out, pad=0))
+        strips.append(_winograd_tiles(strip.output(0), transforms, m, pad=0))
     return ops.concat(strips, 2)
 
 

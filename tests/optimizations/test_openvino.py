@@ -209,6 +209,10 @@ def test_winograd_in_strips_computes_the_same_convolution(m):
         if op.get_type_name() == "Constant" and list(op.shape) == [(m + 2) ** 2, 10, 6]
     ]
     assert len(weights) == 1, "one transformed weight tensor for every strip"
+    constants = [
+        op for op in model.get_ordered_ops() if op.get_type_name() == "Constant" and len(op.shape) >= 3
+    ]
+    assert len({tuple(op.shape) for op in constants}) == len(constants), "the transforms' kernels shared too"
     out = ovm.compile_for_cpu(model, "f32").create_infer_request().infer([x.numpy()])[0]
     expected = conv(x).detach().numpy()
     assert np.abs(out - expected).max() < 1e-4 * np.abs(expected).max()
