@@ -256,7 +256,9 @@ def winograd_shape(op: Any) -> tuple[int, ...] | None:
 Form = tuple[int, int | None]
 FORMS: tuple[Form, ...] = ((2, None), (4, None), (4, 8), (4, 4))
 MARGIN = 0.9  # a Winograd form replaces the direct convolution only when it takes under 90% of its time
-CHOOSER = {"forms": FORMS, "margin": MARGIN}  # part of a rewritten model's cache key
+# part of a rewritten model's cache key: a change to the chooser or to the graph the forms build (`products`
+# names its layout) builds the models again
+CHOOSER = {"forms": FORMS, "margin": MARGIN, "products": "images side by side"}
 
 
 def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: int) -> Any:
@@ -272,9 +274,11 @@ def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: 
     tiles = (oh // m) * (ow // m)
     planes = ops.reshape(source, [n * c, 1, h, w], False)
     v = ops.convolution(planes, inward, [m, m], [pad, pad], [(a - m - 1) * pad] * 2, [1, 1])
-    v = ops.transpose(ops.reshape(v, [n, c, a * a, tiles], False), ops.constant(np.array([0, 2, 1, 3])))
-    products = ops.matmul(u, v, False, False)  # [N, a*a, C_out, tiles]
-    products = ops.transpose(products, ops.constant(np.array([0, 2, 1, 3])))
+    # the batch's images side by side in one product per tile position: each transformed weight read once
+    v = ops.transpose(ops.reshape(v, [n, c, a * a, tiles], False), ops.constant(np.array([2, 1, 0, 3])))
+    products = ops.matmul(u, ops.reshape(v, [a * a, c, n * tiles], False), False, False)
+    products = ops.reshape(products, [a * a, out, n, tiles], False)  # then back to [N, C_out, a*a, tiles]
+    products = ops.transpose(products, ops.constant(np.array([2, 1, 0, 3])))
     blocks = ops.convolution(
         ops.reshape(products, [n * out, a * a, oh // m, ow // m], False),
         outward,
@@ -291,7 +295,7 @@ def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = No
     """`source` [N, C, H, W] (H and W multiples of m) convolved with `weight` [C_out, C, 3, 3] (a numpy
     array; stride 1, padding 1) by F(m x m, 3 x 3), built of the CPU plugin's fast nodes: the input
     transform B^T d B as a stride-m convolution of each channel alone (one input channel, a*a fixed
-    kernels), the products as one batched MatMul per tile position ([C_out, C] by [C, tiles]), the output
+    kernels), the products as one batched MatMul per tile position ([C_out, C] by [C, N*tiles]), the output
     transform A^T M A as a 1x1 convolution to m*m values and DepthToSpace. With `rows` (a multiple of m
     dividing H), the image padded once and cut into strips of `rows` output rows (each with its two border
     rows), each strip transformed, multiplied and transformed back alone, then joined. Returns the output
