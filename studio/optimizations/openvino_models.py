@@ -258,12 +258,12 @@ FORMS: tuple[Form, ...] = ((2, None), (4, None), (4, 8), (4, 4))
 MARGIN = 0.9  # a Winograd form replaces the direct convolution only when it takes under 90% of its time
 # part of a rewritten model's cache key: a change to the chooser or to the graph the forms build (`products`
 # names its layout) builds the models again
-CHOOSER = {"forms": FORMS, "margin": MARGIN, "products": "images side by side"}
+CHOOSER = {"forms": FORMS, "margin": MARGIN, "products": "images side by side, A^T M A by MatMul"}
 
 
 def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: int) -> Any:
     """F(m, 3) of `source` [N, C, H, W] with `transforms` (constant nodes, shared by every strip): the input
-    transform's kernels, the transformed weights [a*a, C_out, C] and the output transform's kernels; padding 1
+    transform's kernels, the transformed weights [a*a, C_out, C] and the output transform [m*m, a*a]; padding 1
     on every side, or none (`pad` 0: `source` carries its border, so the output is 2 smaller)."""
     ops = importlib.import_module(f"{openvino().__name__}.opset13")
     inward, u, outward = transforms
@@ -277,16 +277,12 @@ def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: 
     # the batch's images side by side in one product per tile position: each transformed weight read once
     v = ops.transpose(ops.reshape(v, [n, c, a * a, tiles], False), ops.constant(np.array([2, 1, 0, 3])))
     products = ops.matmul(u, ops.reshape(v, [a * a, c, n * tiles], False), False, False)
-    products = ops.reshape(products, [a * a, out, n, tiles], False)  # then back to [N, C_out, a*a, tiles]
-    products = ops.transpose(products, ops.constant(np.array([2, 1, 0, 3])))
-    blocks = ops.convolution(
-        ops.reshape(products, [n * out, a * a, oh // m, ow // m], False),
-        outward,
-        [1, 1],
-        [0, 0],
-        [0, 0],
-        [1, 1],
+    # the output transform on the products as they lie: [m*m, a*a] by [a*a, C_out*N*tiles]
+    blocks = ops.matmul(outward, ops.reshape(products, [a * a, out * n * tiles], False), False, False)
+    blocks = ops.transpose(
+        ops.reshape(blocks, [m * m, out, n, tiles], False), ops.constant(np.array([2, 1, 0, 3]))
     )
+    blocks = ops.reshape(blocks, [n, out * m * m, oh // m, ow // m], False)
     image = ops.depth_to_space(blocks, "depth_first", m)
     return ops.reshape(image, [n, out, oh, ow], False)
 
@@ -296,7 +292,7 @@ def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = No
     array; stride 1, padding 1) by F(m x m, 3 x 3), built of the CPU plugin's fast nodes: the input
     transform B^T d B as a stride-m convolution of each channel alone (one input channel, a*a fixed
     kernels), the products as one batched MatMul per tile position ([C_out, C] by [C, N*tiles]), the output
-    transform A^T M A as a 1x1 convolution to m*m values and DepthToSpace. With `rows` (a multiple of m
+    transform A^T M A as one MatMul to m*m values per tile and channel, then DepthToSpace. With `rows` (a multiple of m
     dividing H), the image padded once and cut into strips of `rows` output rows (each with its two border
     rows), each strip transformed, multiplied and transformed back alone, then joined. Returns the output
     node."""
@@ -310,7 +306,7 @@ def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = No
         for x in (
             np.einsum("ki,lj->klij", bt, bt).reshape(a * a, 1, a, a),  # B^T d B, per tile
             u,  # G g G^T
-            np.einsum("xk,yl->xykl", at, at).reshape(m * m, a * a, 1, 1),  # A^T M A
+            np.einsum("xk,yl->xykl", at, at).reshape(m * m, a * a),  # A^T M A
         )
     )
     if rows is None or rows >= h:
