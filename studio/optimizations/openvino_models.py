@@ -263,8 +263,8 @@ CHOOSER = {"forms": FORMS, "margin": MARGIN, "products": "images side by side, A
 
 def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: int) -> Any:
     """F(m, 3) of `source` [N, C, H, W] with `transforms` (constant nodes, shared by every strip): the input
-    transform's kernels, the transformed weights [a*a, C_out, C] and the output transform [m*m, a*a]; padding 1
-    on every side, or none (`pad` 0: `source` carries its border, so the output is 2 smaller)."""
+    transform's kernels, the transformed weights [a*a, C_out, C] and the output transform [m*m, a*a];
+    padding 1 on every side, or none (`pad` 0: `source` carries its border, so the output is 2 smaller)."""
     ops = importlib.import_module(f"{openvino().__name__}.opset13")
     inward, u, outward = transforms
     a = m + 2
@@ -292,10 +292,10 @@ def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = No
     array; stride 1, padding 1) by F(m x m, 3 x 3), built of the CPU plugin's fast nodes: the input
     transform B^T d B as a stride-m convolution of each channel alone (one input channel, a*a fixed
     kernels), the products as one batched MatMul per tile position ([C_out, C] by [C, N*tiles]), the output
-    transform A^T M A as one MatMul to m*m values per tile and channel, then DepthToSpace. With `rows` (a multiple of m
-    dividing H), the image padded once and cut into strips of `rows` output rows (each with its two border
-    rows), each strip transformed, multiplied and transformed back alone, then joined. Returns the output
-    node."""
+    transform A^T M A as one MatMul to m*m values per tile and channel, then DepthToSpace. With `rows` (a
+    multiple of m dividing H), the image padded once and cut into strips of `rows` output rows (each with its
+    two border rows), each strip transformed, multiplied and transformed back alone, then joined. Returns the
+    output node."""
     ops = importlib.import_module(f"{openvino().__name__}.opset13")
     bt, g, at = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
     a = m + 2
