@@ -283,8 +283,7 @@ def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: 
         ops.reshape(blocks, [m * m, out, n, tiles], False), ops.constant(np.array([2, 1, 0, 3]))
     )
     blocks = ops.reshape(blocks, [n, out * m * m, oh // m, ow // m], False)
-    image = ops.depth_to_space(blocks, "depth_first", m)
-    return ops.reshape(image, [n, out, oh, ow], False)
+    return ops.depth_to_space(blocks, "depth_first", m)  # [N, C_out, oh, ow]
 
 
 def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = None) -> Any:

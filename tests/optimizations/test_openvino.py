@@ -182,6 +182,15 @@ def test_winograd_computes_the_3x3_convolutions_and_leaves_the_others(m):
     kinds = [op.get_type_name() for op in model.get_ordered_ops()]
     # per rewritten convolution: the products and the output transform, each one MatMul
     assert kinds.count("DepthToSpace") == 3 and kinds.count("MatMul") == 6
+    # the batch's two images side by side in one product per tile position: [a*a, C_out, N*tiles]
+    products = [
+        list(op.get_output_shape(0))
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "MatMul" and len(op.get_output_shape(0)) == 3
+    ]
+    tiles, after_stride = (16 // m) * (24 // m), (8 // m) * (12 // m)
+    a2 = (m + 2) ** 2
+    assert products == [[a2, 16, 2 * tiles], [a2, 24, 2 * tiles], [a2, 8, 2 * after_stride]], products
     out = ovm.compile_for_cpu(model, "f32").create_infer_request().infer([x.numpy()])[0]
     expected = layers(x).detach().numpy()
     assert np.abs(out - expected).max() < 1e-4 * np.abs(expected).max()
