@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import os
 import threading
@@ -67,13 +68,24 @@ class Prepared:
     entry: LivePipeline
 
 
-def _clone(pipe: Any) -> Any:
-    """A pipeline whose torch modules are copies (same values, separate tensors); the rest is shared."""
+def _clone(pipe: Any, share_tensors: bool = False) -> Any:
+    """A pipeline whose torch modules are copies (same values, separate tensors; with `share_tensors` the
+    same tensors in copied modules, so swapping a submodule of the clone leaves the original's alone); the
+    rest is shared."""
     clone = copy.copy(pipe)
     for name, module in list(vars(pipe).items()):
         if isinstance(module, torch.nn.Module):
-            clone.__dict__[name] = copy.deepcopy(module)  # not setattr: that would re-register the config
+            tensors = itertools.chain(module.parameters(), module.buffers()) if share_tensors else ()
+            memo = {id(t): t for t in tensors}  # deepcopy takes what the memo holds as already copied
+            clone.__dict__[name] = copy.deepcopy(module, memo)  # not setattr: would re-register the config
     return clone
+
+
+def _shares_weights(request: GenerationRequest) -> bool:
+    """Whether a sweep's live pipeline for `request` may share the cached weights: every technique that
+    changes the pipeline only reads them (`Optimization.shares_weights`)."""
+    changing = [get(o) for o in request.opts if get(o).stage == "pipeline"]
+    return bool(changing) and all(o.shares_weights for o in changing)
 
 
 def _cache_key(request: GenerationRequest) -> tuple:
@@ -129,15 +141,18 @@ class PipelineManager:
 
     def model_bytes(self, request: GenerationRequest) -> int:
         """The bytes of weights and buffers a copy of `request`'s pipeline holds with its techniques applied
-        (loads it if needed): the weights, and the further copies some techniques keep."""
+        (loads it if needed): the weights, unless the copy shares them, and the further copies some
+        techniques keep."""
         entry, _ = self._entry(request)
         weights = weight_bytes(entry.base)
-        return int(weights * (1 + sum(get(o).copies(request.settings.get(o, {})) for o in request.opts)))
+        own = 0 if _shares_weights(request) else 1
+        return int(weights * (own + sum(get(o).copies(request.settings.get(o, {})) for o in request.opts)))
 
     @contextlib.contextmanager
     def own_pipelines(self, name: str) -> Iterator[None]:
         """For the block, `acquire(request, slot=...)` with a slot under `name` gets a live pipeline of its
-        own: a copy of the cached weights (no disk read), kept outside the cache, dropped when the block ends.
+        own: a copy of the cached weights (no disk read; shared, not copied, where every technique of the
+        slot's configuration only reads them), kept outside the cache, dropped when the block ends.
         """
         with self._lock:
             self._sweeps.add(name)
@@ -159,7 +174,7 @@ class PipelineManager:
         shared, _ = self._entry(request)
         with shared.lock:
             start = time.perf_counter()
-            base = _clone(shared.base)
+            base = _clone(shared.base, share_tensors=_shares_weights(request))
             entry = LivePipeline(
                 key=key, base=base, pipe=copy.copy(base), load_seconds=time.perf_counter() - start
             )

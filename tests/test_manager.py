@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 
 from pipelines import loader
 from studio.manager import PipelineManager
@@ -40,13 +41,32 @@ def baseline(manager):
 
 
 def test_a_sweep_counts_the_weight_copies_a_technique_keeps(manager):
-    """OpenVINO's compiled parts hold their own weights: a pipeline with it needs twice the bytes, more with
-    Winograd's larger convolution weights."""
+    """OpenVINO's compiled parts hold their own weights, more with Winograd's larger convolution weights, but
+    a sweep's pipeline for it shares the loaded ones (it only reads them): one copy's bytes, not two; with a
+    technique that may write the weights beside it, the pipeline copies them again."""
     plain = manager.model_bytes(request())
     assert plain > 0 and manager.model_bytes(request(["channels_last"])) == plain
-    assert manager.model_bytes(request(["openvino"])) == 2 * plain
+    assert manager.model_bytes(request(["openvino"])) == plain
     winograd = request(["openvino"], {"openvino": {"winograd": True}})
-    assert manager.model_bytes(winograd) == int(2.4 * plain)
+    assert manager.model_bytes(winograd) == int(1.4 * plain)
+    assert manager.model_bytes(request(["openvino", "vae_tiling"])) == 2 * plain
+
+
+def test_a_sweeps_own_pipeline_copies_the_weights_unless_its_techniques_only_read_them(manager):
+    """channels_last rewrites the weights' layout: its sweep pipeline holds tensors of its own. OpenVINO only
+    reads them: its sweep pipeline shares the loaded tensors but not the modules, so what it swaps in (the
+    VAE's decoder) stays out of the shared pipeline."""
+    loaded, _ = manager._entry(request())
+    with manager.own_pipelines("sweep-own"):
+        copied, _ = manager._slot_entry(request(["channels_last"]), ("sweep-own", "channels_last"))
+        shared, _ = manager._slot_entry(request(["openvino"]), ("sweep-own", "openvino"))
+    base_weight = loaded.base.unet.conv_in.weight
+    assert copied.base.unet.conv_in.weight.data_ptr() != base_weight.data_ptr()
+    assert torch.equal(copied.base.unet.conv_in.weight, base_weight)
+    assert shared.base.unet.conv_in.weight is base_weight
+    assert shared.base.vae is not loaded.base.vae and shared.base.vae.decoder is not loaded.base.vae.decoder
+    shared.base.vae.decoder = torch.nn.Identity()
+    assert isinstance(loaded.base.vae.decoder, type(copied.base.vae.decoder)), "the swap stayed in the copy"
 
 
 def test_vae_tiling_changes_little_and_reverts(manager):

@@ -111,6 +111,10 @@ class Optimization:
     # model): what a sweep must count to keep a copy of the pipeline for it; a function of the technique's
     # settings where they change it (`copies`).
     weight_copies: float | Callable[[Settings], float] = 0.0
+    # Whether `apply` only reads the loaded weights (converts them into a runtime of its own, wraps or swaps
+    # modules) and never writes a tensor: then a sweep's live pipeline for it shares the cached weights and
+    # copies only the modules around them, and counts only `weight_copies`.
+    shares_weights: bool = False
     settings: type[Settings] = Settings
     # Why a requirement matters to this technique, by its kind ("family", "accelerator", ...), as words after
     # its name ("has no convolutions to speed up in a transformer"); the requirement's own reason follows.

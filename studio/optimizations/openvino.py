@@ -382,6 +382,7 @@ register(
         ),
         reversible=False,
         weight_copies=copies,
+        shares_weights=True,  # reads the weights to convert them; the parts it swaps in wrap the originals
         apply=apply,
         revert=revert,
         settings=OpenVINOSettings,

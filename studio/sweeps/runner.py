@@ -12,7 +12,9 @@ Compare, Ladder, Auto-tune and the distributed sweeps all go through `run_sweep`
 
 Configurations that change their pipeline keep a live pipeline of their own for the sweep, a copy of the
 loaded weights, so interleaving never rebuilds, recompiles or re-lays-out anything between rounds. That costs
-one copy of the model's weights per such configuration while the sweep runs (see `own_pipelines`).
+one copy of the model's weights per such configuration while the sweep runs (see `own_pipelines`), except for
+configurations whose techniques only read the weights (a runtime that converts them, as OpenVINO): those share
+the loaded weights and cost only what their runtime holds.
 """
 
 from __future__ import annotations

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from studio.errors import ValidationError
 from studio.manager import PipelineManager
+from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, unavailable_reason
 from tests import tiny
@@ -91,6 +93,27 @@ def test_int8_modes_stay_close_and_keep_what_the_image_shows(manager, baseline, 
     images, prepared = tiny.run(manager, openvino(mode=mode))
     assert 0 < max_abs_diff(images, baseline) and psnr(images, baseline) >= min_psnr, psnr(images, baseline)
     assert tiny.fidelity(images)["detected"] == tiny.fidelity(baseline)["detected"]
+    assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
+
+
+def test_a_sweeps_openvino_pipeline_shares_the_loaded_weights_and_leaves_them_as_they_were(manager, baseline):
+    """In a sweep each OpenVINO configuration gets a pipeline of its own that shares the loaded tensors (no
+    second copy of the weights): converting, calibrating and rewriting the graph (full_int8's Linear layers as
+    convolutions) read them and write none, and the baseline's image is still exact afterwards."""
+    loaded, _ = manager._entry(tiny.request(steps=STEPS))
+    modules = {n: m for n, m in vars(loaded.base).items() if isinstance(m, torch.nn.Module)}
+    before = {(n, k): v.clone() for n, m in modules.items() for k, v in m.state_dict().items()}
+    with manager.own_pipelines("openvino-sweep"):
+        for mode in ("fp32", "full_int8"):
+            request = openvino(mode=mode)
+            with manager.acquire(request, slot=("openvino-sweep", mode)) as prepared:
+                images = bench.run_once(prepared, request).images
+                assert prepared.pipe.unet.original.conv_in.weight is loaded.base.unet.conv_in.weight
+                assert type(prepared.pipe.vae.decoder).__name__ == "OpenVINODecoder"
+            assert psnr(images, baseline) >= (100.0 if mode == "fp32" else 20.0)
+    assert type(loaded.base.vae.decoder).__name__ == "Decoder", "the decoder swap stayed in the sweep's copy"
+    after = {(n, k): v for n, m in modules.items() for k, v in m.state_dict().items()}
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
     assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
 
 
