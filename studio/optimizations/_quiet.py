@@ -21,13 +21,18 @@ IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 DIFFUSERS_TORCHAO = "diffusers.quantizers.torchao.torchao_quantizer"
 
 
-@contextlib.contextmanager
-def errors_only(*names: str) -> Iterator[None]:
+def errors_only(*names: str) -> contextlib.AbstractContextManager[None]:
     """Raise the named loggers to ERROR for the block, then restore their levels."""
+    return at_least(logging.ERROR, *names)
+
+
+@contextlib.contextmanager
+def at_least(level: int, *names: str) -> Iterator[None]:
+    """Raise the named loggers to `level` for the block, then restore their levels."""
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(level)
     try:
         yield
     finally:

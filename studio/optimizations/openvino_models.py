@@ -19,6 +19,7 @@ library versions, so a later process reads it back in a fraction of that.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -29,7 +30,8 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ import torch
 
 from studio import settings as studio_settings
 from studio.errors import UnavailableError
+from studio.optimizations._quiet import at_least
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +120,8 @@ def cached_model(key: str, build: Callable[[], Any], stats: dict[str, Any]) -> A
         except RuntimeError as exc:
             log.warning("openvino cache entry %s is unreadable (%s); rebuilding it", path.parent, exc)
             shutil.rmtree(path.parent, ignore_errors=True)
-    model = build()
+    with quiet_build():
+        model = build()
     stats["openvino_builds"] = stats.get("openvino_builds", 0) + 1
     path.parent.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=path.parent.parent))
@@ -132,6 +136,17 @@ def cached_model(key: str, build: Callable[[], Any], stats: dict[str, Any]) -> A
         shutil.rmtree(scratch, ignore_errors=True)
     del model
     return ov.Core().read_model(path)
+
+
+@contextlib.contextmanager
+def quiet_build() -> Iterator[None]:
+    """A build without the libraries' chatter: torch's tracer warnings (diffusers' and transformers' shape
+    checks, read once per traced shape), deprecation notes raised while tracing, and NNCF's INFO lines (its
+    statistics tables, ignored-node lists); NNCF's warnings and progress bars still show."""
+    with warnings.catch_warnings(), at_least(logging.WARNING, "nncf"):
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 def convert(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:

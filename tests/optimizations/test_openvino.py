@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,21 @@ def test_a_sweeps_openvino_pipeline_shares_the_loaded_weights_and_leaves_them_as
     after = {(n, k): v for n, m in modules.items() for k, v in m.state_dict().items()}
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
     assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
+
+
+def test_a_build_keeps_the_libraries_chatter_to_itself(tmp_path, monkeypatch, capfd):
+    """The first call of a size traces and compresses each part: torch's tracer warnings and NNCF's INFO
+    tables would fill a CLI user's terminal (some 50 lines) before the results; a cached call is quiet."""
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))  # an empty cache: every part is built
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _, prepared = tiny.run(PipelineManager(), openvino(mode="int8_weights"))
+    assert prepared.ctx.stats["openvino_builds"] >= 3, "the UNet, decoder and text encoder were built here"
+    out, err = capfd.readouterr()
+    assert [
+        str(w.message) for w in seen if issubclass(w.category, (torch.jit.TracerWarning, FutureWarning))
+    ] == []
+    assert "INFO:nncf" not in out + err and "TracerWarning" not in err
 
 
 def decoder_constants(home: Path, entries: set[str]) -> set[str]:
