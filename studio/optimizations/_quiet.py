@@ -7,6 +7,7 @@ serialization types missing from torchao 0.18. None of it affects the studio. to
 imported here once with those loggers raised to ERROR for the duration, and the diffusers
 logger stays at ERROR. The CLI's contract (stderr starts with "error: ") depends on this.
 A torchao that fails to import is said once, as a warning; the studio starts without it.
+`at_least` raises loggers for a block; OpenVINO's model builds use it for NNCF's INFO lines.
 """
 
 from __future__ import annotations
