@@ -242,21 +242,37 @@ def test_ladder_rows_are_words_and_rounded_numbers(page):
     _shot(page, "ladder")
 
 
-def test_autotune_offers_only_what_its_confirmation_measured(page):
+def test_autotune_offers_only_what_its_confirmation_measured_and_applies_it(page):
     _tab(page, "Auto-tune")
-    _small(page, "tune", steps=3)
+    _small(page, "tune", steps=8)
+    picked = page.get_by_role("combobox", name="Techniques to search", exact=False)
+    for name in ("cfg_cutoff", "channels_last"):  # a user narrows the search (every candidate: test_autotune)
+        picked.fill(name)
+        picked.press("Enter")
+    for floor in ("Min PSNR vs baseline (dB)", "Min SSIM"):  # a user who accepts a changed image
+        page.get_by_label(floor, exact=True).fill("0")
     page.locator("#tune-rounds input").fill("3")
     page.locator("#tune-confirm input").fill("3")
     page.locator("#tune-btn").click()
     page.locator("#tune-md").get_by_text("baseline").first.wait_for(timeout=LONG)
     summary = page.locator("#tune-md").inner_text()
-    apply = page.locator("#tune-apply")
-    if summary.startswith("Nothing here beats"):
-        assert apply.is_disabled()
-    else:
-        assert apply.is_enabled() and "Fastest configuration" in summary
+    searched = page.locator("#tune-table").inner_text()
+    assert "cfg_cutoff" in searched and "channels_last" in searched, searched
+    assert "openvino" not in searched and "deepcache" not in searched, "only what was picked is searched"
     _no_horizontal_scroll(page)
     _shot(page, "autotune")
+    apply = page.locator("#tune-apply")
+    if summary.startswith("Nothing here beats"):  # noise can leave cfg_cutoff unconfirmed
+        assert apply.is_disabled()
+        return
+    assert apply.is_enabled() and "Fastest configuration" in summary
+    winner = summary.split("Fastest configuration", 1)[1].split("\n", 1)[0]
+    apply.click()
+    page.locator("#generate-btn").wait_for(state="visible", timeout=30_000)
+    page.wait_for_timeout(1500)
+    for name in ("cfg_cutoff", "channels_last"):
+        box = page.locator("[id^=opts-]").get_by_label(name, exact=False)
+        assert box.is_checked() == (name in winner), f"{name}: Generate shows the winner ({winner})"
 
 
 def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
