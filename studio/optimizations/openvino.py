@@ -29,6 +29,7 @@ import torch
 from studio import checks, devices
 from studio.errors import ValidationError
 from studio.optimizations import openvino_models as ovm
+from studio.optimizations import openvino_winograd as owg
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.calibration import denoising_trajectory
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
@@ -93,9 +94,9 @@ def overflow_fix(setting: str, cpu_flags: frozenset[str]) -> str:
 
 
 @functools.cache
-def fastest_convolution(shape: tuple[int, ...]) -> ovm.Form | None:
-    """`openvino_models.fastest_convolution`, timed once per shape in a process."""
-    return ovm.fastest_convolution(shape)
+def fastest_convolution(shape: tuple[int, ...]) -> owg.Form | None:
+    """`openvino_winograd.fastest_convolution`, timed once per shape in a process."""
+    return owg.fastest_convolution(shape)
 
 
 def _runner(model: Any, precision: str) -> Any:
@@ -147,11 +148,11 @@ class OpenVINOPart(PerShapeModule):
             # the fp32 conversion's entry, rewritten: which shapes gain is timed, so depends on the CPU
             fp32 = model
             model = ovm.cached_model(
-                ovm.cache_key(**parts, winograd=ovm.CHOOSER, cpu=devices.detect().cpu_model),
-                lambda: ovm.winograd_convolutions(fp32, fastest_convolution),
+                ovm.cache_key(**parts, winograd=owg.CHOOSER, cpu=devices.detect().cpu_model),
+                lambda: owg.winograd_convolutions(fp32, fastest_convolution),
                 self._stats,
             )
-            self._stats[f"openvino_winograd_{self.part}"] = ovm.winograd_counts(model)
+            self._stats[f"openvino_winograd_{self.part}"] = owg.winograd_counts(model)
         return _runner(model, self._settings.inference_precision)
 
 

@@ -203,6 +203,7 @@ def test_winograd_computes_the_3x3_convolutions_and_leaves_the_others(m):
     import torch
 
     from studio.optimizations import openvino_models as ovm
+    from studio.optimizations import openvino_winograd as owg
 
     torch.manual_seed(0)
     layers = torch.nn.Sequential(
@@ -216,7 +217,7 @@ def test_winograd_computes_the_3x3_convolutions_and_leaves_the_others(m):
     ).eval()
     x = torch.randn(2, 3, 16, 24)  # not square; after the strided one 8x12
     model = ovm.convert(layers, (x,))
-    counts = ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: (m, None)))
+    counts = owg.winograd_counts(owg.winograd_convolutions(model, lambda shape: (m, None)))
     assert counts == {f"F({m},3)": 3}, counts
     kinds = [op.get_type_name() for op in model.get_ordered_ops()]
     # per rewritten convolution: the products and the output transform, each one MatMul
@@ -243,12 +244,13 @@ def test_winograd_in_strips_computes_the_same_convolution(m):
     import torch
 
     from studio.optimizations import openvino_models as ovm
+    from studio.optimizations import openvino_winograd as owg
 
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(6, 10, 3, padding=1).eval()
     x = torch.randn(2, 6, 24, 16)  # three strips of 8 rows
     model = ovm.convert(conv, (x,))
-    counts = ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: (m, 8)))
+    counts = owg.winograd_counts(owg.winograd_convolutions(model, lambda shape: (m, 8)))
     assert counts == {f"F({m},3) in strips of 8 rows": 1}, counts
     kinds = [op.get_type_name() for op in model.get_ordered_ops()]
     assert kinds.count("MatMul") == 6 and kinds.count("Slice") == 3 and kinds.count("Concat") == 1
@@ -266,7 +268,7 @@ def test_winograd_in_strips_computes_the_same_convolution(m):
     expected = conv(x).detach().numpy()
     assert np.abs(out - expected).max() < 1e-4 * np.abs(expected).max()
     odd = ovm.convert(conv, (torch.randn(1, 6, 12, 16),))  # 12 rows: strips of 8 do not divide them
-    assert ovm.winograd_counts(ovm.winograd_convolutions(odd, lambda shape: (m, 8))) == {}
+    assert owg.winograd_counts(owg.winograd_convolutions(odd, lambda shape: (m, 8))) == {}
 
 
 def test_winograd_is_timed_per_shape_and_fits_the_shape():
@@ -275,16 +277,17 @@ def test_winograd_is_timed_per_shape_and_fits_the_shape():
     import torch
 
     from studio.optimizations import openvino_models as ovm
+    from studio.optimizations import openvino_winograd as owg
 
-    assert ovm.fastest_convolution((1, 8, 8, 6, 6), calls=2) in (None, (2, None))
-    assert ovm.fastest_convolution((1, 7, 7, 5, 5), calls=1) is None, "neither tile fits 5x5"
-    assert ovm.fastest_convolution((1, 8, 8, 16, 12), calls=1) in (None, *ovm.FORMS)
-    assert [f for f in ovm.FORMS if ovm.fits(f, 12, 16)] == [(2, None), (4, None), (4, 4)], (
+    assert owg.fastest_convolution((1, 8, 8, 6, 6), calls=2) in (None, (2, None))
+    assert owg.fastest_convolution((1, 7, 7, 5, 5), calls=1) is None, "neither tile fits 5x5"
+    assert owg.fastest_convolution((1, 8, 8, 16, 12), calls=1) in (None, *owg.FORMS)
+    assert [f for f in owg.FORMS if owg.fits(f, 12, 16)] == [(2, None), (4, None), (4, 4)], (
         "strips of 8 rows do not divide 12"
     )
     conv = torch.nn.Conv2d(4, 4, 3, padding=1).eval()
     model = ovm.convert(conv, (torch.randn(1, 4, 8, 8),))
-    assert ovm.winograd_counts(ovm.winograd_convolutions(model, lambda shape: None)) == {}
+    assert owg.winograd_counts(owg.winograd_convolutions(model, lambda shape: None)) == {}
     assert [op.get_type_name() for op in model.get_ordered_ops()].count("Convolution") == 1
 
 
