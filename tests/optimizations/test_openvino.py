@@ -334,6 +334,24 @@ def test_openvino_profile_says_where_a_models_time_goes(tmp_path, monkeypatch, c
     assert "FullyConnected" in by_type or "MatMul" in by_type, out
 
 
+def test_the_first_call_benchmark_times_each_phase_in_an_empty_cache(tmp_path):
+    """`benchmarks.openvino_first_call` on the bundled model: every phase timed, the samples NNCF got, and
+    the image against PyTorch fp32's; its cache is its own and gone afterwards."""
+    cmd = [sys.executable, "-m", "benchmarks.openvino_first_call", "--model", "tiny-shapes", "--side", "64"]
+    cmd += ["--mode", "hybrid_int8", "--steps", "2", "--seeds", "1"]
+    env = {**os.environ, "TMPDIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "tiny-shapes 64x64, 2 steps, openvino[mode=hybrid_int8]" in out
+    for phase in ("conversion", "calibration trajectories", "NNCF quantization", "compile"):
+        seconds = float(out.split(f"  {phase}: ")[1].split(" s")[0])
+        assert seconds > 0, out
+    assert "seed 1: first call" in out and "dB against PyTorch fp32" in out
+    assert int(out.split("samples given to NNCF: ")[1].split()[0]) > 0
+    assert list(tmp_path.iterdir()) == [], "the benchmark's own cache is removed"
+
+
 def weight_element_type(op) -> str:
     """The element type of the constant behind `op`'s weight input (through dequantizing ops)."""
     node = op.input_value(1).get_node()
@@ -421,6 +439,44 @@ def test_hybrid_calibration_is_keyed_by_size_and_steps(home):
     tiny.run(manager, tiny.request(["openvino"], {"openvino": {"mode": "hybrid_int8"}}, steps=8))
     new_unets = cache_entries(home) - after_six
     assert len(after_six - before) >= 1 and len(new_unets) == 1, "8 steps calibrates a UNet of its own"
+
+
+def test_calibration_denoises_with_the_converted_unet_and_spreads_its_samples_over_the_steps(
+    tmp_path, monkeypatch
+):
+    """The calibration trajectories run through the converted fp32 UNet (faster than PyTorch's, the same
+    inputs to fp32 rounding); a long request keeps CALIBRATION_SAMPLES of them, from each prompt's first step
+    to its last, so NNCF's statistics cost no more at 30 steps than at 10."""
+    from studio.optimizations import openvino as technique
+    from studio.optimizations import openvino_models as ovm
+
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    seen: dict[str, list] = {}
+    calibration = technique.OpenVINOUNet.calibration
+
+    def both(self, inputs, denoise):
+        seen["pytorch"] = calibration(self, inputs, self._plain)
+        seen["converted"] = calibration(self, inputs, denoise)
+        return seen["converted"]
+
+    monkeypatch.setattr(technique.OpenVINOUNet, "calibration", both)
+    monkeypatch.setattr(ovm, "hybrid_quantize", lambda model, samples, fix: model)  # NNCF: tested above
+    settings = {"mode": "hybrid_int8", "vae": False, "text_encoder": False}
+    request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
+    _, prepared = tiny.run(PipelineManager(), request)
+    converted, pytorch = seen["converted"], seen["pytorch"]
+    prompts = len(request.spec.calibration_prompts)
+    assert len(converted) == len(pytorch) == technique.CALIBRATION_SAMPLES // prompts * prompts
+    scheduler = prepared.pipe.scheduler
+    fresh = type(scheduler).from_config(scheduler.config)
+    fresh.set_timesteps(30)
+    steps = [float(t) for t in fresh.timesteps]
+    first = [float(t.reshape(-1)[0]) for _, t, _ in converted[: len(converted) // prompts]]
+    assert first[0] == steps[0] and first[-1] == steps[-1] and set(first) <= set(steps)
+    assert first == sorted(first, reverse=True) and len(set(first)) == len(first)
+    for (x, t, c), (x0, t0, c0) in zip(converted, pytorch, strict=True):
+        assert np.array_equal(t, t0) and np.array_equal(c, c0)
+        np.testing.assert_allclose(x, x0, rtol=0, atol=1e-3)
 
 
 def test_conversion_sends_no_usage_data_and_writes_nothing_home(tmp_path):

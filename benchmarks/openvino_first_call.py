@@ -1,0 +1,115 @@
+"""Where the first call of a calibrated OpenVINO UNet goes, and what it draws: `openvino[mode=...]` (the UNet
+only: `vae=false,text_encoder=false`) on sd15-arch, built in an empty cache, each phase timed; then the image
+of each seed against PyTorch fp32's.
+
+    .venv/bin/python -m benchmarks.openvino_first_call [--mode full_int8] [--steps 20] [--seeds 1 2]
+
+Phases: the conversion, the calibration trajectories (the UNet's inputs along each calibration prompt's
+denoising), NNCF's quantization (statistics, bias correction, weight compression) and the CPU plugin's
+compiles (the fp32 model the trajectories run through, the quantized one). The first seed's call pays them;
+later seeds reuse the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.cpu_peers import cpu_line
+from studio.manager import PipelineManager
+from studio.measure import bench
+from studio.measure.quality import psnr
+from studio.optimizations import openvino as technique
+from studio.optimizations import openvino_models as ovm
+from studio.request import validate_request
+
+PHASES = {  # phase -> (owner, attribute) timed around each call
+    "conversion": (ovm, "convert"),
+    "calibration trajectories": (technique.OpenVINOUNet, "calibration"),
+    "NNCF quantization": (ovm, "hybrid_quantize"),
+    "compile": (ovm, "compile_for_cpu"),
+}
+
+
+def timed(spent: dict[str, float], phase: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(call)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            spent[phase] = spent.get(phase, 0.0) + time.perf_counter() - start
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="sd15-arch")
+    parser.add_argument("--mode", default="full_int8", choices=ovm.CALIBRATED)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--side", type=int, default=256)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    spent: dict[str, float] = {}
+    for phase, (owner, name) in PHASES.items():
+        setattr(owner, name, timed(spent, phase, getattr(owner, name)))
+    samples: list[int] = []
+    quantize = ovm.hybrid_quantize
+
+    def counted(model: Any, calibration: list[Any], fix: str) -> Any:
+        samples.append(len(calibration))
+        return quantize(model, calibration, fix)
+
+    ovm.hybrid_quantize = counted
+    print(cpu_line())
+    size = f"{args.side}x{args.side}"
+    print(f"{args.model} {size}, {args.steps} steps, openvino[mode={args.mode}] (the UNet only)")
+    with tempfile.TemporaryDirectory(prefix="openvino-first-call-") as home:
+        os.environ["STUDIO_HOME"] = home  # an empty cache: the first call builds
+        for i, (seconds, db) in enumerate(calls(args)):
+            label = "first call" if i == 0 else "a later call"
+            print(f"seed {args.seeds[i]}: {label} {seconds:.1f} s, {db:.2f} dB against PyTorch fp32")
+            if i == 0:
+                for phase in PHASES:
+                    print(f"  {phase}: {spent.get(phase, 0.0):.1f} s")
+                print(f"  calibration samples given to NNCF: {sum(samples)}")
+
+
+def calls(args: argparse.Namespace) -> Iterator[tuple[float, float]]:
+    """Per seed: the seconds of the technique's call and its image's PSNR against PyTorch fp32's."""
+    manager = PipelineManager()
+    settings = {"openvino": {"mode": args.mode, "vae": False, "text_encoder": False}}
+    for seed in args.seeds:
+        plain, quantized = (
+            validate_request(
+                model=args.model,
+                prompt="a red circle",
+                width=args.side,
+                height=args.side,
+                steps=args.steps,
+                seed=seed,
+                opts=opts,
+                settings=settings if opts else {},
+            )
+            for opts in ([], ["openvino"])
+        )
+        with manager.acquire(plain) as prepared:
+            reference = bench.run_once(prepared, plain).images
+        start = time.perf_counter()
+        with manager.acquire(quantized) as prepared:
+            images = bench.run_once(prepared, quantized).images
+        yield time.perf_counter() - start, psnr(images, reference)
+
+
+if __name__ == "__main__":
+    main()
