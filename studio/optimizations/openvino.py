@@ -192,6 +192,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
                 prompts=list(self._prompts),
                 scheduler=type(scheduler).__name__,
                 overflow_fix=self._overflow_fix,
+                samples=CALIBRATION_SAMPLES,  # how many of the trajectories' inputs NNCF sees
             )
         return parts
 

@@ -477,6 +477,11 @@ def test_calibration_denoises_with_the_converted_unet_and_spreads_its_samples_ov
     for (x, t, c), (x0, t0, c0) in zip(converted, pytorch, strict=True):
         assert np.array_equal(t, t0) and np.array_equal(c, c0)
         np.testing.assert_allclose(x, x0, rtol=0, atol=1e-3)
+    before = cache_entries(tmp_path)
+    monkeypatch.setattr(technique, "CALIBRATION_SAMPLES", 24)
+    tiny.run(PipelineManager(), request)
+    assert len(seen["converted"]) == 24 // prompts * prompts
+    assert len(cache_entries(tmp_path) - before) == 1, "another sample count calibrates a UNet of its own"
 
 
 def test_conversion_sends_no_usage_data_and_writes_nothing_home(tmp_path):
