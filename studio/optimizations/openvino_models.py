@@ -37,6 +37,7 @@ import torch
 
 from studio import settings as studio_settings
 from studio.errors import UnavailableError
+from studio.optimizations import openvino_folding
 from studio.optimizations._quiet import at_least
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,13 @@ def openvino() -> Any:
 def nncf() -> Any:
     openvino()  # first: usage reporting blocked before nncf is imported
     try:
-        return importlib.import_module("nncf")
+        lib = importlib.import_module("nncf")
     except ImportError as exc:
         raise UnavailableError(
             f"openvino's int8 modes need nncf, which could not be imported ({exc})."
         ) from exc
+    openvino_folding.install()  # its statistics model compiles in seconds, not minutes
+    return lib
 
 
 def cache_root() -> Path:

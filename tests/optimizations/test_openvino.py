@@ -415,6 +415,69 @@ def test_overflow_fix_gives_every_int8_convolution_7_bit_weights(tmp_path, monke
     assert max(peaks["first_layer_only"]) > 64
 
 
+def test_weight_reductions_fold_to_the_values_the_plugin_computes():
+    """NNCF's statistics outputs over constant weights (min, max of |w|) become constants of the same value
+    and name; a reduction over an activation stays in the graph."""
+    from openvino import opset13 as ops
+
+    from studio.optimizations import openvino_folding
+    from studio.optimizations import openvino_models as ovm
+
+    def model():
+        rng = np.random.default_rng(0)
+        x = ops.parameter([1, 3, 8, 8], np.float32, name="x")
+        weight = ops.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+        conv = ops.convolution(x, weight, [1, 1], [1, 1], [1, 1], [1, 1])
+        outputs = {
+            "conv": conv,
+            "w_max": ops.reduce_max(ops.abs(weight), ops.constant(np.array([1, 2, 3])), keep_dims=True),
+            "w_min": ops.reduce_min(weight, ops.constant(np.array([-1, 0])), keep_dims=False),
+            "a_max": ops.reduce_max(conv, ops.constant(np.array([0, 1, 2, 3])), keep_dims=True),
+        }
+        for name, node in outputs.items():
+            node.output(0).get_tensor().set_names({name})
+        return ovm.openvino().Model([n.output(0) for n in outputs.values()], [x])
+
+    def run(m):
+        result = (
+            ovm.compile_for_cpu(m, "f32").create_infer_request().infer([np.ones((1, 3, 8, 8), np.float32)])
+        )
+        return {name: value.copy() for port, value in result.items() for name in port.get_names()}
+
+    expected = run(model())
+    folded = model()
+    assert openvino_folding.fold_weight_reductions(folded) == 2
+    kinds = [op.get_type_name() for op in folded.get_ordered_ops()]
+    assert kinds.count("ReduceMax") == 1 and "ReduceMin" not in kinds and "Abs" not in kinds
+    got = run(folded)
+    assert got.keys() == expected.keys() == {"conv", "w_max", "w_min", "a_max"}
+    for name in expected:
+        assert np.array_equal(got[name], expected[name]), name
+
+
+def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(tmp_path, monkeypatch):
+    """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
+    without: the stored weights and quantizer ranges are byte for byte the same."""
+    from studio.optimizations import openvino_folding
+
+    fold = openvino_folding.fold_weight_reductions
+    folded: list[int] = []
+    settings = {"mode": "hybrid_int8", "vae": False, "text_encoder": False}
+    built = {}
+    for name, folding in (
+        ("folded", lambda model: folded.append(fold(model)) or folded[-1]),
+        ("not", lambda model: 0),
+    ):
+        monkeypatch.setattr(openvino_folding, "fold_weight_reductions", folding)
+        home = tmp_path / name
+        monkeypatch.setenv("STUDIO_HOME", str(home))
+        tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
+        (unet,) = cache_entries(home)
+        built[name] = (home / "openvino" / unet / "model.bin").read_bytes()
+    assert folded and folded[0] > 0, "the statistics model had weight reductions to fold"
+    assert built["folded"] == built["not"]
+
+
 @pytest.mark.parametrize(
     "flags, expected",
     [
