@@ -37,7 +37,7 @@ import torch
 
 from studio import settings as studio_settings
 from studio.errors import UnavailableError
-from studio.optimizations import openvino_folding
+from studio.optimizations import openvino_statistics
 from studio.optimizations._quiet import at_least
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def nncf() -> Any:
         raise UnavailableError(
             f"openvino's int8 modes need nncf, which could not be imported ({exc})."
         ) from exc
-    openvino_folding.install()  # its statistics model compiles in seconds, not minutes
+    openvino_statistics.install()  # the models it infers for statistics: cheaper, computing the same
     return lib
 
 

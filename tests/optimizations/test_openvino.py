@@ -362,12 +362,20 @@ def weight_element_type(op) -> str:
 
 def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_path, monkeypatch):
     """hybrid_int8 leaves the Linear layers as MatMuls with 8-bit weights over float math; full_int8 runs
-    each of them as a 1x1 convolution with int8 weights and activations."""
+    each of them as a 1x1 convolution with int8 weights and activations (calibrated on their MatMuls)."""
     import torch
 
     from studio.optimizations import openvino_models as ovm
+    from studio.optimizations import openvino_statistics
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    as_matmuls = openvino_statistics.token_convolutions_as_matmuls
+    in_statistics: list[int] = []
+    monkeypatch.setattr(
+        openvino_statistics,
+        "token_convolutions_as_matmuls",
+        lambda model: in_statistics.append(as_matmuls(model)) or in_statistics[-1],
+    )
     settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
     manager = PipelineManager()
     _, prepared = tiny.run(manager, tiny.request(["openvino"], {"openvino": settings}, steps=2))
@@ -375,6 +383,7 @@ def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_
     with manager.acquire(tiny.request()) as plain:
         linears = sum(isinstance(m, torch.nn.Linear) for m in plain.pipe.unet.modules())
     assert rewrites == linears > 0
+    assert max(in_statistics) == linears, "NNCF's statistics model runs them as the MatMuls they were"
     (unet,) = cache_entries(tmp_path)
     model = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml")
     ops = model.get_ordered_ops()
@@ -420,8 +429,8 @@ def test_weight_reductions_fold_to_the_values_the_plugin_computes():
     and name; a reduction over an activation stays in the graph."""
     from openvino import opset13 as ops
 
-    from studio.optimizations import openvino_folding
     from studio.optimizations import openvino_models as ovm
+    from studio.optimizations import openvino_statistics
 
     def model():
         rng = np.random.default_rng(0)
@@ -446,7 +455,7 @@ def test_weight_reductions_fold_to_the_values_the_plugin_computes():
 
     expected = run(model())
     folded = model()
-    assert openvino_folding.fold_weight_reductions(folded) == 2
+    assert openvino_statistics.fold_weight_reductions(folded) == 2
     kinds = [op.get_type_name() for op in folded.get_ordered_ops()]
     assert kinds.count("ReduceMax") == 1 and "ReduceMin" not in kinds and "Abs" not in kinds
     got = run(folded)
@@ -455,12 +464,55 @@ def test_weight_reductions_fold_to_the_values_the_plugin_computes():
         assert np.array_equal(got[name], expected[name]), name
 
 
+def test_token_convolutions_run_as_the_matmuls_they_came_from_in_nncfs_statistics():
+    """A 1x1 convolution over [tokens, in, 1, 1] (a Linear layer as full int8 runs it) becomes the MatMul
+    it was, under the same output name and to fp32 rounding; a 1x1 over a real image and a 3x3 stay."""
+    from openvino import opset13 as ops
+
+    from studio.optimizations import openvino_models as ovm
+    from studio.optimizations import openvino_statistics
+
+    def model():
+        rng = np.random.default_rng(0)
+        tokens = ops.parameter([6, 8, 1, 1], np.float32, name="tokens")
+        image = ops.parameter([1, 8, 4, 4], np.float32, name="image")
+
+        def conv(x, out, k):
+            weight = ops.constant(rng.standard_normal((out, 8, k, k)).astype(np.float32))
+            return ops.convolution(x, weight, [1, 1], [k // 2] * 2, [k // 2] * 2, [1, 1])
+
+        outputs = {"linear": conv(tokens, 5, 1), "pointwise": conv(image, 5, 1), "3x3": conv(image, 5, 3)}
+        for name, node in outputs.items():
+            node.output(0).get_tensor().set_names({name})
+        return ovm.openvino().Model([n.output(0) for n in outputs.values()], [tokens, image])
+
+    rng = np.random.default_rng(1)
+    inputs = [
+        rng.standard_normal((6, 8, 1, 1)).astype(np.float32),
+        rng.standard_normal((1, 8, 4, 4)).astype(np.float32),
+    ]
+
+    def run(m):
+        result = ovm.compile_for_cpu(m, "f32").create_infer_request().infer(inputs)
+        return {name: value.copy() for port, value in result.items() for name in port.get_names()}
+
+    expected = run(model())
+    rewritten = model()
+    assert openvino_statistics.token_convolutions_as_matmuls(rewritten) == 1
+    kinds = [op.get_type_name() for op in rewritten.get_ordered_ops()]
+    assert kinds.count("Convolution") == 2 and kinds.count("MatMul") == 1
+    got = run(rewritten)
+    assert got.keys() == expected.keys() == {"linear", "pointwise", "3x3"}
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+
+
 def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(tmp_path, monkeypatch):
     """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
     without: the stored weights and quantizer ranges are byte for byte the same."""
-    from studio.optimizations import openvino_folding
+    from studio.optimizations import openvino_statistics
 
-    fold = openvino_folding.fold_weight_reductions
+    fold = openvino_statistics.fold_weight_reductions
     folded: list[int] = []
     settings = {"mode": "hybrid_int8", "vae": False, "text_encoder": False}
     built = {}
@@ -468,7 +520,7 @@ def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(tmp_p
         ("folded", lambda model: folded.append(fold(model)) or folded[-1]),
         ("not", lambda model: 0),
     ):
-        monkeypatch.setattr(openvino_folding, "fold_weight_reductions", folding)
+        monkeypatch.setattr(openvino_statistics, "fold_weight_reductions", folding)
         home = tmp_path / name
         monkeypatch.setenv("STUDIO_HOME", str(home))
         tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))

@@ -1,0 +1,122 @@
+"""The models NNCF infers to collect statistics, made cheaper to compile and to run, computing the same.
+
+NNCF adds its statistics (ranges, means) to the model it quantizes as extra outputs and infers that model
+on each calibration sample. Two things made that slow on a CPU, both undone here, in the model its engine
+is about to compile (`install` wraps NNCF's OpenVINO engine):
+- `fold_weight_reductions`: behind every weight it quantizes NNCF puts a ReduceMin and a ReduceMax (over
+  `Abs` for symmetric weights). Their inputs are constants, so the CPU plugin folds them while compiling,
+  with reference kernels: for SD 1.5's UNet (562 of them) that compile took 96 s on a 2-core AVX2 EPYC,
+  against 4 s with them folded here with numpy (1 s). min, max and abs are exact: every statistic, and
+  the quantized model, is the same to the bit.
+- `token_convolutions_as_matmuls`: full int8 runs the Linear layers as 1x1 convolutions over [tokens, in,
+  1, 1] (`openvino_models.linears_as_convolutions`), fast in int8 but, in fp32, half the speed of the
+  MatMul they came from: the statistics model of SD 1.5's UNet ran 4.1 s per sample, 2.1 s with them back
+  as MatMuls. The same products and sums (statistics within 5e-6 relative); the quantized model keeps
+  its convolutions.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {"ReduceMin": np.min, "ReduceMax": np.max}
+ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {"Abs": np.abs}
+_installed = threading.Lock()
+
+
+def _opset() -> Any:
+    return importlib.import_module("openvino.opset13")
+
+
+def _replace(output: Any, by: Any) -> None:
+    """Feed `output`'s consumers from `by` instead, under `output`'s tensor names (NNCF reads by name)."""
+    names = output.get_names()
+    output.replace(by)
+    by.get_tensor().set_names(names)
+
+
+def constant_value(output: Any) -> np.ndarray | None:
+    """An OpenVINO node output's value if constants alone make it (through ELEMENTWISE ops), else None."""
+    node = output.get_node()
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return node.get_data()
+    if kind in ELEMENTWISE:
+        inner = constant_value(node.input_value(0))
+        return None if inner is None else ELEMENTWISE[kind](inner)
+    return None
+
+
+def fold_weight_reductions(model: Any) -> int:
+    """Replace each REDUCTIONS node of `model` whose data and axes are constant by a constant of its value
+    (same friendly name, same output tensor names); returns how many."""
+    folded = 0
+    for op in model.get_ordered_ops():
+        reduce = REDUCTIONS.get(op.get_type_name())
+        if reduce is None:
+            continue
+        data, axes = constant_value(op.input_value(0)), constant_value(op.input_value(1))
+        if data is None or axes is None:
+            continue
+        axes = tuple(int(a) % data.ndim for a in np.atleast_1d(axes))
+        value = reduce(data, axis=axes, keepdims=bool(op.get_attributes()["keep_dims"]))
+        constant = _opset().constant(np.ascontiguousarray(value))
+        constant.set_friendly_name(op.get_friendly_name())
+        _replace(op.output(0), constant.output(0))
+        folded += 1
+    return folded
+
+
+def token_convolutions_as_matmuls(model: Any) -> int:
+    """Replace each 1x1 Convolution by a constant weight over 1x1 images ([tokens, in, 1, 1], no stride,
+    padding or dilation) by Reshape to [tokens, in] -> MatMul by the weight -> Reshape back; returns how
+    many."""
+    ops = _opset()
+    rewritten = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Convolution":
+            continue
+        weight, shape = op.input_value(1).get_node(), op.get_input_partial_shape(0)
+        if weight.get_type_name() != "Constant" or shape.is_dynamic:
+            continue
+        attributes = op.get_attributes()
+        tokens, channels, *pixels = (d.get_length() for d in shape)
+        if (
+            pixels != [1, 1]
+            or list(weight.get_output_shape(0))[2:] != [1, 1]
+            or any(list(attributes[k]) != [1, 1] for k in ("strides", "dilations"))
+            or any(any(attributes[k]) for k in ("pads_begin", "pads_end"))
+        ):
+            continue
+        matrix = weight.get_data()[:, :, 0, 0]  # [out, in]
+        flat = ops.reshape(op.input_value(0), [tokens, channels], False)
+        product = ops.matmul(flat, ops.constant(np.ascontiguousarray(matrix)), False, True)
+        back = ops.reshape(product, [tokens, matrix.shape[0], 1, 1], False)
+        _replace(op.output(0), back.output(0))
+        rewritten += 1
+    return rewritten
+
+
+def install() -> None:
+    """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
+    folds its model's weight reductions and runs its token convolutions as MatMuls."""
+    with _installed:
+        engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
+        if getattr(engine.__init__, "studio_rewrites", False):
+            return
+        compile_model = engine.__init__
+
+        @functools.wraps(compile_model)
+        def init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
+            fold_weight_reductions(model)
+            token_convolutions_as_matmuls(model)
+            compile_model(self, model, *args, **kwargs)
+
+        init.studio_rewrites = True  # type: ignore[attr-defined]
+        engine.__init__ = init
