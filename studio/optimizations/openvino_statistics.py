@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {"ReduceMin": np.min, "ReduceMax": np.max}
 ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {"Abs": np.abs}
 _installed = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def _opset() -> Any:
@@ -107,7 +109,11 @@ def install() -> None:
     """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
     folds its model's weight reductions and runs its token convolutions as MatMuls."""
     with _installed:
-        engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
+        try:
+            engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
+        except (ImportError, AttributeError) as exc:  # another nncf than requirements-extras.txt pins
+            log.warning("NNCF's statistics run unchanged, slower (%s; see requirements-extras.txt)", exc)
+            return
         if getattr(engine.__init__, "studio_rewrites", False):
             return
         compile_model = engine.__init__

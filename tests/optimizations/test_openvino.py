@@ -507,6 +507,22 @@ def test_token_convolutions_run_as_the_matmuls_they_came_from_in_nncfs_statistic
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
+def test_another_nncf_without_the_engine_is_used_as_it_is_and_says_so(monkeypatch, caplog):
+    from studio.optimizations import openvino_statistics
+
+    real = importlib.import_module
+
+    def without_engine(name, *args):
+        if name == "nncf.openvino.engine":
+            raise ImportError("No module named 'nncf.openvino.engine'")
+        return real(name, *args)
+
+    monkeypatch.setattr(openvino_statistics.importlib, "import_module", without_engine)
+    with caplog.at_level("WARNING", logger=openvino_statistics.__name__):
+        openvino_statistics.install()
+    assert "slower" in caplog.text and "nncf.openvino.engine" in caplog.text
+
+
 def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(tmp_path, monkeypatch):
     """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
     without: the stored weights and quantizer ranges are byte for byte the same."""
