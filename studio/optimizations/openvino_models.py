@@ -37,7 +37,6 @@ import torch
 
 from studio import settings as studio_settings
 from studio.errors import UnavailableError
-from studio.optimizations import openvino_statistics
 from studio.optimizations._quiet import at_least
 
 log = logging.getLogger(__name__)
@@ -63,6 +62,11 @@ def openvino() -> Any:
         raise UnavailableError(f"openvino could not be imported ({exc}).") from exc
 
 
+def opset() -> Any:
+    """OpenVINO's node factories (opset13), imported through `openvino()`: usage reporting blocked first."""
+    return importlib.import_module(f"{openvino().__name__}.opset13")
+
+
 def nncf() -> Any:
     openvino()  # first: usage reporting blocked before nncf is imported
     try:
@@ -71,6 +75,8 @@ def nncf() -> Any:
         raise UnavailableError(
             f"openvino's int8 modes need nncf, which could not be imported ({exc})."
         ) from exc
+    from studio.optimizations import openvino_statistics  # it builds nodes with `opset`
+
     openvino_statistics.install()  # the models it infers for statistics: cheaper, computing the same
     return lib
 
@@ -178,7 +184,7 @@ def linears_as_convolutions(model: Any) -> int:
     shape [..., in]) as Reshape to [tokens, in, 1, 1] -> 1x1 Convolution -> Reshape back: the same
     products and sums, one image of 1x1 pixels per token, so no transpose (NCHW and NHWC are the same
     memory there). Returns how many were rewritten."""
-    ops = importlib.import_module(f"{openvino().__name__}.opset13")
+    ops = opset()
     count = 0
     for op in model.get_ordered_ops():
         if op.get_type_name() != "MatMul":

@@ -26,14 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from studio.optimizations.openvino_models import opset
+
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {"ReduceMin": np.min, "ReduceMax": np.max}
 ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {"Abs": np.abs}
 _installed = threading.Lock()
 log = logging.getLogger(__name__)
-
-
-def _opset() -> Any:
-    return importlib.import_module("openvino.opset13")
 
 
 def _replace(output: Any, by: Any) -> None:
@@ -68,7 +66,7 @@ def fold_weight_reductions(model: Any) -> int:
             continue
         axes = tuple(int(a) % data.ndim for a in np.atleast_1d(axes))
         value = reduce(data, axis=axes, keepdims=bool(op.get_attributes()["keep_dims"]))
-        constant = _opset().constant(np.ascontiguousarray(value))
+        constant = opset().constant(np.ascontiguousarray(value))
         constant.set_friendly_name(op.get_friendly_name())
         _replace(op.output(0), constant.output(0))
         folded += 1
@@ -79,7 +77,7 @@ def token_convolutions_as_matmuls(model: Any) -> int:
     """Replace each 1x1 Convolution by a constant weight over 1x1 images ([tokens, in, 1, 1], no stride,
     padding or dilation) by Reshape to [tokens, in] -> MatMul by the weight -> Reshape back; returns how
     many."""
-    ops = _opset()
+    ops = opset()
     rewritten = 0
     for op in model.get_ordered_ops():
         if op.get_type_name() != "Convolution":

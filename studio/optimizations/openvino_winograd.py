@@ -5,7 +5,6 @@ shape takes is timed on this CPU (`fastest_convolution`)."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from studio.optimizations.openvino_models import compile_for_cpu, openvino
+from studio.optimizations.openvino_models import compile_for_cpu, openvino, opset
 
 # Winograd's minimal filtering F(m x m, 3 x 3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural
 # Networks", 2016): an m x m block of a 3x3 convolution's output from an a x a tile of its input
@@ -88,7 +87,7 @@ def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: 
     """F(m, 3) of `source` [N, C, H, W] with `transforms` (constant nodes, shared by every strip): the input
     transform's kernels, the transformed weights [a*a, C_out, C] and the output transform [m*m, a*a];
     padding 1 on every side, or none (`pad` 0: `source` carries its border, so the output is 2 smaller)."""
-    ops = importlib.import_module(f"{openvino().__name__}.opset13")
+    ops = opset()
     inward, u, outward = transforms
     a = m + 2
     n, c, h, w = (d.get_length() for d in source.get_partial_shape())
@@ -118,7 +117,7 @@ def winograd_convolution(source: Any, weight: Any, m: int, rows: int | None = No
     multiple of m dividing H), the image padded once and cut into strips of `rows` output rows (each with its
     two border rows), each strip transformed, multiplied and transformed back alone, then joined. Returns the
     output node."""
-    ops = importlib.import_module(f"{openvino().__name__}.opset13")
+    ops = opset()
     bt, g, at = (np.array(x, dtype=np.float64) for x in WINOGRAD[m])
     a = m + 2
     c, h = (source.get_partial_shape()[i].get_length() for i in (1, 2))
@@ -157,8 +156,7 @@ def fastest_convolution(shape: tuple[int, ...], calls: int = 5) -> Form | None:
     form needs the plain layout in and out; so the direct one counts without the reorders it pays alone, and
     a Winograd form with them added. A Winograd form is chosen only when it takes under `MARGIN` of the
     direct one's time: the estimate is rough, and a close call keeps the direct convolution."""
-    ov = openvino()
-    ops = importlib.import_module(f"{ov.__name__}.opset13")
+    ov, ops = openvino(), opset()
     n, c, out, h, w = shape
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal((out, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)
