@@ -254,13 +254,16 @@ def test_autotuning_timings_carried_between_leases_merge_shape_by_shape(tmp_path
     earlier, later = tmp_path / "earlier", tmp_path / "later"
     earlier.mkdir(), later.mkdir()
     (earlier / "0a1b2c").write_text(json.dumps(autotune_file({"mm": {"a": {"c1": 1.0, "c2": 2.0}}})))
-    (later / "0a1b2c").write_text(
-        json.dumps(autotune_file({"mm": {"a": {"c1": 0.5}, "b": {"c1": 3.0}}, "conv": {"d": {"c": 1.0}}}))
-    )
+    # beside the ops, the padding pass's entries sit at the top level as a number and a boolean (an H100's)
+    shape = "((torch.Size([154, 768]), (768, 1), torch.float16), ...)"
+    padding = {f"base mm time: {shape}": 0.0498, shape: False}
+    ops = {"mm": {"a": {"c1": 0.5}, "b": {"c1": 3.0}}, "conv": {"d": {"c": 1.0}}}
+    (later / "0a1b2c").write_text(json.dumps(autotune_file({**ops, **padding})))
     assert autotune_cache.merge(later, earlier) == ["0a1b2c (NVIDIA H100 80GB HBM3): 3 shapes"]
     assert json.loads((earlier / "0a1b2c").read_text())["cache"] == {
         "mm": {"a": {"c1": 0.5, "c2": 2.0}, "b": {"c1": 3.0}},
         "conv": {"d": {"c": 1.0}},
+        **padding,
     }
     assert autotune_cache.merge(tmp_path / "empty", tmp_path / "out") == []
     assert not (tmp_path / "out").exists(), "nothing timed, nothing returned"

@@ -31,8 +31,12 @@ def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def shapes(path: Path) -> int:
-    """How many shapes one cache file holds timings for (inductor's layout: op -> shape key -> ...)."""
-    return sum(len(keys) for keys in json.loads(path.read_text())["cache"].values())
+    """How many shapes one cache file holds autotuning timings for.
+
+    Inductor's layout: op -> shape key -> choice timings; beside them, at the top level, the padding pass's
+    own entries (a matmul's time as a number, whether padding pays as a boolean), which are no shapes.
+    """
+    return sum(len(keys) for keys in json.loads(path.read_text())["cache"].values() if isinstance(keys, dict))
 
 
 def merge(source: Path, target: Path) -> list[str]:
