@@ -4,10 +4,10 @@ of each seed against PyTorch fp32's.
 
     .venv/bin/python -m benchmarks.openvino_first_call [--mode full_int8] [--steps 20] [--seeds 1 2]
 
-Phases: the conversion, the calibration trajectories (the UNet's inputs along each calibration prompt's
-denoising), NNCF's quantization (statistics, bias correction, weight compression) and the CPU plugin's
-compiles (the fp32 model the trajectories run through, the quantized one). The first seed's call pays them;
-later seeds reuse the build.
+Phases: the conversion, NNCF's quantization (weight compression, the statistics, whose inference of each
+calibration sample also denoises the trajectory it belongs to, bias correction) and the CPU plugin's compiles
+(the fp32 model for the trajectories' calls NNCF does not see, if any; the quantized one). The first seed's
+call pays them; later seeds reuse the build.
 """
 
 from __future__ import annotations
@@ -26,13 +26,11 @@ from benchmarks.cpu_peers import cpu_line
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import psnr
-from studio.optimizations import openvino as technique
 from studio.optimizations import openvino_models as ovm
 from studio.request import validate_request
 
 PHASES = {  # phase -> (owner, attribute) timed around each call
     "conversion": (ovm, "convert"),
-    "calibration trajectories": (technique.OpenVINOUNet, "calibration"),
     "NNCF quantization": (ovm, "hybrid_quantize"),
     "compile": (ovm, "compile_for_cpu"),
 }
@@ -76,17 +74,20 @@ def main() -> None:
     print(f"{args.model} {size}, {args.steps} steps, openvino[mode={args.mode}] (the UNet only)")
     with tempfile.TemporaryDirectory(prefix="openvino-first-call-") as home:
         os.environ["STUDIO_HOME"] = home  # an empty cache: the first call builds
-        for i, (seconds, db) in enumerate(calls(args)):
+        for i, (seconds, db, stats) in enumerate(calls(args)):
             label = "first call" if i == 0 else "a later call"
             print(f"seed {args.seeds[i]}: {label} {seconds:.1f} s, {db:.2f} dB against PyTorch fp32")
             if i == 0:
                 for phase in PHASES:
                     print(f"  {phase}: {spent.get(phase, 0.0):.1f} s")
                 print(f"  calibration samples given to NNCF: {sum(samples)}")
+                for how, count in stats.get("openvino_calibration_calls", {}).items():
+                    print(f"  trajectory calls {how}: {count}")
 
 
-def calls(args: argparse.Namespace) -> Iterator[tuple[float, float]]:
-    """Per seed: the seconds of the technique's call and its image's PSNR against PyTorch fp32's."""
+def calls(args: argparse.Namespace) -> Iterator[tuple[float, float, dict[str, Any]]]:
+    """Per seed: the seconds of the technique's call, its image's PSNR against PyTorch fp32's, and what the
+    technique recorded."""
     manager = PipelineManager()
     settings = {"openvino": {"mode": args.mode, "vae": False, "text_encoder": False}}
     for seed in args.seeds:
@@ -108,7 +109,7 @@ def calls(args: argparse.Namespace) -> Iterator[tuple[float, float]]:
         start = time.perf_counter()
         with manager.acquire(quantized) as prepared:
             images = bench.run_once(prepared, quantized).images
-        yield time.perf_counter() - start, psnr(images, reference)
+        yield time.perf_counter() - start, psnr(images, reference), dict(prepared.ctx.stats)
 
 
 if __name__ == "__main__":

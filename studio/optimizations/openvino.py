@@ -29,9 +29,10 @@ import torch
 from studio import checks, devices
 from studio.errors import ValidationError
 from studio.optimizations import openvino_models as ovm
+from studio.optimizations import openvino_statistics as ovs
 from studio.optimizations import openvino_winograd as owg
 from studio.optimizations.base import Context, Optimization, Settings, register
-from studio.optimizations.calibration import denoising_trajectory
+from studio.optimizations.calibration import Inputs, Steps, answer, denoising_steps, model_calls
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
@@ -193,57 +194,76 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
                 scheduler=type(scheduler).__name__,
                 overflow_fix=self._overflow_fix,
                 samples=CALIBRATION_SAMPLES,  # how many of the trajectories' inputs NNCF sees
+                denoised_by="nncf",  # each sample's prediction from NNCF's inference of it
             )
         return parts
 
     def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
         if self._settings.mode not in ovm.CALIBRATED:
             return super().compressed(model, inputs)
-        calibration = self.calibration(inputs, _runner(model, "f32"))  # before the rewrite below
+        calibration = self.calibration(inputs, model)  # before the rewrite below
         if self._settings.mode == "full_int8":
             self._stats["openvino_linears_as_convolutions"] = ovm.linears_as_convolutions(model)
-        return ovm.hybrid_quantize(model, calibration, self._overflow_fix)
+        with ovs.listening(calibration.heard):
+            quantized = ovm.hybrid_quantize(model, calibration, self._overflow_fix)
+        self._stats["openvino_calibration_calls"] = {
+            "answered by NNCF's statistics inference": calibration.answered,
+            "run through the fp32 UNet": calibration.denoised,
+        }
+        return quantized
 
-    def calibration(self, inputs: tuple[torch.Tensor, ...], denoise: Any) -> list[tuple[Any, ...]]:
-        """The UNet's inputs along a denoising trajectory per calibration prompt, at this call's shape and
-        steps, denoised by `denoise` (the converted fp32 UNet: the PyTorch UNet's function to fp32 rounding,
-        ~1.5x faster on a CPU); at most `CALIBRATION_SAMPLES` of them, spread evenly over each trajectory."""
-        sample, timestep, context = inputs
-        records: list[tuple[Any, ...]] = []
+    def calibration(self, inputs: tuple[torch.Tensor, ...], model: Any) -> ovs.Denoised:
+        """NNCF's samples: the UNet's inputs along a denoising trajectory per calibration prompt, at this
+        call's shape and steps; at most `CALIBRATION_SAMPLES` of them, spread evenly over each trajectory.
+        Each sample is denoised by NNCF's inference of it (the model being quantized, in fp32 math; in
+        hybrid_int8 with its Linear layers' 8-bit weights, as it will run), the calls between samples by the
+        converted fp32 UNet `model` (the PyTorch UNet's function to fp32 rounding, ~1.5x faster on a CPU)."""
+        sample, timestep, _ = inputs
+        pipe, steps = self._pipe(), self._steps()
+        runs, length = len(self._prompts), model_calls(pipe.scheduler, steps)
+        picks = [run * length + i for run in range(runs) for i in spread(length, runs, CALIBRATION_SAMPLES)]
+        # calls between samples run through `model` compiled now, before it is rewritten; where every call
+        # is a sample, it is compiled only if NNCF leaves one unanswered
+        fp32 = _runner(model, "f32") if len(picks) < runs * length else None
 
-        def record(x: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-            t = t.to(timestep.dtype).reshape(timestep.shape)
-            records.append(tuple(v.detach().cpu().numpy().copy() for v in (x, t, c)))
-            return denoise(x, t, c)
+        def denoiser() -> Any:
+            return fp32 if fp32 is not None else _runner(model, "f32")
 
-        trajectories(self._pipe(), self._prompts, record, sample, self._steps())
-        return spread(records, len(self._prompts), CALIBRATION_SAMPLES)
+        def prepare(inputs: Inputs) -> tuple[torch.Tensor, ...]:
+            x, t, c = inputs
+            return x, t.to(timestep.dtype).reshape(timestep.shape), c
+
+        run = trajectory_steps(pipe, self._prompts, sample, steps)
+        return ovs.Denoised(run, prepare, picks, ovm.output_name(model), denoiser)
 
 
-def spread(records: list[Any], runs: int, most: int) -> list[Any]:
-    """At most `most` of `records` (`runs` equally long runs one after another), the same number from each
-    run, evenly spaced along it from its first to its last."""
-    runs = max(1, runs)
-    length = len(records) // runs
-    keep = max(1, min(length, most // runs))
-    picks = sorted({round(i * (length - 1) / max(1, keep - 1)) for i in range(keep)})
-    return [records[run * length + i] for run in range(runs) for i in picks]
+def spread(length: int, runs: int, most: int) -> list[int]:
+    """Which calls of a run of `length` to keep when `runs` such runs give at most `most` in all: the same
+    number from each run, evenly spaced along it from its first call to its last."""
+    keep = max(1, min(length, most // max(1, runs)))
+    return sorted({round(i * (length - 1) / max(1, keep - 1)) for i in range(keep)})
+
+
+def trajectory_steps(pipe: Any, prompts: tuple[str, ...], sample: torch.Tensor, steps: int) -> Steps:
+    """A denoising run of `steps` per calibration prompt, one after another (`calibration.denoising_steps`),
+    from seeded noise shaped like `sample` (batch 2 or more), the batch's first half unguided and the rest
+    guided by the prompt (the pipeline's order); returns the latents each run ends at."""
+    ends = []
+    for seed, prompt in enumerate(prompts):
+        with torch.no_grad():
+            cond, uncond = pipe.encode_prompt(prompt, sample.device, 1, True, None)
+        half = sample.shape[0] // 2
+        context = torch.cat([uncond] * half + [cond] * (sample.shape[0] - half))
+        ends.append((yield from denoising_steps(sample, context, pipe.scheduler, steps, seed)))
+    return ends
 
 
 def trajectories(
     pipe: Any, prompts: tuple[str, ...], model: Any, sample: torch.Tensor, steps: int
 ) -> list[torch.Tensor]:
-    """`model(latents, t, context)` along a denoising trajectory of `steps` per calibration prompt, from
-    seeded noise shaped like `sample` (batch 2 or more), the batch's first half unguided and the rest guided
-    by the prompt (the pipeline's order); the latents each trajectory ends at."""
-    ends = []
+    """`trajectory_steps` run by `model(latents, t, context)`; the latents each trajectory ends at."""
     with torch.no_grad():
-        for seed, prompt in enumerate(prompts):
-            cond, uncond = pipe.encode_prompt(prompt, sample.device, 1, True, None)
-            half = sample.shape[0] // 2
-            context = torch.cat([uncond] * half + [cond] * (sample.shape[0] - half))
-            ends.append(denoising_trajectory(model, sample, context, pipe.scheduler, steps, seed))
-    return ends
+        return answer(trajectory_steps(pipe, prompts, sample, steps), model)
 
 
 class OpenVINODecoder(OpenVINOPart):

@@ -29,7 +29,7 @@ import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,12 +213,20 @@ def linears_as_convolutions(model: Any) -> int:
     return count
 
 
-def hybrid_quantize(
-    model: Any, calibration: list[dict[str, Any]], overflow_fix: str = "first_layer_only"
-) -> Any:
+def output_name(model: Any, name: str = "prediction") -> str:
+    """The name of `model`'s first output tensor, which is given `name` if it has none (NNCF's engine returns
+    a model's outputs by tensor name and leaves out those without one)."""
+    tensor = model.output(0).get_tensor()
+    if not tensor.get_names():
+        tensor.set_names({name})
+    return sorted(tensor.get_names())[0]
+
+
+def hybrid_quantize(model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only") -> Any:
     """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
-    layers), then static int8 calibrated on `calibration` (the model's inputs by name, numpy arrays) for
-    the rest: convolutions and attention's activation-activation MatMuls, SmoothQuant off, `conv_in` float.
+    layers), then static int8 calibrated on `calibration` (a sized iterable of the model's inputs, numpy
+    arrays) for the rest: convolutions and attention's activation-activation MatMuls, SmoothQuant off,
+    `conv_in` float.
     `overflow_fix` (one of OVERFLOW_FIXES) says which convolutions get 7-bit weights; optimum-intel leaves
     NNCF's default, "first_layer_only"."""
     lib = nncf()

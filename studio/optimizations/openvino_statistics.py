@@ -13,24 +13,34 @@ is about to compile (`install` wraps NNCF's OpenVINO engine):
   MatMul they came from: the statistics model of SD 1.5's UNet ran 4.1 s per sample, 2.1 s with them back
   as MatMuls. The same products and sums (statistics within 5e-6 relative); the quantized model keeps
   its convolutions.
+
+And one inference per calibration sample instead of two: a UNet's calibration samples are its inputs along
+denoising runs, each input made from the prediction for the last, so they used to be made by running the
+UNet once (the trajectories) before NNCF ran it again on each (the statistics). `Denoised` is NNCF's dataset
+that makes them as NNCF goes, answering each sample with the prediction NNCF's own inference of it computed
+(the engine passes what it infers to a listener).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import numpy as np
+import torch
 
+from studio.optimizations.calibration import Inputs, Steps
 from studio.optimizations.openvino_models import opset
 
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {"ReduceMin": np.min, "ReduceMax": np.max}
 ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {"Abs": np.abs}
 _installed = threading.Lock()
+_listening = threading.local()  # .listener(input_data, outputs), told of each inference NNCF's engine runs
 log = logging.getLogger(__name__)
 
 
@@ -103,18 +113,19 @@ def token_convolutions_as_matmuls(model: Any) -> int:
     return rewritten
 
 
-def install() -> None:
+def install() -> bool:
     """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
-    folds its model's weight reductions and runs its token convolutions as MatMuls."""
+    folds its model's weight reductions, runs its token convolutions as MatMuls and tells a listener
+    (`listening`) what it infers. False, with a warning, where this nncf's engine is not where expected."""
     with _installed:
         try:
             engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
         except (ImportError, AttributeError) as exc:  # another nncf than requirements-extras.txt pins
             log.warning("NNCF's statistics run unchanged, slower (%s; see requirements-extras.txt)", exc)
-            return
+            return False
         if getattr(engine.__init__, "studio_rewrites", False):
-            return
-        compile_model = engine.__init__
+            return True
+        compile_model, infer = engine.__init__, engine.infer
 
         @functools.wraps(compile_model)
         def init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
@@ -122,5 +133,102 @@ def install() -> None:
             token_convolutions_as_matmuls(model)
             compile_model(self, model, *args, **kwargs)
 
+        @functools.wraps(infer)
+        def told(self: Any, input_data: Any) -> Any:
+            outputs = infer(self, input_data)
+            listener = getattr(_listening, "listener", None)
+            if listener is not None:
+                listener(input_data, outputs)
+            return outputs
+
         init.studio_rewrites = True  # type: ignore[attr-defined]
-        engine.__init__ = init
+        engine.__init__, engine.infer = init, told
+        return True
+
+
+@contextlib.contextmanager
+def listening(listener: Callable[[Any, dict[str, np.ndarray]], None]) -> Iterator[None]:
+    """While inside, `listener(input_data, outputs)` after each inference of NNCF's engine in this thread."""
+    _listening.listener = listener
+    try:
+        yield
+    finally:
+        del _listening.listener
+
+
+class Denoised:
+    """NNCF's calibration dataset for a UNet: its inputs along denoising runs, each answered with the
+    prediction NNCF's own inference of it computed.
+
+    `run` (`calibration.denoising_steps`, one run after another) yields each call's inputs and is sent the
+    prediction; `prepare` makes the model's tensors of them. The calls in `picks` (indices in call order)
+    are NNCF's samples, as numpy arrays: NNCF infers each on the model it quantizes (the model with its
+    statistics as extra outputs), whose output named `output` is the prediction the run needs next. The
+    other calls, and a sample NNCF did not infer as given (another nncf), are answered by the model
+    `make_denoiser()` returns, made once when first needed. Iterated again, the samples are replayed.
+    """
+
+    def __init__(
+        self,
+        run: Steps,
+        prepare: Callable[[Inputs], tuple[torch.Tensor, ...]],
+        picks: Collection[int],
+        output: str,
+        make_denoiser: Callable[[], Callable[..., torch.Tensor]],
+    ):
+        self._run, self._prepare, self._picks, self._output = run, prepare, frozenset(picks), output
+        self._make_denoiser = make_denoiser
+        self._denoiser: Callable[..., torch.Tensor] | None = None
+        self._samples: list[tuple[np.ndarray, ...]] | None = None
+        self._pending: tuple[np.ndarray, ...] | None = None
+        self._heard: np.ndarray | None = None
+        self.answered = 0  # samples whose prediction NNCF's inference gave
+        self.denoised = 0  # calls the denoiser answered
+
+    def __len__(self) -> int:
+        return len(self._picks)
+
+    def heard(self, input_data: Any, outputs: dict[str, np.ndarray]) -> None:
+        """The engine's listener: keep the prediction for the sample just given to NNCF."""
+        if input_data is self._pending and self._output in outputs:
+            self._heard = np.array(outputs[self._output], copy=True)
+            self.answered += 1
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
+        if self._samples is not None:
+            yield from self._samples
+            return
+        samples: list[tuple[np.ndarray, ...]] = []
+        call, inputs = 0, next(self._run)
+        while True:
+            tensors = self._prepare(inputs)
+            if call in self._picks:
+                sample = tuple(t.detach().cpu().numpy().copy() for t in tensors)
+                samples.append(sample)
+                if len(samples) == len(self._picks):  # the last: the run's rest is not needed
+                    self._samples = samples
+                self._pending, self._heard = sample, None
+                yield sample
+                prediction = self._prediction(tensors)
+            else:
+                prediction = self._denoise(tensors)
+            if self._samples is not None:
+                return
+            call += 1
+            try:
+                inputs = self._run.send(prediction)
+            except StopIteration:
+                self._samples = samples
+                return
+
+    def _prediction(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        heard, self._pending, self._heard = self._heard, None, None
+        if heard is None:
+            return self._denoise(tensors)
+        return torch.from_numpy(heard).to(tensors[0].dtype)
+
+    def _denoise(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        if self._denoiser is None:
+            self._denoiser = self._make_denoiser()
+        self.denoised += 1
+        return self._denoiser(*tensors)

@@ -344,11 +344,13 @@ def test_the_first_call_benchmark_times_each_phase_in_an_empty_cache(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "tiny-shapes 64x64, 2 steps, openvino[mode=hybrid_int8]" in out
-    for phase in ("conversion", "calibration trajectories", "NNCF quantization", "compile"):
+    for phase in ("conversion", "NNCF quantization", "compile"):
         seconds = float(out.split(f"  {phase}: ")[1].split(" s")[0])
         assert seconds > 0, out
     assert "seed 1: first call" in out and "dB against PyTorch fp32" in out
-    assert int(out.split("samples given to NNCF: ")[1].split()[0]) > 0
+    samples = int(out.split("samples given to NNCF: ")[1].split()[0])
+    assert samples > 0
+    assert f"trajectory calls answered by NNCF's statistics inference: {samples}" in out, out
     assert list(tmp_path.iterdir()) == [], "the benchmark's own cache is removed"
 
 
@@ -572,47 +574,106 @@ def test_hybrid_calibration_is_keyed_by_size_and_steps(home):
     assert len(after_six - before) >= 1 and len(new_unets) == 1, "8 steps calibrates a UNet of its own"
 
 
-def test_calibration_denoises_with_the_converted_unet_and_spreads_its_samples_over_the_steps(
-    tmp_path, monkeypatch
-):
-    """The calibration trajectories run through the converted fp32 UNet (faster than PyTorch's, the same
-    inputs to fp32 rounding); a long request keeps CALIBRATION_SAMPLES of them, from each prompt's first step
-    to its last, so NNCF's statistics cost no more at 30 steps than at 10."""
-    from studio.optimizations import openvino as technique
+def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
+    """Run `request` (a calibrated openvino mode) in an empty cache: the samples NNCF was given (iterated
+    again after quantizing: the dataset replays them), the calibration's call counts, the prepared
+    pipeline."""
     from studio.optimizations import openvino_models as ovm
 
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    seen: dict[str, list] = {}
-    calibration = technique.OpenVINOUNet.calibration
+    given: list = []
+    quantize = getattr(ovm.hybrid_quantize, "__wrapped__", ovm.hybrid_quantize)  # not an earlier call's spy
 
-    def both(self, inputs, denoise):
-        seen["pytorch"] = calibration(self, inputs, self._plain)
-        seen["converted"] = calibration(self, inputs, denoise)
-        return seen["converted"]
+    def spy(model, calibration, fix):
+        quantized = quantize(model, calibration, fix)
+        given.extend(calibration)
+        return quantized
 
-    monkeypatch.setattr(technique.OpenVINOUNet, "calibration", both)
-    monkeypatch.setattr(ovm, "hybrid_quantize", lambda model, samples, fix: model)  # NNCF: tested above
-    settings = {"mode": "hybrid_int8", "vae": False, "text_encoder": False}
-    request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
+    spy.__wrapped__ = quantize
+    monkeypatch.setattr(ovm, "hybrid_quantize", spy)
     _, prepared = tiny.run(PipelineManager(), request)
-    converted, pytorch = seen["converted"], seen["pytorch"]
+    return given, prepared.ctx.stats["openvino_calibration_calls"], prepared
+
+
+def pytorch_trajectories(prepared, request, like: tuple) -> list[tuple]:
+    """Every UNet input along `request`'s calibration trajectories, denoised by the PyTorch UNet, formatted as
+    NNCF's samples (`like`: one of them)."""
+    from studio.optimizations import openvino as technique
+
+    pipe, records = prepared.pipe, []
+    unet = getattr(pipe.unet, "original", pipe.unet)  # the stand-in's PyTorch UNet
+
+    def record(x, t, c):
+        t = t.to(torch.from_numpy(like[1]).dtype).reshape(like[1].shape)
+        records.append((x.numpy().copy(), t.numpy().copy(), c.numpy().copy()))
+        return unet(x, t, encoder_hidden_states=c, return_dict=False)[0]
+
+    prompts = tuple(request.spec.calibration_prompts)
+    technique.trajectories(pipe, prompts, record, torch.zeros(like[0].shape), request.steps)
+    return records
+
+
+def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over_the_steps(
+    tmp_path, monkeypatch
+):
+    """NNCF infers every calibration sample for its statistics, so each sample's prediction, which the
+    trajectory needs for its next input, is the one NNCF computed: one UNet inference per sample, not two.
+    The calls between samples run through the converted fp32 UNet. The samples are the inputs the PyTorch
+    UNet's trajectories give, to fp32 rounding (full_int8's statistics run in fp32); a long request keeps
+    CALIBRATION_SAMPLES of them, from each prompt's first step to its last, so that NNCF's statistics cost
+    no more at 30 steps than at 10."""
+    from studio.optimizations import openvino as technique
+    from studio.optimizations.calibration import fresh_scheduler
+
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
+    request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
+    given, calls, prepared = calibrated(monkeypatch, request)
     prompts = len(request.spec.calibration_prompts)
-    assert len(converted) == len(pytorch) == technique.CALIBRATION_SAMPLES // prompts * prompts
-    scheduler = prepared.pipe.scheduler
-    fresh = type(scheduler).from_config(scheduler.config)
-    fresh.set_timesteps(30)
-    steps = [float(t) for t in fresh.timesteps]
-    first = [float(t.reshape(-1)[0]) for _, t, _ in converted[: len(converted) // prompts]]
+    samples = technique.CALIBRATION_SAMPLES // prompts * prompts
+    assert len(given) == samples
+    assert calls == {
+        "answered by NNCF's statistics inference": samples,
+        "run through the fp32 UNet": 30 * prompts - samples,
+    }
+    every = pytorch_trajectories(prepared, request, given[0])
+    picks = technique.spread(30, prompts, technique.CALIBRATION_SAMPLES)
+    reference = [every[run * 30 + i] for run in range(prompts) for i in picks]
+    steps = [float(t) for t in fresh_scheduler(prepared.pipe.scheduler, 30).timesteps]
+    first = [float(t.reshape(-1)[0]) for _, t, _ in given[: len(given) // prompts]]
     assert first[0] == steps[0] and first[-1] == steps[-1] and set(first) <= set(steps)
     assert first == sorted(first, reverse=True) and len(set(first)) == len(first)
-    for (x, t, c), (x0, t0, c0) in zip(converted, pytorch, strict=True):
+    for (x, t, c), (x0, t0, c0) in zip(given, reference, strict=True):
         assert np.array_equal(t, t0) and np.array_equal(c, c0)
         np.testing.assert_allclose(x, x0, rtol=0, atol=1e-3)
     before = cache_entries(tmp_path)
     monkeypatch.setattr(technique, "CALIBRATION_SAMPLES", 24)
     tiny.run(PipelineManager(), request)
-    assert len(seen["converted"]) == 24 // prompts * prompts
     assert len(cache_entries(tmp_path) - before) == 1, "another sample count calibrates a UNet of its own"
+
+
+def test_calibration_runs_through_the_fp32_unet_when_nncf_does_not_answer(tmp_path, monkeypatch):
+    """With an nncf whose engine tells nothing of what it infers, every call runs through the converted fp32
+    UNet: the same samples, one more inference each."""
+    import contextlib
+
+    from studio.optimizations import openvino_statistics as ovs
+
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
+    request = tiny.request(["openvino"], {"openvino": settings}, steps=3)
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "answered"))
+    answered, calls, _ = calibrated(monkeypatch, request)
+    prompts = len(request.spec.calibration_prompts)
+    assert calls == {"answered by NNCF's statistics inference": 3 * prompts, "run through the fp32 UNet": 0}
+    monkeypatch.setattr(ovs, "listening", lambda listener: contextlib.nullcontext())
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "unanswered"))
+    unanswered, calls, _ = calibrated(monkeypatch, request)
+    # the last sample's prediction would only lead past the samples: it is not computed
+    fp32 = 3 * prompts - 1
+    assert calls == {"answered by NNCF's statistics inference": 0, "run through the fp32 UNet": fp32}
+    assert len(unanswered) == len(answered) == 3 * prompts
+    for ours, theirs in zip(unanswered, answered, strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
 
 def test_conversion_sends_no_usage_data_and_writes_nothing_home(tmp_path):
