@@ -617,11 +617,15 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
 ):
     """NNCF infers every calibration sample for its statistics, so each sample's prediction, which the
     trajectory needs for its next input, is the one NNCF computed: one UNet inference per sample, not two.
-    The calls between samples run through the converted fp32 UNet. The samples are the inputs the PyTorch
-    UNet's trajectories give, to fp32 rounding (full_int8's statistics run in fp32); a long request keeps
+    The calls between samples run through the converted fp32 UNet, and so does every call where NNCF's
+    engine does not tell what it inferred (another nncf). The samples are the inputs the PyTorch UNet's
+    trajectories give, to fp32 rounding (full_int8's statistics run in fp32); a long request keeps
     CALIBRATION_SAMPLES of them, from each prompt's first step to its last, so that NNCF's statistics cost
     no more at 30 steps than at 10."""
+    import contextlib
+
     from studio.optimizations import openvino as technique
+    from studio.optimizations import openvino_statistics as ovs
     from studio.optimizations.calibration import fresh_scheduler
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
@@ -645,35 +649,20 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     for (x, t, c), (x0, t0, c0) in zip(given, reference, strict=True):
         assert np.array_equal(t, t0) and np.array_equal(c, c0)
         np.testing.assert_allclose(x, x0, rtol=0, atol=1e-3)
+    # with an nncf whose engine tells nothing of what it infers, every call up to the last sample runs
+    # through the fp32 UNet: the same samples, one more inference each
     before = cache_entries(tmp_path)
     monkeypatch.setattr(technique, "CALIBRATION_SAMPLES", 24)
-    tiny.run(PipelineManager(), request)
-    assert len(cache_entries(tmp_path) - before) == 1, "another sample count calibrates a UNet of its own"
-
-
-def test_calibration_runs_through_the_fp32_unet_when_nncf_does_not_answer(tmp_path, monkeypatch):
-    """With an nncf whose engine tells nothing of what it infers, every call runs through the converted fp32
-    UNet: the same samples, one more inference each."""
-    import contextlib
-
-    from studio.optimizations import openvino_statistics as ovs
-
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
-    request = tiny.request(["openvino"], {"openvino": settings}, steps=3)
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "answered"))
-    answered, calls, _ = calibrated(monkeypatch, request)
-    prompts = len(request.spec.calibration_prompts)
-    assert calls == {"answered by NNCF's statistics inference": 3 * prompts, "run through the fp32 UNet": 0}
     monkeypatch.setattr(ovs, "listening", lambda listener: contextlib.nullcontext())
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "unanswered"))
-    unanswered, calls, _ = calibrated(monkeypatch, request)
-    # the last sample's prediction would only lead past the samples: it is not computed
-    fp32 = 3 * prompts - 1
-    assert calls == {"answered by NNCF's statistics inference": 0, "run through the fp32 UNet": fp32}
-    assert len(unanswered) == len(answered) == 3 * prompts
-    for ours, theirs in zip(unanswered, answered, strict=True):
-        for a, b in zip(ours, theirs, strict=True):
-            np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+    given, calls, _ = calibrated(monkeypatch, request)
+    assert len(cache_entries(tmp_path) - before) == 1, "another sample count calibrates a UNet of its own"
+    picks = technique.spread(30, prompts, 24)
+    last = (prompts - 1) * 30 + picks[-1]
+    assert calls == {"answered by NNCF's statistics inference": 0, "run through the fp32 UNet": last}
+    reference = [every[run * 30 + i] for run in range(prompts) for i in picks]
+    for (x, t, c), (x0, t0, c0) in zip(given, reference, strict=True):
+        assert np.array_equal(t, t0) and np.array_equal(c, c0)
+        np.testing.assert_allclose(x, x0, rtol=0, atol=1e-3)
 
 
 def test_conversion_sends_no_usage_data_and_writes_nothing_home(tmp_path):
