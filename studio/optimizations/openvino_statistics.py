@@ -113,18 +113,19 @@ def token_convolutions_as_matmuls(model: Any) -> int:
     return rewritten
 
 
-def install() -> bool:
+def install() -> None:
     """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
     folds its model's weight reductions, runs its token convolutions as MatMuls and tells a listener
-    (`listening`) what it infers. False, with a warning, where this nncf's engine is not where expected."""
+    (`listening`) what it infers; left as it is, with a warning, where this nncf's engine is not where
+    expected."""
     with _installed:
         try:
             engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
         except (ImportError, AttributeError) as exc:  # another nncf than requirements-extras.txt pins
             log.warning("NNCF's statistics run unchanged, slower (%s; see requirements-extras.txt)", exc)
-            return False
+            return
         if getattr(engine.__init__, "studio_rewrites", False):
-            return True
+            return
         compile_model, infer = engine.__init__, engine.infer
 
         @functools.wraps(compile_model)
@@ -143,7 +144,6 @@ def install() -> bool:
 
         init.studio_rewrites = True  # type: ignore[attr-defined]
         engine.__init__, engine.infer = init, told
-        return True
 
 
 @contextlib.contextmanager
