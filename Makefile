@@ -40,11 +40,17 @@ browser:
 run: $(VENV)/.extras
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(PY) app.py
 
+# Two pytest-xdist workers, a test file each at a time (its module fixtures built once), one torch thread each
+# (tests/conftest.py): on a two-core machine much of a test's time is spent waiting on servers, browsers and
+# subprocesses, which the other worker fills. TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
+PYTEST = HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(VENV)/.dev-deps browser
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: $(VENV)/.dev-deps
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not browser"
+	$(PYTEST) -m "not slow and not browser"
 
 # The README's techniques table, from the registry (tests/test_docs.py fails when it is stale).
 docs: $(VENV)/.deps

@@ -1,12 +1,13 @@
 """Bias correction for static int8 (studio.optimizations.bias_correction): the mean error quantization adds
 to each output channel is taken out of the biases, the float model the graph was exported from stays as it
-was, and on the bundled model the int8 image comes closer to fp32's."""
+was, and on the bundled model the correction engages without costing the image anything."""
 
 from __future__ import annotations
 
 import math
 import statistics
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,25 +69,35 @@ PROMPTS = (
 
 @needs_torchao
 @pytest.mark.slow
-def test_on_the_bundled_model_bias_correction_brings_int8_images_closer_to_fp32(monkeypatch):
+def test_on_the_bundled_model_bias_correction_engages_and_costs_the_image_nothing(monkeypatch):
     """int8_static[layers=convolutions] with and without the correction: PSNR against fp32 of the four
-    images together (of their mean squared error) over four prompts and seeds at 20 steps. One image's PSNR
-    swings by several dB either way (the denoising loop amplifies small differences), so the mean of the
-    images' dB figures is ruled by whichever image happens to land closest. Measured: AMD EPYC Zen 4, mean of
-    dB, vnni path 30.3 -> 31.4 dB, reduced_range path (forced) 26.7 -> 29.8 dB; AMD EPYC Zen 3 (AVX2 only,
-    reduced_range) 27.4 -> 28.3 dB pooled (mean of dB 29.3 -> 29.2: one image went 36.7 -> 33.6 while the
-    other three gained). The converted graphs run uncompiled: the same integers."""
+    images together (of their mean squared error) over four prompts and seeds at 20 steps. The correction must
+    change the image (it engaged) and leave it at least as close to fp32, within the noise of four images.
+
+    Its gain is within that noise on the bundled model. One image's PSNR swings by several dB either way (the
+    denoising loop amplifies small differences; even torch's thread count moves the figures), and the mean
+    error it takes out of each layer is a small part of the int8 UNet's error. Measured on an AMD EPYC Zen 3
+    (AVX2 only, reduced_range), pooled: 27.4 -> 28.3 dB with 2 threads, 27.2 -> 27.6 dB with 1. The UNet's
+    noise predictions, replayed on the fp32 trajectory's 20 steps: mean squared error x0.98-x1.03 and mean
+    error per channel x0.93-x1.11 of the uncorrected model's, per prompt. Earlier, AMD EPYC Zen 4, mean of dB:
+    vnni path 30.3 -> 31.4 dB, reduced_range (forced) 26.7 -> 29.8 dB. The converted graphs run uncompiled:
+    the same integers."""
     monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
     manager = PipelineManager(load=loader.load)
     found: dict[bool, list[float]] = {False: [], True: []}
+    changed = []
     for seed, prompt in enumerate(PROMPTS, start=1):
         baseline = run(manager, request(prompt=prompt, seed=seed, steps=20))[0]
+        images = {}
         for correct in (False, True):
             settings = {"calibration_steps": 4, "layers": "convolutions", "bias_correction": correct}
             req = request(["int8_static"], {"int8_static": settings}, prompt=prompt, seed=seed, steps=20)
-            found[correct].append(psnr(run(manager, req)[0], baseline))
+            images[correct] = run(manager, req)[0]
+            found[correct].append(psnr(images[correct], baseline))
+        changed.append(not np.array_equal(images[False], images[True]))
+    assert all(changed), "the correction must change what the int8 UNet draws"
     plain, corrected = pooled_psnr(found[False]), pooled_psnr(found[True])
-    assert corrected >= plain + 0.5, found
+    assert corrected >= plain - 0.5, found
 
 
 def pooled_psnr(psnrs: list[float]) -> float:
