@@ -113,6 +113,12 @@ def token_convolutions_as_matmuls(model: Any) -> int:
     return rewritten
 
 
+@functools.cache
+def _say_unchanged(reason: str) -> None:
+    """Once per process and reason: every build calls `install`."""
+    log.warning("NNCF's statistics run unchanged, slower (%s; see requirements-extras.txt)", reason)
+
+
 def install() -> None:
     """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
     folds its model's weight reductions, runs its token convolutions as MatMuls and tells a listener
@@ -122,7 +128,7 @@ def install() -> None:
         try:
             engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
         except (ImportError, AttributeError) as exc:  # another nncf than requirements-extras.txt pins
-            log.warning("NNCF's statistics run unchanged, slower (%s; see requirements-extras.txt)", exc)
+            _say_unchanged(str(exc))
             return
         if getattr(engine.__init__, "studio_rewrites", False):
             return
