@@ -54,7 +54,7 @@ def main() -> None:
     configs = args.config or ["channels_last", "torch_compile"]
     hw = devices.detect()
     print(
-        f"CPU: {hw.cpu_model} ({hw.cpu_count} cores); tiny-shapes 64x64, {args.steps} steps, {args.rounds} "
+        f"CPU: {hw.cpu_name}, {hw.cpu_count} cores; tiny-shapes 64x64, {args.steps} steps, {args.rounds} "
         "rounds\n"
     )
     with tempfile.TemporaryDirectory() as home:

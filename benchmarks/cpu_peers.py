@@ -146,10 +146,7 @@ MODELS = {
 
 def cpu_line() -> str:
     hw = devices.detect()
-    flags = sorted(hw.cpu_flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8"})
-    return (
-        f"{hw.cpu_model} ({hw.cpu_count} cores, {torch.get_num_threads()} torch threads; {' '.join(flags)})"
-    )
+    return f"{hw.cpu_name}, {hw.cpu_count} cores, {torch.get_num_threads()} torch threads"
 
 
 def fidelity_of(studio: Studio, request) -> float | None:

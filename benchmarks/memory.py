@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     rows = vae_rows(args.size, args.slicing_size, tile) + unet_rows(2 if args.full_unet else 1, args.latent)
     print(
-        f"Peak memory on CPU ({devices.detect().cpu_model}, torch {torch.__version__}, fp32, "
+        f"Peak memory on CPU ({devices.detect().cpu_name}, torch {torch.__version__}, fp32, "
         f"{torch.get_num_threads()} threads),"
         f" SD 1.5 architecture with random weights, one call each (times are indicative);"
         f" {time.perf_counter() - start:.0f}s in all.\n"

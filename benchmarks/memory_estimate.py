@@ -53,7 +53,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(*json.loads(args.one))))
         return
-    print(f"CPU: {devices.detect().cpu_model}; fresh process per case; one step; no run-log correction\n")
+    print(f"CPU: {devices.detect().cpu_name}; fresh process per case; one step; no run-log correction\n")
     print("| model | size | batch | techniques | estimate | measured peak | estimate / measured |")
     print("|---|---|---|---|---|---|---|")
     for model, cases in CASES.items():

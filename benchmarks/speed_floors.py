@@ -195,7 +195,7 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
     print(
         f"matmul peak on this machine ({torch.get_num_threads()} threads): "
         + ", ".join(f"{k} {v:.0f} {'GOP/s' if k == 'int8' else 'GFLOP/s'}" for k, v in peaks.items())
-        + f" (AMX: {devices.detect().amx_bf16}); UNet throughput below as a fraction of each",
+        + f" ({devices.detect().cpu_name}); UNet throughput below as a fraction of each",
         flush=True,
     )
     studios = {c: _studio() for c in configs}

@@ -10,7 +10,7 @@ import sys
 from studio import devices, settings
 from studio.arguments import request_args, rounds_arg
 from studio.errors import StudioError, describe
-from studio.report import availability, emit
+from studio.report import availability, emit, machine_rows
 from studio.shard_cli import add_shard_parser, cmd_shard
 
 log = logging.getLogger("studio")
@@ -87,7 +87,8 @@ def cmd_system(args: argparse.Namespace) -> int:
         "versions": settings.versions(),
         "database": str(settings.db_path()),
     }
-    emit(info, args.json, "\n".join(f"{k}: {v}" for k, v in info.items()))
+    rows = [*machine_rows(info["hardware"], info["versions"]), ("Run log", info["database"])]
+    emit(info, args.json, "\n".join(f"{label + ':':<11} {value}" for label, value in rows))
     return 0
 
 

@@ -19,6 +19,10 @@ from studio.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 
+# The /proc/cpuinfo flags the CPU kernels the studio chooses between depend on: AVX2 or AVX-512 for the
+# compiled and OpenVINO paths, VNNI and AMX for int8 (`int8_path`), AVX512-BF16 and AMX for bf16.
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -48,6 +52,7 @@ class Hardware:
     cpu_flags: frozenset[str] = field(default_factory=frozenset)
     cpu_count: int = 1
     cuda_visible_devices: str | None = None
+    cpu_signature: str = ""  # "family 25 model 17 stepping 1" where /proc/cpuinfo says it, else ""
 
     @property
     def avx512(self) -> bool:
@@ -61,6 +66,20 @@ class Hardware:
     def cpu_bf16(self) -> bool:
         """Whether the CPU computes bf16 itself (AVX512-BF16 or AMX); elsewhere bf16 is emulated, and slow."""
         return bool({"avx512_bf16", "amx_bf16"} & self.cpu_flags)
+
+    @property
+    def cpu_kernels(self) -> list[str]:
+        """The `KERNEL_FLAGS` this CPU has, in that order."""
+        return [f for f in KERNEL_FLAGS if f in self.cpu_flags]
+
+    @property
+    def cpu_name(self) -> str:
+        """The CPU as a figure should name it: the model name, then the family, model and stepping (a VM's
+        model name can hide the generation: "AMD EPYC" is a Zen 3 as family 25 model 1 and a Zen 4 as model
+        17, and a hypervisor can hide AVX-512 from either) and the kernel flags it shows, e.g.
+        "AMD EPYC (family 25 model 17 stepping 1; avx2)"."""
+        details = "; ".join(p for p in (self.cpu_signature, " ".join(self.cpu_kernels)) if p)
+        return f"{self.cpu_model} ({details})" if details else self.cpu_model
 
     @property
     def device_names(self) -> list[str]:
@@ -89,27 +108,35 @@ class Hardware:
             ],
             "mps": self.mps,
             "cpu": self.cpu_model,
+            "cpu_signature": self.cpu_signature,
+            "cpu_name": self.cpu_name,
+            "cpu_kernels": self.cpu_kernels,
             "cpu_count": self.cpu_count,
             "avx512": self.avx512,
             "amx_bf16": self.amx_bf16,
         }
 
 
-def _cpu_info() -> tuple[str, frozenset[str]]:
-    model, flags = platform.processor() or platform.machine(), frozenset()
+def _cpu_info() -> tuple[str, frozenset[str], str]:
+    """The first processor's model name, flags and "family F model M stepping S" from /proc/cpuinfo
+    (elsewhere: what `platform` says, no flags, no signature)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = frozenset(value.split())
-                if flags and model:
+                if not line.strip():  # the first processor's block ends here
                     break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError as exc:  # not Linux: the model name from platform is enough
         log.debug("no /proc/cpuinfo: %s", exc)
-    return model, flags
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    signature = " ".join(
+        f"{name} {fields[key]}"
+        for key, name in (("cpu family", "family"), ("model", "model"), ("stepping", "stepping"))
+        if fields.get(key)
+    )
+    return model, frozenset(fields.get("flags", "").split()), signature
 
 
 def _probe_cuda() -> tuple[bool, str, tuple[GPU, ...]]:
@@ -150,7 +177,7 @@ def int8_path(cpu_flags: frozenset[str]) -> str:
 def detect() -> Hardware:
     """Probe the machine once. Call `detect.cache_clear()` to probe again."""
     functional, reason, gpus = _probe_cuda()
-    model, flags = _cpu_info()
+    model, flags, signature = _cpu_info()
     return Hardware(
         cuda_functional=functional,
         cuda_reason=reason,
@@ -160,6 +187,7 @@ def detect() -> Hardware:
         cpu_flags=flags,
         cpu_count=os.cpu_count() or 1,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        cpu_signature=signature,
     )
 
 

@@ -50,18 +50,14 @@ def _own_precompiled_headers() -> None:
 
 _own_precompiled_headers()
 
-# Flags that decide which int8 and bf16 kernels oneDNN uses (see studio.optimizations.static_quantization).
-KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-
 
 def pytest_report_header(config):
     from studio.devices import int8_path
 
     hw = devices.detect()
-    flags = " ".join(f for f in KERNEL_FLAGS if f in hw.cpu_flags) or "none"
     return [
-        f"cpu: {hw.cpu_model} ({hw.cpu_count} CPUs); int8/bf16 flags: {flags}; "
-        f"int8_static path: {int8_path(hw.cpu_flags)}; torch {torch.__version__}",
+        f"cpu: {hw.cpu_name}, {hw.cpu_count} CPUs; int8_static path: {int8_path(hw.cpu_flags)}; "
+        f"torch {torch.__version__}",
         f"inductor cache: {INDUCTOR_CACHE}",
     ]
 

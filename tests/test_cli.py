@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from studio import devices
 from studio.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,6 +175,10 @@ def test_old_flags_and_bad_counts_are_refused_before_anything_runs(cli):
 def test_system_and_optimizations(cli):
     system = json.loads(cli("system", "--json")[1])
     assert "cpu" in system["hardware"]["devices"] and system["versions"]["diffusers"]
+    lines = cli("system")[1].splitlines()
+    hw = devices.detect()
+    assert f"CPU:        {hw.cpu_name}, {hw.cpu_count} cores" in lines, "one readable line per fact"
+    assert lines[-1] == f"Run log:    {system['database']}"
     opts = {r["name"]: r for r in json.loads(cli("optimizations", "--json")[1])}
     assert opts["bf16"]["unavailable"] is None
     assert "CUDA" in opts["cudnn_benchmark"]["unavailable"]
@@ -227,6 +232,7 @@ def test_show_prints_what_a_png_carries_and_says_when_it_carries_nothing(cli, tm
     assert lines[0].startswith("Settings of run 1 (vae_slicing)")
     assert f"prompt: {PROMPT}" in lines and "seed 1, 2 steps, 32x32, guidance 6.0, scheduler default" in lines
     assert any(line.startswith("latency ") for line in lines)
+    assert any(line.startswith(f"hardware: {devices.detect().cpu_name}, devices ") for line in lines), lines
     status, out, err = cli("show", image, "--json")
     data = json.loads(out)
     assert data["source"] == "diffusion-studio" and data["settings"]["requested"] == ["vae_slicing"]

@@ -153,7 +153,7 @@ class OpenVINOPart(PerShapeModule):
             # the fp32 conversion's entry, rewritten: which shapes gain is timed, so depends on the CPU
             fp32 = model
             model = ovm.cached_model(
-                ovm.cache_key(**parts, winograd=owg.CHOOSER, cpu=devices.detect().cpu_model),
+                ovm.cache_key(**parts, winograd=owg.CHOOSER, cpu=devices.detect().cpu_name),
                 lambda: owg.winograd_convolutions(fp32, fastest_convolution),
                 self._stats,
             )

@@ -18,7 +18,7 @@ from studio.report.records import (
     run_record,
     single_record,
 )
-from studio.report.system import availability, system_facts
+from studio.report.system import availability, machine_rows, system_facts
 from studio.report.text import (
     TABLE,
     caption,
@@ -54,6 +54,7 @@ __all__ = [
     "run_record",
     "seconds",
     "single_record",
+    "machine_rows",
     "system_facts",
     "to_csv",
 ]

@@ -187,6 +187,7 @@ def describe(found: ImageSettings) -> str:
         figures.append(f"peak memory {meta['peak_memory_mb']:.0f} MB ({meta.get('memory_kind')})")
     lines.append(", ".join(f for f in figures if f))
     hardware, versions = meta.get("hardware") or {}, meta.get("versions") or {}
-    lines.append(f"hardware: {hardware.get('cpu')}, devices {', '.join(hardware.get('devices') or [])}")
+    cpu = hardware.get("cpu_name") or hardware.get("cpu")  # images written before the name had its generation
+    lines.append(f"hardware: {cpu}, devices {', '.join(hardware.get('devices') or [])}")
     lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     return "\n".join(lines)

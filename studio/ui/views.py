@@ -241,17 +241,11 @@ def time_format(times: pd.DatetimeIndex) -> str:
 
 def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     """System as short text and tables: devices and libraries, then every technique with why it cannot run."""
-    hw = data["hardware"]
-    gpus = ", ".join(f"{g['name']} ({g['memory_gb']} GB, sm {g['capability']})" for g in hw["gpus"]) or "none"
-    why = "" if hw["cuda_functional"] else f" — {hw['cuda_reason']}"
+    machine = report.machine_rows(data["hardware"], data["versions"])
     lines = [
         "| This machine | |",
         "|---|---|",
-        f"| CPU | {hw['cpu']} ({hw['cpu_count']} cores; AVX-512: {'yes' if hw['avx512'] else 'no'}, "
-        f"AMX: {'yes' if hw['amx_bf16'] else 'no'}) |",
-        f"| GPUs | {gpus}{why} |",
-        f"| Devices | {', '.join(hw['devices'])} |",
-        f"| Libraries | {', '.join(f'{k} {v}' for k, v in data['versions'].items())} |",
+        *(f"| {label} | {value} |" for label, value in machine),
         f"| Loaded pipelines | {len(data['loaded_pipelines'])} |",
         f"| Run log | `{data['database']}` |",
     ]

@@ -310,6 +310,36 @@ def test_winograd_draws_the_same_image_and_says_what_it_rewrote(manager, baselin
             openvino(winograd=True, **settings)
 
 
+def test_a_rewrite_timed_on_one_cpu_is_read_back_there_and_timed_again_on_another(
+    baseline, home, monkeypatch
+):
+    """Which convolutions gain from Winograd's forms is timed on the CPU, so the rewritten models are cached
+    per CPU: a new process on the same CPU reads them back without timing a shape; another generation behind
+    the same model name ("AMD EPYC" is a Zen 3 or a Zen 4) times and rewrites them again, and reads the shared
+    fp32 conversion back."""
+    from studio import devices
+    from studio.optimizations import openvino as technique
+
+    timed = []
+    monkeypatch.setattr(technique, "fastest_convolution", lambda shape: timed.append(shape) or (2, None))
+    tiny.run(
+        PipelineManager(), openvino(winograd=True)
+    )  # the entries exist (an earlier test's, or this call's)
+    timed.clear()
+    _, prepared = tiny.run(PipelineManager(), openvino(winograd=True))
+    assert not timed and "openvino_builds" not in prepared.ctx.stats
+    here = devices.detect()
+    other = "family 1 model 2 stepping 3" if here.cpu_signature != "family 1 model 2 stepping 3" else ""
+    monkeypatch.setattr(devices, "_cpu_info", lambda: (here.cpu_model, here.cpu_flags, other))
+    devices.detect.cache_clear()
+    images, prepared = tiny.run(PipelineManager(), openvino(winograd=True))
+    assert timed and prepared.ctx.stats["openvino_builds"] == 2, (
+        "the UNet and the VAE decoder, rewritten again"
+    )
+    assert prepared.ctx.stats["openvino_cache_hits"] == 3, "the three fp32 conversions, read back"
+    assert psnr(images, baseline) > 60.0
+
+
 def test_openvino_profile_says_where_a_models_time_goes(tmp_path, monkeypatch, capsys):
     """The profile benchmark lists what is cached and splits one model's time by node type and kernel."""
     import torch

@@ -87,8 +87,8 @@ def test_int8_path_follows_the_cpu_flags(cpu):
 
 
 def _fake_cpu(monkeypatch, flags):
-    model = devices.detect().cpu_model
-    monkeypatch.setattr(devices, "_cpu_info", lambda: (model, frozenset(flags)))
+    model, signature = devices.detect().cpu_model, devices.detect().cpu_signature
+    monkeypatch.setattr(devices, "_cpu_info", lambda: (model, frozenset(flags), signature))
     devices.detect.cache_clear()
 
 
