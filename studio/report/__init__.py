@@ -45,6 +45,7 @@ __all__ = [
     "failed_record",
     "host_note",
     "log_record",
+    "machine_rows",
     "markdown",
     "memory",
     "pays_off_after",
@@ -54,7 +55,6 @@ __all__ = [
     "run_record",
     "seconds",
     "single_record",
-    "machine_rows",
     "system_facts",
     "to_csv",
 ]

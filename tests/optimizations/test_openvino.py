@@ -322,9 +322,8 @@ def test_a_rewrite_timed_on_one_cpu_is_read_back_there_and_timed_again_on_anothe
 
     timed = []
     monkeypatch.setattr(technique, "fastest_convolution", lambda shape: timed.append(shape) or (2, None))
-    tiny.run(
-        PipelineManager(), openvino(winograd=True)
-    )  # the entries exist (an earlier test's, or this call's)
+    # the entries exist after this call (an earlier test's, or this call's own)
+    tiny.run(PipelineManager(), openvino(winograd=True))
     timed.clear()
     _, prepared = tiny.run(PipelineManager(), openvino(winograd=True))
     assert not timed and "openvino_builds" not in prepared.ctx.stats
