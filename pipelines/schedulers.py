@@ -13,7 +13,9 @@ SCHEDULERS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "euler_a": ("EulerAncestralDiscreteScheduler", {}),
     "dpmpp_2m": ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++"}),
     "unipc": ("UniPCMultistepScheduler", {}),
-    "pndm": ("PNDMScheduler", {}),
+    # PLMS, as SD's own scheduler config and AUTOMATIC1111 run it: without its Runge-Kutta warm-up steps
+    # (with them a call needs 4 steps or more, and is not PLMS)
+    "pndm": ("PNDMScheduler", {"skip_prk_steps": True}),
     "lms": ("LMSDiscreteScheduler", {}),
 }
 
@@ -27,3 +29,32 @@ A1111_SAMPLERS: dict[str, str] = {
     "pndm": "PLMS",
     "lms": "LMS",
 }
+
+
+def fresh_scheduler(scheduler: Any, steps: int) -> Any:
+    """A new scheduler of `scheduler`'s type and config, its timesteps set for `steps` (the one given is left
+    as it was)."""
+    fresh = type(scheduler).from_config(scheduler.config)
+    fresh.set_timesteps(steps)
+    return fresh
+
+
+def denoiser_calls(scheduler: Any, steps: int) -> int:
+    """How many times a diffusers pipeline's loop calls the denoiser for `steps` steps with `scheduler`: once
+    per entry of the timesteps it sets (PNDM's PLMS steps + 1 times, Heun's 2 * steps - 1)."""
+    return len(fresh_scheduler(scheduler, steps).timesteps)
+
+
+def steps_refused(scheduler: Any, steps: int) -> str | None:
+    """Why `scheduler` cannot take `steps` steps (its own message), or None. A scheduler that cannot set its
+    timesteps outside its pipeline at all (flow matching's dynamic shift wants the pipeline's `mu`) is not
+    refused here: only a failure at `steps` that 50 steps do not share is about the step count."""
+    try:
+        fresh_scheduler(scheduler, steps)
+    except (ValueError, IndexError) as exc:
+        try:
+            fresh_scheduler(scheduler, 50)
+        except (ValueError, IndexError):
+            return None
+        return str(exc)
+    return None

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 
 from pipelines import loader
+from pipelines.errors import ValidationError
+from pipelines.schedulers import steps_refused
 from studio import devices
 from studio.measure.memory_probe import weight_bytes
 from studio.optimizations import Context, Optimization, get, ordered
@@ -221,8 +223,9 @@ class PipelineManager:
         entry, loaded_now = self._slot_entry(request, slot) if slot else self._entry(request)
         with entry.lock:
             start = time.perf_counter()
+            scheduler = self._scheduler(entry, request.scheduler, request.steps)  # before any technique runs
             ctx = self._configure(entry, request)
-            entry.pipe.scheduler = self._scheduler(entry, request.scheduler)
+            entry.pipe.scheduler = scheduler
             switch = time.perf_counter() - start
             # call-stage techniques, and pipeline-stage ones that also set something around each call
             call_opts = [
@@ -241,14 +244,25 @@ class PipelineManager:
             )
 
     @staticmethod
-    def _scheduler(entry: LivePipeline, name: str) -> Any:
-        """A fresh scheduler for one request: a deep copy of a template built once per pipeline and name."""
+    def _scheduler(entry: LivePipeline, name: str, steps: int) -> Any:
+        """A fresh scheduler for one request: a deep copy of a template built once per pipeline and name.
+
+        Raises:
+            ValidationError: this scheduler, as the model configures it, cannot take `steps` steps.
+        """
         templates = entry.state.setdefault("scheduler_templates", {})
         if (
             name not in templates
         ):  # the base pipeline's own scheduler never steps: it is the "default" template
             base = entry.base.scheduler
             templates[name] = base if name == "default" else loader.make_scheduler(name, base)
+        refused = steps_refused(templates[name], steps)
+        if refused is not None:
+            kind = type(templates[name]).__name__
+            raise ValidationError(
+                f"The {name} scheduler ({kind}, as this model configures it) cannot take {steps} steps: "
+                f"{refused}. Choose more steps or another scheduler."
+            )
         return copy.deepcopy(templates[name])
 
     def _configure(self, entry: LivePipeline, request: GenerationRequest) -> Context:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pipelines import loader
+from studio.errors import ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
@@ -132,6 +133,22 @@ def test_each_request_gets_its_own_scheduler(manager):
         assert type(p.pipe.scheduler) is type(first)
     with manager.acquire(request(scheduler="euler")) as p:
         assert type(p.pipe.scheduler).__name__ == "EulerDiscreteScheduler"
+
+
+def test_a_scheduler_that_cannot_take_the_steps_is_refused_before_any_technique_runs(monkeypatch):
+    # PNDM with its Runge-Kutta warm-up (as some hub models configure it) needs 4 steps or more; diffusers
+    # would fail inside the call with a numpy broadcasting error
+    from pipelines import schedulers
+
+    monkeypatch.setitem(schedulers.SCHEDULERS, "pndm", ("PNDMScheduler", {"skip_prk_steps": False}))
+    fresh = PipelineManager()
+    with pytest.raises(ValidationError, match=r"pndm scheduler \(PNDMScheduler.*cannot take 3 steps"):
+        with fresh.acquire(request(["channels_last"], scheduler="pndm", steps=3)):
+            pass
+    (entry,) = fresh._entries.values()
+    assert entry.applied == (), "a technique was applied for a request that could not run"
+    with fresh.acquire(request(scheduler="pndm", steps=4)) as prepared:
+        assert type(prepared.pipe.scheduler).__name__ == "PNDMScheduler"
 
 
 def test_concurrent_requests_match_sequential_ones(manager):
