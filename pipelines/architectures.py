@@ -121,12 +121,19 @@ def models(name: str) -> dict[str, torch.nn.Module]:
     }
 
 
+def scheduler(name: str) -> Any:
+    """The scheduler the named (UNet) architecture's pipeline is built with, as its released model's is."""
+    if name == "sd15":
+        return PNDMScheduler(**BETAS, skip_prk_steps=True, steps_offset=1)
+    return EulerDiscreteScheduler(**BETAS, timestep_spacing="leading", steps_offset=1)
+
+
 def build_sd15(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionPipeline:
     torch.manual_seed(0)
     pipe = StableDiffusionPipeline(
         **models("sd15"),
         tokenizer=clip_tokenizer(tokenizer_source),
-        scheduler=PNDMScheduler(**BETAS, skip_prk_steps=True, steps_offset=1),
+        scheduler=scheduler("sd15"),
         safety_checker=None,
         feature_extractor=None,
         requires_safety_checker=False,
@@ -140,7 +147,7 @@ def build_sdxl(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionXLPi
         **models("sdxl"),
         tokenizer=clip_tokenizer(tokenizer_source),
         tokenizer_2=clip_tokenizer(tokenizer_source),
-        scheduler=EulerDiscreteScheduler(**BETAS, timestep_spacing="leading", steps_offset=1),
+        scheduler=scheduler("sdxl"),
     )
     return pipe.to(dtype=dtype)
 

@@ -1,7 +1,8 @@
 """The compute-limit section: how far the best configuration is from what the device's arithmetic allows.
 
 - the UNet's FLOPs per call (torch.utils.flop_counter.FlopCounterMode on one call with the inputs the pipeline
-  itself gives it: batch 2 with classifier-free guidance), times the steps: FLOPs per image;
+  itself gives it: batch 2 with classifier-free guidance), times the calls its scheduler makes for the steps
+  (PNDM: steps + 1): FLOPs per image;
 - the device's measured matmul peak in the baseline's dtype (best of a few n x n x n matmuls, synchronised);
 - FLOPs per image / peak = the seconds an image would take at that peak; the floors section divides them by
 the
@@ -20,6 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.gpu.common import base_request
 from benchmarks.gpu.plan import ModelPlan, Plan
 from benchmarks.gpu.results import Results
+from pipelines.schedulers import denoiser_calls
 from studio.engine import Studio
 from studio.measure import bench
 from studio.optimizations import get
@@ -44,8 +46,9 @@ def matmul_peak(device: str, dtype: torch.dtype, n: int, repeats: int = REPEATS)
     return 2 * n**3 / best
 
 
-def unet_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int]:
-    """(FLOPs of one UNet call, the batch of that call) with the inputs of `request`'s own first step."""
+def unet_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int, int]:
+    """(FLOPs of one UNet call, the batch of that call, the UNet calls in one image of `request`) with the
+    inputs of `request`'s own first step and the scheduler it runs with."""
     one_step = dataclasses.replace(request, steps=1)
     captured: list[tuple[tuple, dict]] = []
 
@@ -63,8 +66,9 @@ def unet_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int]:
         args, kwargs = captured[0]
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             unet(*args, **kwargs)
+        calls = denoiser_calls(prepared.pipe.scheduler, request.steps)
     sample = args[0] if args else kwargs["sample"]
-    return counter.get_total_flops(), int(sample.shape[0])
+    return counter.get_total_flops(), int(sample.shape[0]), calls
 
 
 def measure_peak(plan: Plan, results: Results) -> float:
@@ -84,15 +88,16 @@ def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> d
     peak = results.data["compute-limit"].get("matmul", {}).get("tflops")
     peak = peak * 1e12 if peak else measure_peak(plan, results)
     request = base_request(plan, model)
-    flops, batch = unet_flops(studio, request)
+    flops, batch, calls = unet_flops(studio, request)
     entry = {
         "model": model.model,
         "side": model.side,
         "steps": model.steps,
         "unet_gflops_per_call": round(flops / 1e9, 2),
         "unet_batch": batch,
-        "gflops_per_image": round(flops * model.steps / 1e9, 2),
-        "seconds_at_peak": flops * model.steps / peak,
+        "unet_calls": calls,
+        "gflops_per_image": round(flops * calls / 1e9, 2),
+        "seconds_at_peak": flops * calls / peak,
     }
     results.put("compute-limit", model.role, entry)
     return entry

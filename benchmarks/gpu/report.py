@@ -71,7 +71,8 @@ def compute_limit(section: dict[str, Any]) -> str:
     ]
     body = [
         [
-            f"{e['model']} {e['side']}x{e['side']}, {e['steps']} steps",
+            f"{e['model']} {e['side']}x{e['side']}, {e['steps']} steps"
+            + (f" ({e['unet_calls']} UNet calls)" if e.get("unet_calls") else ""),
             f"{e['unet_gflops_per_call']} ({e['unet_batch']})",
             e["gflops_per_image"],
             e["seconds_at_peak"],

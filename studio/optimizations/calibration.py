@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from pipelines.schedulers import fresh_scheduler
+
 CALIBRATION_SEED = 0
 
 
@@ -39,18 +41,6 @@ def denoising_steps(
         prediction = yield step_input, torch.as_tensor(t, device=sample.device), context
         latents = fresh.step(prediction, t, latents).prev_sample
     return latents
-
-
-def fresh_scheduler(scheduler: Any, steps: int) -> Any:
-    """A new scheduler of `scheduler`'s type and config, its timesteps set for `steps`."""
-    fresh = type(scheduler).from_config(scheduler.config)
-    fresh.set_timesteps(steps)
-    return fresh
-
-
-def model_calls(scheduler: Any, steps: int) -> int:
-    """How many model calls `denoising_steps` makes for `steps` with `scheduler`."""
-    return len(fresh_scheduler(scheduler, steps).timesteps)
 
 
 def answer(run: Steps, model: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> Any:

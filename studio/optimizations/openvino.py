@@ -26,13 +26,14 @@ from typing import Any
 
 import torch
 
+from pipelines.schedulers import denoiser_calls
 from studio import checks, devices
 from studio.errors import ValidationError
 from studio.optimizations import openvino_models as ovm
 from studio.optimizations import openvino_statistics as ovs
 from studio.optimizations import openvino_winograd as owg
 from studio.optimizations.base import Context, Optimization, Settings, register
-from studio.optimizations.calibration import Inputs, Steps, answer, denoising_steps, model_calls
+from studio.optimizations.calibration import Inputs, Steps, answer, denoising_steps
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
@@ -40,7 +41,7 @@ PRECISIONS = ("f32", "auto")
 OVERFLOW_FIXES = ("auto", *ovm.OVERFLOW_FIXES)
 # The most UNet calls a calibrated UNet is calibrated on: NNCF's statistics cost ~5 s a sample for SD 1.5 at
 # 256x256 on a 2-core CPU, so a 50-step request would pay five times what a 10-step one pays for the same
-# spread of timesteps. 48 is what 10 steps of the four calibration prompts make (PNDM: 12 calls each).
+# spread of timesteps. 48 covers 10 steps of the four calibration prompts (PNDM: 11 calls each, 44 in all).
 CALIBRATION_SAMPLES = 48
 
 
@@ -220,7 +221,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         converted fp32 UNet `model` (the PyTorch UNet's function to fp32 rounding, ~1.5x faster on a CPU)."""
         sample, timestep, _ = inputs
         pipe, steps = self._pipe(), self._steps()
-        runs, length = len(self._prompts), model_calls(pipe.scheduler, steps)
+        runs, length = len(self._prompts), denoiser_calls(pipe.scheduler, steps)
         picks = [run * length + i for run in range(runs) for i in spread(length, runs, CALIBRATION_SAMPLES)]
         # calls between samples run through `model` compiled now, before it is rewritten; where every call
         # is a sample, it is compiled only if NNCF leaves one unanswered

@@ -656,9 +656,9 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     no more at 30 steps than at 10."""
     import contextlib
 
+    from pipelines.schedulers import fresh_scheduler
     from studio.optimizations import openvino as technique
     from studio.optimizations import openvino_statistics as ovs
-    from studio.optimizations.calibration import fresh_scheduler
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
     settings = {"mode": "full_int8", "vae": False, "text_encoder": False}

@@ -69,3 +69,27 @@ def test_prompt_fidelity_meets_every_floor_on_the_fixed_benchmark(pipe):
     assert len(images) == 96
     assert not below_floors(accuracy), accuracy
     assert accuracy["size"] >= 0.9 and accuracy["background"] >= 0.9, accuracy
+
+
+@pytest.mark.parametrize("name", ["pndm", "euler", "dpmpp_2m", "heun"])
+def test_the_denoiser_calls_counted_from_a_scheduler_are_the_calls_a_real_pipeline_makes(pipe, name):
+    # what the compute limits multiply a UNet call's FLOPs by: PLMS calls it steps + 1 times, Heun about twice
+    import diffusers
+
+    from pipelines.loader import make_scheduler
+    from pipelines.schedulers import denoiser_calls
+
+    own = pipe.scheduler
+    heun = name == "heun"  # not one of the studio's schedulers: two calls a step
+    pipe.scheduler = (
+        diffusers.HeunDiscreteScheduler.from_config(own.config) if heun else make_scheduler(name, own)
+    )
+    calls = []
+    handle = pipe.unet.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        pipe("a red circle", num_inference_steps=3, output_type="latent")
+        assert len(calls) == denoiser_calls(pipe.scheduler, 3)
+    finally:
+        handle.remove()
+        pipe.scheduler = own
+    assert len(calls) == {"pndm": 4, "euler": 3, "dpmpp_2m": 3, "heun": 5}[name]
