@@ -6,21 +6,34 @@ from __future__ import annotations
 
 import argparse
 
+from pipelines.schedulers import SCHEDULERS
+from studio.request.generation import MAX_GUIDANCE, MAX_IMAGES, MAX_SEED, MAX_STEPS
+
 
 def request_args(p: argparse.ArgumentParser) -> None:
     """The request's own arguments (model, prompt, sizes, settings) and the warm-up count."""
-    p.add_argument("--model", default="tiny-shapes", help="registry id, hub id or local directory")
+    own = "default: the model's own"
+    p.add_argument(
+        "--model", default="tiny-shapes", help="registry id, hub id or local directory (default: tiny-shapes)"
+    )
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative-prompt", default="")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--guidance", type=float)
-    p.add_argument("--width", type=int)
-    p.add_argument("--height", type=int)
-    p.add_argument("--scheduler")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0, help=f"0 to {MAX_SEED}, or -1 for a random one (default 0)")
+    p.add_argument("--steps", type=int, help=f"denoising steps, 1 to {MAX_STEPS} ({own})")
+    p.add_argument(
+        "--guidance", type=float, help=f"classifier-free guidance scale, 0 to {MAX_GUIDANCE:g} ({own})"
+    )
+    p.add_argument("--width", type=int, help=f"pixels, a multiple of 8 ({own})")
+    p.add_argument("--height", type=int, help=f"pixels, a multiple of 8 ({own})")
+    p.add_argument("--scheduler", help=f"{', '.join(SCHEDULERS)} ({own})")
+    p.add_argument("--device", default="auto", help="auto (the first GPU, else the CPU), cpu, cuda:N or mps")
     p.add_argument("--setting", action="append", default=[], help="technique.setting=value")
-    p.add_argument("--batch", type=int, default=1, help="images per prompt (one pipeline call)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help=f"images per prompt, in one pipeline call (1 to {MAX_IMAGES}; default 1)",
+    )
     p.add_argument("--vae", help="a VAE to swap in: an AutoencoderKL folder, a .safetensors file or a hub id")
     p.add_argument(
         "--single-file-config", help="for a .safetensors model: the diffusers folder its configs come from"

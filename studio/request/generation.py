@@ -24,6 +24,7 @@ MAX_SIDE = 2048
 MIN_SIDE = 8
 MAX_IMAGES = 8
 MAX_SEED = 2**32 - 1
+MAX_GUIDANCE = 30.0
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def validate_request(
             seed=seed,
             steps=checks.whole("steps", spec.steps if steps in (None, "") else steps, 1, MAX_STEPS),
             guidance=checks.number(
-                "guidance", spec.guidance if guidance in (None, "") else guidance, 0.0, 30.0
+                "guidance", spec.guidance if guidance in (None, "") else guidance, 0.0, MAX_GUIDANCE
             ),
             width=_side("width", spec.width if width in (None, "") else width),
             height=_side("height", spec.height if height in (None, "") else height),
