@@ -341,5 +341,10 @@ def test_the_dry_run_climbs_the_ladder_and_judges_no_floor(dry_run):
     assert ladder["TF32"]["status"] == "skipped" and "CUDA" in ladder["TF32"]["error"]
     limit = data["compute-limit"]["sd15"]
     assert limit["unet_gflops_per_call"] > 0 and 0 < limit["fraction_of_peak"]
+    assert limit["unet_calls"] == limit["steps"], (
+        "the dry run's tiny-shapes (DPM-Solver) calls it once a step"
+    )
+    per_image = limit["unet_gflops_per_call"] * limit["unet_calls"]
+    assert limit["gflops_per_image"] == pytest.approx(per_image, abs=0.005 * limit["unet_calls"])  # rounding
     assert [f["met"] for f in data["floors"]] == [None, None, None]
     assert all(f["value"] > 0 for f in data["floors"])
