@@ -8,7 +8,10 @@ from typing import Any
 # name -> (diffusers scheduler class name, or None for the pipeline's own; config overrides)
 SCHEDULERS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "default": (None, {}),
-    "ddim": ("DDIMScheduler", {}),
+    # diffusers' DDIM clips its predicted clean sample to [-1, 1] unless a config says otherwise: right for
+    # pixel-space models, wrong for latents (SD's own config turns it off; the bundled model's DPM-Solver
+    # config has no such key, and with the default its images lost their shapes and colours)
+    "ddim": ("DDIMScheduler", {"clip_sample": False}),
     "euler": ("EulerDiscreteScheduler", {}),
     "euler_a": ("EulerAncestralDiscreteScheduler", {}),
     "dpmpp_2m": ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++"}),
@@ -58,3 +61,12 @@ def steps_refused(scheduler: Any, steps: int) -> str | None:
             return None
         return str(exc)
     return None
+
+
+def menu_choices() -> list[tuple[str, str]]:
+    """(label, name) of each scheduler for a menu: the sampler as AUTOMATIC1111's users know it, with the name
+    the CLI and the API take."""
+    return [
+        ("Model's own", name) if name == "default" else (f"{A1111_SAMPLERS.get(name, name)} ({name})", name)
+        for name in SCHEDULERS
+    ]

@@ -1,6 +1,7 @@
 """The fixed prompt-fidelity benchmark: 48 prompts x 2 seeds, judged by the analyzer.
 
     python -m pipelines.tiny_shapes.evaluate            # judge assets/tiny-shapes against FLOORS
+    python -m pipelines.tiny_shapes.evaluate --scheduler ddim    # with one of the studio's other schedulers
 
 Exits with status 1 while an attribute is below its floor, 0 once every floor is met (the shipped model meets
 them all: shape 92.7% against 85%, see docs/tiny-shapes.md). The test suite runs the same benchmark.
@@ -16,6 +17,9 @@ from pathlib import Path
 import torch
 from diffusers import StableDiffusionPipeline
 from PIL import Image
+
+from pipelines.loader import make_scheduler
+from pipelines.schedulers import SCHEDULERS
 
 from .analyze import fidelity
 from .dataset import ATTRIBUTES, BACKGROUNDS, COLOURS, POSITIONS, SHAPES, SIZES, make_prompt
@@ -114,10 +118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--model", type=Path, default=Path(__file__).resolve().parents[2] / "assets" / "tiny-shapes"
     )
     parser.add_argument("--grid", type=Path, default=None, help="save the images as a grid PNG")
+    parser.add_argument(
+        "--scheduler", choices=list(SCHEDULERS), default="default", help="the studio's name of a scheduler"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     pipe = StableDiffusionPipeline.from_pretrained(args.model, use_safetensors=True)
     pipe.set_progress_bar_config(disable=True)
+    if args.scheduler != "default":
+        pipe.scheduler = make_scheduler(args.scheduler, pipe.scheduler)
     acc, images = evaluate(pipe)
     logger.info("fidelity on %d images: %s", len(images), {k: round(v, 3) for k, v in acc.items()})
     if args.grid:
