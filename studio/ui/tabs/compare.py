@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from pipelines.schedulers import SCHEDULERS
+from pipelines.schedulers import menu_choices
 from studio.request.axes import AXES
 from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import DEFAULT_MODEL, family_of
@@ -24,7 +24,7 @@ def compare_tab(handlers: dict) -> None:
     )
     model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("cmp")
     with gr.Row():
-        scheduler = gr.Dropdown(list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True)
+        scheduler = gr.Dropdown(menu_choices(), value="default", label="Scheduler", allow_custom_value=True)
         warmup, rounds = sweep_counts("cmp", 5)
     presets = presets_for(family_of(DEFAULT_MODEL, ""))
     configs = gr.CheckboxGroup(

@@ -7,7 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipelines.schedulers import SCHEDULERS
+from pipelines.schedulers import menu_choices
 from studio import report
 from studio.optimizations import REGISTRY
 from studio.request import PRECISIONS
@@ -30,7 +30,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
                     elem_id="gen-precision",
                 )
                 scheduler = gr.Dropdown(
-                    list(SCHEDULERS), value="default", label="Scheduler", allow_custom_value=True
+                    menu_choices(), value="default", label="Scheduler", allow_custom_value=True
                 )
                 negative = gr.Textbox(label="Negative prompt")
                 batch = RawNumber(
