@@ -46,10 +46,10 @@ float run(long iterations) {
 
 def vector_width() -> int:
     """Bytes in one register of this CPU's widest fp32 FMA (from its flags, read at run time)."""
-    flags = set(devices.detect().cpu_flags)
-    if "avx512f" in flags:
+    hw = devices.detect()
+    if hw.avx512:
         return 64
-    return 32 if {"avx2", "fma"} <= flags else 16
+    return 32 if {"avx2", "fma"} <= hw.cpu_flags else 16
 
 
 def build(width: int) -> ctypes.CDLL:

@@ -125,7 +125,9 @@ def scheduler(name: str) -> Any:
     """The scheduler the named (UNet) architecture's pipeline is built with, as its released model's is."""
     if name == "sd15":
         return PNDMScheduler(**BETAS, skip_prk_steps=True, steps_offset=1)
-    return EulerDiscreteScheduler(**BETAS, timestep_spacing="leading", steps_offset=1)
+    if name == "sdxl":
+        return EulerDiscreteScheduler(**BETAS, timestep_spacing="leading", steps_offset=1)
+    raise ValueError(f"{name!r} is not a UNet architecture ({', '.join(BUILDERS)})")
 
 
 def build_sd15(tokenizer_source: str, dtype: torch.dtype) -> StableDiffusionPipeline:

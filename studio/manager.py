@@ -256,13 +256,16 @@ class PipelineManager:
         ):  # the base pipeline's own scheduler never steps: it is the "default" template
             base = entry.base.scheduler
             templates[name] = base if name == "default" else loader.make_scheduler(name, base)
-        refused = steps_refused(templates[name], steps)
-        if refused is not None:
-            kind = type(templates[name]).__name__
-            raise ValidationError(
-                f"The {name} scheduler ({kind}, as this model configures it) cannot take {steps} steps: "
-                f"{refused}. Choose more steps or another scheduler."
-            )
+        checked = entry.state.setdefault("scheduler_steps_checked", set())  # a dry run once, not each call
+        if (name, steps) not in checked:
+            refused = steps_refused(templates[name], steps)
+            if refused is not None:
+                kind = type(templates[name]).__name__
+                raise ValidationError(
+                    f"The {name} scheduler ({kind}, as this model configures it) cannot take {steps} steps: "
+                    f"{refused}. Choose more steps or another scheduler."
+                )
+            checked.add((name, steps))
         return copy.deepcopy(templates[name])
 
     def _configure(self, entry: LivePipeline, request: GenerationRequest) -> Context:

@@ -172,6 +172,16 @@ def test_old_flags_and_bad_counts_are_refused_before_anything_runs(cli):
     assert json.loads(cli("history", "--json")[1]) == [], "nothing ran, nothing was logged"
 
 
+def test_generate_help_says_each_arguments_range_and_default_as_the_validation_has_them(cli):
+    from studio.request.generation import MAX_STEPS
+
+    status, out, _ = cli("generate", "--help")
+    text = " ".join(out.split())  # argparse wraps its lines
+    assert status == 0
+    assert f"denoising steps, 1 to {MAX_STEPS} (default: the model's own)" in text
+    assert "-1 for a random one (default 0)" in text and "pndm, lms (default: the model's own)" in text
+
+
 def test_system_and_optimizations(cli):
     system = json.loads(cli("system", "--json")[1])
     assert "cpu" in system["hardware"]["devices"] and system["versions"]["diffusers"]

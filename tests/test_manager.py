@@ -147,6 +147,9 @@ def test_a_scheduler_that_cannot_take_the_steps_is_refused_before_any_technique_
             pass
     (entry,) = fresh._entries.values()
     assert entry.applied == (), "a technique was applied for a request that could not run"
+    with pytest.raises(ValidationError, match="cannot take 3 steps"):  # asked again: refused again
+        with fresh.acquire(request(scheduler="pndm", steps=3)):
+            pass
     with fresh.acquire(request(scheduler="pndm", steps=4)) as prepared:
         assert type(prepared.pipe.scheduler).__name__ == "PNDMScheduler"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
@@ -483,3 +484,13 @@ def test_profile_returns_the_summary_chart_operators_and_a_logged_record(client,
     assert row["status"] == "ok" and row["profile"]["flops"] == record["flops"] > 0
     with pytest.raises(AppError, match="at least 2 steps"):
         client.predict(**profile_args(steps=1), api_name="/profile")
+
+
+def test_the_scheduler_menus_name_each_sampler_as_its_users_know_it_and_send_the_studios_name(server):
+    config = httpx.get(server.url + "config", timeout=30).json()
+    menus = [c["props"] for c in config["components"] if c.get("props", {}).get("label") == "Scheduler"]
+    assert len(menus) == 2, "Generate and Compare"
+    for menu in menus:
+        choices = {value: label for label, value in menu["choices"]}
+        assert menu["value"] == "default" and choices["default"] == "Model's own"
+        assert choices["pndm"] == "PLMS (pndm)" and choices["dpmpp_2m"] == "DPM++ 2M (dpmpp_2m)"
