@@ -28,9 +28,8 @@ def one(model: str, side: int, batch: int, opts: list[str]) -> dict:
     """Estimate, then run and measure, in this process; returns both in MB."""
     import torch
 
-    from studio.engine import Studio
+    from studio.engine import Studio, memory_estimate
     from studio.request import validate_request
-    from studio.scale import memory_estimate
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as home:

@@ -23,12 +23,12 @@ from typing import Any
 from accelerate import PartialState
 
 from studio import report
-from studio.arguments import request_args, rounds_arg
+from studio.cli.arguments import request_args, rounds_arg
 from studio.errors import StudioError
 from studio.report import emit
-from studio.scale.distributed_sweep import agreed_plan, spread
-from studio.scale.process_group import join_process_group, placement, shared_seed
 from studio.sweeps import compare, ladder
+from studio.sweeps.distributed import agreed_plan, spread
+from studio.sweeps.process_group import join_process_group, placement, shared_seed
 
 COMPARABLE = (
     "Timings measured by different processes compare only when their devices are alike "

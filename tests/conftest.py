@@ -101,9 +101,10 @@ def studio(tmp_path):
 @pytest.fixture
 def runlog(tmp_path):
     """An empty run log at runs.db in the test's directory, where the `studio` fixture keeps its own."""
+    from studio.optimizations import REGISTRY
     from studio.runlog import RunLog
 
-    return RunLog(tmp_path / "runs.db")
+    return RunLog(tmp_path / "runs.db", techniques=tuple(REGISTRY))
 
 
 @pytest.fixture

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from studio import profiling, report
+from studio import report
+from studio.engine import profile_run as profiling
 from studio.errors import RunFailed, ValidationError
 from studio.report import profile_text
 from studio.request import validate_request
 from studio.runlog import RunLog
-from studio.runlog_migrations import migrations
+from studio.runlog.migrations import migrations
 
 PROMPT = "a small blue square at the top, on a black background"
 
@@ -76,9 +77,9 @@ def test_a_run_log_from_before_m006_opens_and_gains_the_profile_column(tmp_path)
 def test_on_zerogpu_the_step_is_profiled_under_spaces_gpu_and_logged_outside(tmp_path, monkeypatch):
     import sys
 
-    from studio.engine import Studio
-    from studio.scale import zerogpu
-    from tests.scale.test_zerogpu import StandInSpaces
+    from tests.engine.test_zerogpu import StandInSpaces
+
+    from studio.engine import Studio, zerogpu
 
     spaces = StandInSpaces()
     monkeypatch.setitem(sys.modules, "spaces", spaces)

@@ -8,7 +8,7 @@ import pytest
 
 from studio import report
 from studio.runlog import RunLog
-from studio.runlog_migrations import migrations
+from studio.runlog.migrations import migrations
 
 
 def record(**kw):
@@ -73,8 +73,8 @@ def test_runs_record_the_vae_and_config_folder_they_were_loaded_with(tmp_path):
     from sqlite_utils import Database
 
     from pipelines.registry import ASSETS
+    from studio.engine.run_data import run_record
     from studio.request import validate_request
-    from studio.run_data import run_record
 
     path = tmp_path / "runs.db"
     old = Database(path)

@@ -68,7 +68,7 @@ def test_bundle_has_the_app_and_not_the_training_runs(bundle):
         "app.py",
         "requirements.txt",
         "README.md",
-        "studio/scale/zerogpu.py",
+        "studio/engine/zerogpu.py",
         "studio/ui/__init__.py",
         "pipelines/registry.py",
         "assets/tiny-shapes/model_index.json",

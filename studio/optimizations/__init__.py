@@ -24,6 +24,7 @@ from studio.optimizations import (  # noqa: F401
 )
 
 # isort: on
+from studio.optimizations.availability import availability
 from studio.optimizations.base import (
     REGISTRY,
     Context,
@@ -39,6 +40,7 @@ from studio.optimizations.base import (
 
 __all__ = [
     "REGISTRY",
+    "availability",
     "Context",
     "Optimization",
     "call_contexts",

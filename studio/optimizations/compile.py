@@ -147,7 +147,7 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 # eagerly, with only a log warning. Every UNet of a class shares its forward's code object, so a
 # studio holding a few compiled pipelines (each with a graph per shape, per DeepCache path and per
 # batch under cfg_cutoff) would silently lose compilation on the later ones. The studio reports
-# recompile storms itself (studio.recompile_storm), so it gives dynamo room for every live pipeline.
+# recompile storms itself (studio.optimizations.recompiles), so it gives dynamo room for every live pipeline.
 RECOMPILE_LIMIT = 64
 
 

@@ -7,7 +7,7 @@ and the run log's export all speak in `KEYS`; `docs/api.md` lists them with thei
 - `studio.report.vocabulary`: `KEYS`, the keys with their units and meanings;
 - `studio.report.records`: runs, failures and run-log rows as records;
 - `studio.report.text`: records as words, Markdown and CSV;
-- `studio.report.system`: the techniques' availability and the facts the System view shows.
+- `studio.report.system`: this machine in words.
 """
 
 from studio.report.records import (
@@ -18,7 +18,7 @@ from studio.report.records import (
     run_record,
     single_record,
 )
-from studio.report.system import availability, machine_rows, system_facts
+from studio.report.system import machine_rows
 from studio.report.text import (
     TABLE,
     caption,
@@ -38,7 +38,6 @@ __all__ = [
     "KEYS",
     "MEMORY_RESOLUTION_MB",
     "TABLE",
-    "availability",
     "caption",
     "docs_table",
     "emit",
@@ -55,6 +54,5 @@ __all__ = [
     "run_record",
     "seconds",
     "single_record",
-    "system_facts",
     "to_csv",
 ]

@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from studio.measure.host import BUSY_PCT
-from studio.recompile_storm import graph_builds
+from studio.optimizations.recompiles import graph_builds
 from studio.report.vocabulary import KEYS
 
 MEMORY_RESOLUTION_MB = {

@@ -1,35 +1,8 @@
-"""What the System view shows: every technique and whether it can run here, versions, devices, loaded
-pipelines and the run log's path."""
+"""This machine in words: the System view's first table and `python -m studio system`."""
 
 from __future__ import annotations
 
 from typing import Any
-
-
-def availability(device: str = "auto", family: str | None = None) -> list[dict[str, Any]]:
-    """Every technique with whether it can run on `device` here for a model of `family` (None: for some model,
-    the models it works on in `works_on`), and why not."""
-    from studio import devices
-    from studio.optimizations import REGISTRY, unavailable_reason, works_on
-
-    hw = devices.detect()
-    resolved = devices.resolve(device, hw)
-    return [
-        {
-            "name": o.name,
-            "label": o.label,
-            "group": o.group,
-            "stage": o.stage,
-            "reversible": o.reversible,
-            "requires": list(o.requires),
-            "conflicts": list(o.conflicts),
-            "description": o.description,
-            "settings": o.defaults,
-            "unavailable": unavailable_reason(o, hw, resolved, family),
-            "works_on": works_on(o),
-        }
-        for o in REGISTRY.values()
-    ]
 
 
 def machine_rows(hardware: dict[str, Any], versions: dict[str, str]) -> list[tuple[str, str]]:
@@ -43,16 +16,3 @@ def machine_rows(hardware: dict[str, Any], versions: dict[str, str]) -> list[tup
         ("Devices", ", ".join(hardware["devices"])),
         ("Libraries", ", ".join(f"{k} {v}" for k, v in versions.items())),
     ]
-
-
-def system_facts(studio: Any) -> dict[str, Any]:
-    """Devices, capabilities, versions, techniques, loaded pipelines and the run log: what System shows."""
-    from studio import devices, settings
-
-    return {
-        "hardware": devices.detect().summary(),
-        "versions": settings.versions(),
-        "techniques": availability(),
-        "loaded_pipelines": [list(map(str, k)) for k in studio.manager.loaded()],
-        "database": str(studio.runlog.path),
-    }

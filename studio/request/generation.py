@@ -268,7 +268,7 @@ def parse_setting_args(items: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> GenerationRequest:
-    """A request from the command line's arguments (`studio.arguments.request_args`), for the CLI and the
+    """A request from the command line's arguments (`studio.cli.arguments.request_args`), for the CLI and the
     distributed launcher alike."""
     return validate_request(
         model=args.model,

@@ -8,9 +8,9 @@ from typing import Any
 
 from studio import report
 from studio.engine import Studio
+from studio.engine.run_data import RunResult
 from studio.measure.bench import StopFn
 from studio.request import GenerationRequest, with_config
-from studio.run_data import RunResult
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
 
 DEFAULT_ROUNDS = 5  # with 5 rounds one disturbed round cannot flip a verdict (see studio.measure.protocol)

@@ -29,12 +29,12 @@ import psutil
 import torch
 
 from studio.engine import Studio
+from studio.engine.run_data import Computed, Pending, RunResult
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
 from studio.measure.bench import Measurement, StopFn
 from studio.measure.host import HostLoad, HostMonitor
 from studio.request import MAX_CONFIGS, GenerationRequest, check_sweep, validate_counts
-from studio.run_data import Computed, Pending, RunResult
 
 Progress = Callable[[int, int, str], None]
 MEMORY_SHARE = (

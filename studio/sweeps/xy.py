@@ -13,13 +13,12 @@ from typing import Any
 import psutil
 
 from studio import report
-from studio.engine import Studio
+from studio.engine import Studio, memory_estimate
+from studio.engine.run_data import RunResult
 from studio.errors import ValidationError
 from studio.measure.bench import StopFn
 from studio.request import GenerationRequest
 from studio.request.axes import Axis, at
-from studio.run_data import RunResult
-from studio.scale import memory_estimate
 from studio.sweeps.compare import parse_configs
 from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,7 @@ from studio.engine import Studio
 
 def database_copy(studio: Studio) -> str:
     """A consistent copy of the run log (SQLite backup API), safe to hand to a browser."""
-    target = Path(tempfile.mkdtemp(prefix="studio-export-")) / "runs.db"
-    with sqlite3.connect(target) as dst:
-        studio.runlog.db.conn.backup(dst)
-    return str(target)
+    return str(studio.backup(Path(tempfile.mkdtemp(prefix="studio-export-")) / "runs.db"))
 
 
 def csv_file(records: list[dict[str, Any]], name: str = "runs.csv") -> str:

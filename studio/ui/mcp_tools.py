@@ -14,7 +14,6 @@ five while `/generate`, `/compare`, ... stay as they are for `gradio_client`. Th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Any, Literal
@@ -261,13 +260,13 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             limit: The most runs to return.
         """
         f = validate_history(model, device, status, technique, since, until, limit)
-        return _json([report.log_record(r) for r in studio.runlog.runs(**dataclasses.asdict(f))])
+        return _json([report.log_record(r) for r in studio.history(f)])
 
     @engine_errors
     def system() -> str:
         """What this machine can run: hardware and devices, library versions, every technique with whether
         it is available here (and why not), the pipelines loaded, and the run log's path. Returns JSON."""
-        return _json(report.system_facts(studio))
+        return _json(studio.system_facts())
 
     return dict(zip(TOOLS, (generate, compare, autotune, history, system), strict=True))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from studio import report
+from studio.optimizations import availability
 from studio.ui.handlers.common import family_of
 
 PRESETS = (
@@ -29,7 +29,7 @@ PRESETS = (
 
 def presets_for(family: str | None, device: str = "auto") -> list[str]:
     """The presets that can run on a model of this family (None: not known yet) on this machine."""
-    available = {t["name"] for t in report.availability(device, family=family) if t["unavailable"] is None}
+    available = {t["name"] for t in availability(device, family=family) if t["unavailable"] is None}
     return [p for p in PRESETS if set(p.split(",")) <= available]
 
 

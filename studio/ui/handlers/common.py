@@ -14,9 +14,8 @@ import gradio as gr
 from gradio.context import LocalContext
 
 from pipelines.registry import SPECS, resolve
-from studio import report
 from studio.errors import Cancelled, StudioError, describe
-from studio.optimizations import REGISTRY
+from studio.optimizations import REGISTRY, availability
 from studio.ui.cancel import Cancellations
 
 log = logging.getLogger(__name__)
@@ -47,7 +46,7 @@ def techniques_by_group(device: str, family: str | None = None) -> dict[str, lis
     by group; with `family`, those that cannot run on that kind of model carry the reason."""
     rows = [
         t
-        for t in report.availability(device, family=family)
+        for t in availability(device, family=family)
         if REGISTRY[t["name"]].stage != "load" or t["name"] == "device_map_balanced"
     ]
     return {g: [t for t in rows if t["group"] == g] for g in GROUPS}

@@ -12,7 +12,6 @@ from studio.engine import Studio
 from studio.errors import Cancelled, OutOfMemory
 from studio.report import image_metadata
 from studio.request import build_request
-from studio.scale import memory_estimate
 from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
@@ -152,9 +151,9 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
     @engine_errors
     def estimate(model, custom_model, device, precision, optimizations, *fields):
         """The API's `/estimate`: the peak memory a /generate with these arguments should reach, before it
-        runs (`studio.scale.memory_estimate`)."""
+        runs (`studio.engine.memory_estimate`)."""
         req = build_request(model_name(model, custom_model), device, precision, optimizations, *fields)
-        return memory_estimate.estimate(studio.manager, req, studio.runlog).as_json()
+        return studio.estimate(req).as_json()
 
     @engine_errors
     def estimate_form(model, custom_model, device, precision, speed, memory, precision_opts, *fields):

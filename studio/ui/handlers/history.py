@@ -3,7 +3,6 @@ into Generate's form), a click on a History row, and `/export_db`."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import gradio as gr
@@ -21,7 +20,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
     @engine_errors
     def history(model, device, status, technique, since, limit):
         f = validate_history(model, device, status, technique, since, None, limit or 200)
-        rows = studio.runlog.runs(**dataclasses.asdict(f))
+        rows = studio.history(f)
         records = [report.log_record(r) for r in rows]
         return views.history_outputs(records, exports.csv_file(records))
 
@@ -29,7 +28,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
     def load_config(run_id):
         """A logged run's configuration, ready in Generate's form (precision and technique groups
         included)."""
-        row = studio.runlog.get_run(validate_run_id(run_id))
+        row = studio.logged_run(validate_run_id(run_id))
         return (*form_values(row), gr.update(selected="generate"))
 
     def load_selected(table, evt: gr.SelectData):

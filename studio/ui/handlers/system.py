@@ -7,11 +7,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from studio import report
-from studio import settings as studio_settings
 from studio.engine import Studio
 from studio.request import validate_shard_target
-from studio.scale.shard import shard_model
 from studio.ui import views
 from studio.ui.handlers.common import engine_errors, model_name
 
@@ -22,7 +19,7 @@ def build_system_handlers(studio: Studio) -> dict[str, Callable]:
     @engine_errors
     def shard(model, custom_model, name, max_shard_size):
         model, name = validate_shard_target(model_name(model, custom_model), name)
-        data = shard_model(model, studio_settings.home() / "sharded" / name, max_shard_size)
+        data = studio.shard(model, name, max_shard_size)
         rows = [
             {
                 "component": c["name"],
@@ -36,7 +33,7 @@ def build_system_handlers(studio: Studio) -> dict[str, Callable]:
         return data, pd.DataFrame(rows, columns=["component", "file", "MB", "tensors"])
 
     def system():
-        data = report.system_facts(studio)
+        data = studio.system_facts()
         return data, *views.system_tables(data)
 
     return {"shard": shard, "system": system}

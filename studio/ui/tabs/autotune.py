@@ -7,7 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from studio import report
+from studio.optimizations import availability
 from studio.ui.fields import RawNumber
 from studio.ui.widgets import generation_queue, model_inputs, sweep_counts
 
@@ -22,7 +22,7 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         "measured faster beyond noise is offered."
     )
     model, custom, device, prompt, seed, steps, _guidance, width, height = model_inputs("tune")
-    names = [t["name"] for t in report.availability() if t["unavailable"] is None]
+    names = [t["name"] for t in availability() if t["unavailable"] is None]
     with gr.Row():
         techniques = gr.Dropdown(
             names,

@@ -8,8 +8,7 @@ from typing import Any
 import gradio as gr
 
 from pipelines.schedulers import menu_choices
-from studio import report
-from studio.optimizations import REGISTRY
+from studio.optimizations import REGISTRY, availability
 from studio.request import PRECISIONS
 from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import techniques_for_model
@@ -22,7 +21,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         with gr.Column(scale=3):
             model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("gen")
             with gr.Row():
-                usable = {t["name"] for t in report.availability() if t["unavailable"] is None}
+                usable = {t["name"] for t in availability() if t["unavailable"] is None}
                 precision = gr.Radio(
                     [p for p in PRECISIONS if p == "fp32" or p in usable],
                     value="fp32",

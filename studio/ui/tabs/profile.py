@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from studio import report
+from studio.optimizations import availability
 from studio.request import PRECISIONS
 from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import GROUPS, techniques_by_group
@@ -20,7 +20,7 @@ def profile_tab(handlers: dict) -> None:
         "outside any operator is Python and dispatch overhead, or an idle GPU. The run is logged in History."
     )
     model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("prof")
-    usable = {t["name"] for t in report.availability() if t["unavailable"] is None}
+    usable = {t["name"] for t in availability() if t["unavailable"] is None}
     groups = techniques_by_group("auto")
     names = [t["name"] for g in GROUPS for t in groups[g] if t["unavailable"] is None]
     with gr.Row():

@@ -1,6 +1,6 @@
 """`python -m studio shard`: save a model's components as sharded safetensors and list the shards.
 
-Registered in `studio/cli.py` with `add_shard_parser(sub)` and `COMMANDS["shard"] = cmd_shard`.
+Registered in `studio/cli/__init__.py` with `add_shard_parser(sub)` and `COMMANDS["shard"] = cmd_shard`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 def cmd_shard(args: argparse.Namespace) -> int:
     """Run `shard`: load on the CPU, save in shards, print the listing (StudioError exits 2 in cli.main)."""
-    from studio.scale.shard import shard_model
+    from studio.engine.shard import shard_model
 
     report = shard_model(args.model, args.out, args.max_shard_size)
     if not report["loadable"]:

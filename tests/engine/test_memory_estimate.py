@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from studio.engine import memory_estimate
 from studio.errors import ValidationError
 from studio.request import validate_request
-from studio.scale import memory_estimate
 from tests import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ SD15_IN_A_FRESH_PROCESS = """
 import json, sys
 from studio.engine import Studio
 from studio.request import validate_request
-from studio.scale import memory_estimate
+from studio.engine import memory_estimate
 studio = Studio(db_path=sys.argv[1] + "/runs.db", outputs=sys.argv[1] + "/out")
 request = validate_request(model="sd15-arch", prompt="a red circle", steps=1, width=256, height=256)
 before = memory_estimate.estimate(studio.manager, request, studio.runlog)

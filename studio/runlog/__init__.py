@@ -1,10 +1,11 @@
-"""The run log: SQLite through sqlite-utils (only this module and its schema, studio.runlog_migrations,
+"""The run log: SQLite through sqlite-utils (only this module and its schema, studio.runlog.migrations,
 import it).
 
 A run is written as `running` before it starts and updated to `ok`, `failed` or
 `cancelled` after, so a crash leaves a trace; `mark_interrupted()` turns leftovers
 into `interrupted` at start-up. Comparisons, ladders and sweeps are rows of
-`groups`. One column per registry technique (`opt_<name>`) makes filtering easy.
+`groups`. One column per technique (`opt_<name>`, the names given by the caller: the run log knows no
+registry) makes filtering easy.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from sqlite_utils import Database
 from sqlite_utils.db import NotFoundError
 
 from studio.errors import RunLogError, ValidationError
-from studio.optimizations import REGISTRY
-from studio.runlog_migrations import migrations
+from studio.runlog.migrations import migrations
 
 JSON_COLUMNS = (
     "requested",
@@ -99,10 +99,16 @@ def _writes(method):
 
 
 class RunLog:
-    """A run log at `path`; safe to use from several threads (one connection per thread)."""
+    """A run log at `path`; safe to use from several threads (one connection per thread).
 
-    def __init__(self, path: str | Path):
+    Args:
+        path: the SQLite file (created with its folder when missing).
+        techniques: the technique names that get an `opt_<name>` column (a run's `requested` ticks them).
+    """
+
+    def __init__(self, path: str | Path, techniques: tuple[str, ...] = ()):
         self.path = Path(path)
+        self.techniques = tuple(techniques)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         db = self.db
@@ -123,7 +129,7 @@ class RunLog:
 
     def _ensure_technique_columns(self, db: Database) -> None:
         columns = set(db["runs"].columns_dict)
-        for name in REGISTRY:
+        for name in self.techniques:
             if f"opt_{name}" not in columns:
                 db["runs"].add_column(f"opt_{name}", int)
 
@@ -131,7 +137,7 @@ class RunLog:
     def start_run(self, record: dict[str, Any]) -> int:
         """Insert a run as `running` and return its id."""
         record = dict(record, status="running", created_at=now(), **_owner())
-        for name in REGISTRY:
+        for name in self.techniques:
             record[f"opt_{name}"] = int(name in (record.get("requested") or ()))
         return self.db["runs"].insert(_encode(record)).last_pk
 
@@ -184,7 +190,7 @@ class RunLog:
                 where.append(f"{column} = ?")
                 args.append(value)
         if technique:
-            if technique not in REGISTRY:
+            if f"opt_{technique}" not in self.db["runs"].columns_dict:
                 raise ValueError(f"unknown technique {technique!r}")
             where.append(f"opt_{technique} = 1")
         if since:
@@ -214,6 +220,15 @@ class RunLog:
                     [now(), run_id],
                 )
         return len(dead)
+
+    def backup(self, destination: str | Path) -> Path:
+        """A consistent copy of the run log at `destination` (SQLite's backup API: safe while runs write)."""
+        target = Path(destination)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(target) as dst:
+            self.db.conn.backup(dst)
+        dst.close()
+        return target
 
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -12,11 +12,11 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from studio.engine import zerogpu
 from studio.measure.host import HostMonitor
 from studio.measure.profile import ProfileResult, profile_step
 from studio.request import GenerationRequest
 from studio.request.profile import validate_profile
-from studio.scale import zerogpu
 
 
 @dataclass

@@ -22,13 +22,13 @@ from accelerate.utils import gather_object
 
 from studio import devices, engine
 from studio.engine import Studio
+from studio.engine.run_data import Computed, RunResult, run_record
 from studio.errors import StudioError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import protocol
 from studio.request import GenerationRequest, request_from_args
-from studio.run_data import Computed, RunResult, run_record
-from studio.scale.process_group import any_refused
 from studio.sweeps import compare
+from studio.sweeps.process_group import any_refused
 from studio.sweeps.runner import merge
 
 log = logging.getLogger("studio.distributed")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from studio.engine import memory_advice
+from studio.engine.run_data import run_record
 from studio.errors import OutOfMemory
 from studio.request import validate_request
-from studio.run_data import run_record
 from studio.runlog import RunLog
-from studio.scale import memory_advice
 
 GB = 2**30
 PROMPT = "a big green star on the right, on a white background"

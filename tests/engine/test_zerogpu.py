@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from studio.engine import zerogpu
 from studio.errors import ValidationError
-from studio.scale import zerogpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,7 +155,7 @@ def test_estimate_formula_and_clamping():
 
 
 def test_portable_callbacks(zero, caplog):
-    with caplog.at_level(logging.WARNING, logger="studio.scale.zerogpu"):
+    with caplog.at_level(logging.WARNING, logger="studio.engine.zerogpu"):
         assert zerogpu.portable(lambda i, n: None, "progress") is None
     assert "progress cannot cross" in caplog.text
     keep = functools.partial(print, "step")
@@ -184,7 +184,7 @@ def test_import_spaces_happens_first_and_torch_is_not_imported(tmp_path):
         "def GPU(task=None, *, duration=None, size=None):\n    return task\n"
     )
     code = (
-        "import sys, studio.scale.zerogpu; import spaces; "
+        "import sys, studio.engine.zerogpu; import spaces; "
         "print(spaces.TORCH_ALREADY_IMPORTED, 'torch' in sys.modules, spaces.__file__)"
     )
     env = dict(os.environ, SPACES_ZERO_GPU="true", PYTHONPATH=str(tmp_path))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 
 from studio import devices, settings
-from studio.arguments import request_args, rounds_arg
+from studio.cli.arguments import request_args, rounds_arg
+from studio.cli.shard import add_shard_parser, cmd_shard
 from studio.errors import StudioError, describe
-from studio.report import availability, emit, machine_rows
-from studio.shard_cli import add_shard_parser, cmd_shard
+from studio.optimizations import availability
+from studio.report import emit, machine_rows
 
 log = logging.getLogger("studio")
 
@@ -191,24 +191,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from studio.engine import Studio
     from studio.request import request_from_args
-    from studio.scale import memory_estimate
 
     request = request_from_args(args, args.opt)
-    studio = Studio()
-    found = memory_estimate.estimate(studio.manager, request, studio.runlog).as_json()
+    found = Studio().estimate(request).as_json()
     emit(found, args.json, found["sentence"])
     return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     from studio import report
+    from studio.engine import Studio
     from studio.request import validate_history
-    from studio.runlog import RunLog
 
     f = validate_history(
         args.model, args.device, args.status, args.technique, args.since, args.until, args.limit
     )
-    rows = RunLog(settings.db_path()).runs(**dataclasses.asdict(f))
+    rows = Studio().history(f)
     records = [report.log_record(r) for r in rows]
     first = (
         ("Run", lambda r: str(r["run_id"])),

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from pipelines import loader, registry
+from studio.cli.shard import add_shard_parser, cmd_shard
+from studio.engine import shard
 from studio.errors import ValidationError
-from studio.scale import shard
-from studio.shard_cli import add_shard_parser, cmd_shard
 
 MAX = "1MB"
 

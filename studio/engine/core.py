@@ -2,8 +2,8 @@
 
 The UI, the API and the CLI all call `Studio`; none of them talks to the lower
 layers directly, so they validate, run, measure and log the same way. The values a run
-carries and its run-log columns are in `studio.run_data`, recompile storms in
-`studio.recompile_storm`.
+carries and its run-log columns are in `studio.engine.run_data`, recompile storms in
+`studio.optimizations.recompiles`.
 """
 
 from __future__ import annotations
@@ -18,17 +18,19 @@ import numpy as np
 from PIL import Image
 
 from studio import report, settings
+from studio.engine import memory_advice, memory_estimate, zerogpu
+from studio.engine.profile_run import Profiling
+from studio.engine.run_data import Computed, Pending, RunResult, run_metrics, run_record
+from studio.engine.services import Services
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.measure import bench, quality
 from studio.measure.host import HostMonitor
-from studio.profiling import Profiling
-from studio.recompile_storm import graph_builds, storm_warnings
+from studio.optimizations import REGISTRY
+from studio.optimizations.recompiles import graph_builds, storm_warnings
 from studio.report import image_metadata
 from studio.request import GenerationRequest
-from studio.run_data import Computed, Pending, RunResult, run_metrics, run_record
 from studio.runlog import RunLog
-from studio.scale import memory_advice, memory_estimate, zerogpu
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +83,9 @@ def compute_run(
         )
 
 
-class Studio(Profiling):
-    """Runs requests and logs them (and profiles one step of a request: `Profiling.profile`).
+class Studio(Profiling, Services):
+    """Runs requests and logs them, profiles one step of a request (`Profiling.profile`) and answers what the
+    faces ask besides runs (`Services`: history, estimates, the database copy, sharding).
 
     Args:
         db_path: the SQLite run log (default: `settings.db_path()`).
@@ -96,7 +99,7 @@ class Studio(Profiling):
         outputs: str | Path | None = None,
         manager: PipelineManager | None = None,
     ):
-        self.runlog = RunLog(db_path or settings.db_path())
+        self.runlog = RunLog(db_path or settings.db_path(), techniques=tuple(REGISTRY))
         self.outputs = Path(outputs or settings.outputs_dir())
         self.outputs.mkdir(parents=True, exist_ok=True)
         self.manager = manager or PipelineManager()

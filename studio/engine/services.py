@@ -1,0 +1,59 @@
+"""What the faces ask of the studio besides runs, through the same door (`Studio`): its history, one logged
+run, a consistent copy of its database, a memory estimate before a run, the facts System shows, and a sharded
+copy of a model.
+
+A mixin of `studio.engine.Studio`; it needs the studio's `runlog` and `manager`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from studio import devices, settings
+from studio.engine import memory_estimate
+from studio.engine.shard import shard_model
+from studio.optimizations import availability
+from studio.request import GenerationRequest, HistoryFilter
+
+if TYPE_CHECKING:
+    from studio.manager import PipelineManager
+    from studio.runlog import RunLog
+
+
+class Services:
+    """History, estimates, the database copy and sharding, for every face alike."""
+
+    runlog: RunLog
+    manager: PipelineManager
+
+    def history(self, query: HistoryFilter) -> list[dict[str, Any]]:
+        """Logged runs matching a checked History filter (`studio.request.validate_history`), newest first."""
+        return self.runlog.runs(**dataclasses.asdict(query))
+
+    def logged_run(self, run_id: int) -> dict[str, Any]:
+        """One logged run's columns (a `ValidationError` names a run that is not there)."""
+        return self.runlog.get_run(run_id)
+
+    def backup(self, destination: str | Path) -> Path:
+        """A consistent copy of the run log at `destination` (SQLite's backup API: safe while runs write)."""
+        return self.runlog.backup(destination)
+
+    def estimate(self, request: GenerationRequest) -> memory_estimate.Estimate:
+        """The peak memory `request` should reach, before it runs, and whether it fits."""
+        return memory_estimate.estimate(self.manager, request, self.runlog)
+
+    def system_facts(self) -> dict[str, Any]:
+        """Devices, capabilities, versions, techniques, loaded pipelines and the run log (System's view)."""
+        return {
+            "hardware": devices.detect().summary(),
+            "versions": settings.versions(),
+            "techniques": availability(),
+            "loaded_pipelines": [list(map(str, k)) for k in self.manager.loaded()],
+            "database": str(self.runlog.path),
+        }
+
+    def shard(self, model: str, name: str, max_shard_size: int | str) -> dict[str, Any]:
+        """`model` saved as sharded safetensors under the studio's home (`sharded/<name>`)."""
+        return shard_model(model, settings.home() / "sharded" / name, max_shard_size)
