@@ -10,7 +10,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lowest first. A module belongs to the first layer one of whose prefixes names it or a package above it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("studio.errors", "studio.settings", "studio.checks", "studio.devices", "studio.__init__")),
+    (
+        "foundation",
+        ("studio.errors", "studio.settings", "studio.checks", "studio.devices", "studio.__init__"),
+    ),
     ("run log", ("studio.runlog",)),
     ("techniques", ("studio.optimizations",)),
     ("requests", ("studio.request",)),
@@ -90,3 +93,16 @@ def test_the_architecture_doc_names_the_layers_in_order():
     positions = [doc.find(f"`{prefixes[0].replace('.', '/')}") for _, prefixes in LAYERS]
     assert -1 not in positions, [p for (_, (p, *_)), at in zip(LAYERS, positions, strict=True) if at < 0]
     assert positions == sorted(positions), "docs/architecture.md lists the layers out of order"
+
+
+def test_modules_stay_small_and_the_top_level_short():
+    """At most 12 modules at `studio/`'s top level and none over 330 lines: a module that grows past that is
+    split into parts whose names say what they are."""
+    top = sorted(p.name for p in (ROOT / "studio").glob("*.py"))
+    assert len(top) <= 12, top
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "studio").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 330
+    }
+    assert not long, long

@@ -77,9 +77,8 @@ def test_a_run_log_from_before_m006_opens_and_gains_the_profile_column(tmp_path)
 def test_on_zerogpu_the_step_is_profiled_under_spaces_gpu_and_logged_outside(tmp_path, monkeypatch):
     import sys
 
-    from tests.engine.test_zerogpu import StandInSpaces
-
     from studio.engine import Studio, zerogpu
+    from tests.engine.test_zerogpu import StandInSpaces
 
     spaces = StandInSpaces()
     monkeypatch.setitem(sys.modules, "spaces", spaces)

@@ -20,7 +20,7 @@ from PIL import Image
 from studio import report, settings
 from studio.engine import memory_advice, memory_estimate, zerogpu
 from studio.engine.profile_run import Profiling
-from studio.engine.run_data import Computed, Pending, RunResult, run_metrics, run_record
+from studio.engine.run_data import Computed, Pending, RunResult, run_columns, run_metrics
 from studio.engine.services import Services
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
@@ -113,7 +113,7 @@ class Studio(Profiling, Services):
         disk, read-only) becomes a warning, the images are still returned to the caller."""
         run_id, warnings = result.run_id, result.warnings
         stem = f"run-{run_id:06d}" if run_id is not None else f"unlogged-{time.time_ns()}"
-        record = report.run_record(result, baseline)
+        record = report.run_columns(result, baseline)
         for i, img in enumerate(result.images):  # Gradio copies an image's text into the PNG it serves
             img.info.update(image_metadata.chunks(image_metadata.embedded(columns, record, i)))
         paths = []
@@ -145,7 +145,7 @@ class Studio(Profiling, Services):
     ) -> Pending:
         """Log a run as `running` before any compute (a crash leaves a trace); what to warn about it."""
         warnings = prompt_warnings(request)
-        columns = run_record(request, warmup, repeats, group_id)
+        columns = run_columns(request, warmup, repeats, group_id)
         run_id = self._log(warnings, lambda: self.runlog.start_run(columns))
         return Pending(run_id, request, warnings, columns)
 
@@ -236,7 +236,7 @@ class Studio(Profiling, Services):
         extra: dict[str, Any] | None = None,
     ) -> RunResult:
         """Log a run computed elsewhere (another process of a distributed sweep) and save its images."""
-        record = run_record(request, warmup, repeats, group_id)
+        record = run_columns(request, warmup, repeats, group_id)
         columns = {**record, "hardware": hardware or record["hardware"]}
         run_id = self.runlog.start_run(columns)
         try:
@@ -275,7 +275,7 @@ class Studio(Profiling, Services):
             computed.applied,
             warnings,
         )
-        columns = pending.columns or run_record(request, 0, 1, None)
+        columns = pending.columns or run_columns(request, 0, 1, None)
         paths = result.image_paths = self._save(result, columns, baseline)
         if pending.run_id is not None:
             self._log(

@@ -1,7 +1,7 @@
 """The values a run carries through the engine, and the run-log columns built from them.
 
 `Computed` is the compute-only part of a run (plain picklable values: it crosses processes on ZeroGPU and
-in a distributed sweep), `Pending` a run logged as `running`, `RunResult` a finished run. `run_record` is
+in a distributed sweep), `Pending` a run logged as `running`, `RunResult` a finished run. `run_columns` is
 what the run log knows of a run before it starts, `run_metrics` the figures it is finished with.
 """
 
@@ -63,10 +63,12 @@ class Pending:
     run_id: int | None
     request: GenerationRequest
     warnings: list[str] = field(default_factory=list)
-    columns: dict[str, Any] = field(default_factory=dict)  # its run-log columns (`run_record`)
+    columns: dict[str, Any] = field(default_factory=dict)  # its run-log columns (`run_columns`)
 
 
-def run_record(request: GenerationRequest, warmup: int, repeats: int, group_id: int | None) -> dict[str, Any]:
+def run_columns(
+    request: GenerationRequest, warmup: int, repeats: int, group_id: int | None
+) -> dict[str, Any]:
     """The columns of a run known before it starts."""
     return {
         "group_id": group_id,

@@ -22,7 +22,7 @@ from accelerate.utils import gather_object
 
 from studio import devices, engine
 from studio.engine import Studio
-from studio.engine.run_data import Computed, RunResult, run_record
+from studio.engine.run_data import Computed, RunResult, run_columns
 from studio.errors import StudioError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import protocol
@@ -153,7 +153,7 @@ def write_runs(
         request = dataclasses.replace(jobs[outcome.index], device=outcome.where["device"])
         if outcome.computed is None:
             run_id = studio.runlog.start_run(
-                {**run_record(request, warmup, repeats, group_id), "hardware": outcome.hardware}
+                {**run_columns(request, warmup, repeats, group_id), "hardware": outcome.hardware}
             )
             studio.runlog.finish_run(run_id, "failed", error=outcome.error)
             results.append(None)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from studio.engine import memory_advice
-from studio.engine.run_data import run_record
+from studio.engine.run_data import run_columns
 from studio.errors import OutOfMemory
 from studio.request import validate_request
 from studio.runlog import RunLog
@@ -24,7 +24,7 @@ def log_run(runlog: RunLog, opts: list[str], peak: int, device: str = "cpu", siz
     req = validate_request(
         model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, opts=opts, device=device, width=size, height=size
     )
-    run_id = runlog.start_run(run_record(req, 0, 1, None))
+    run_id = runlog.start_run(run_columns(req, 0, 1, None))
     runlog.finish_run(run_id, "ok", peak_memory=peak, latency_median=1.0)
 
 
