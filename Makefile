@@ -56,7 +56,7 @@ test-fast: $(VENV)/.dev-deps
 docs: $(VENV)/.deps
 	$(PY) -m studio.optimizations.table README.md
 
-# The wheels the lent GPU machine lacks (benchmarks/gpu/kit.txt), for Python 3.12 on x86-64 Linux, into .gpu-kit/:
+# The wheels an offline GPU machine lacks (benchmarks/gpu/kit.txt), for Python 3.12 on x86-64 Linux, into .gpu-kit/:
 # downloaded with `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform ...`, an xformers
 # wheel only if one was built for the machine's torch, then installed offline and imported; prints the size.
 # Then on the machine: bash benchmarks/gpu/run.sh (docs/gpu.md).

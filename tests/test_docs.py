@@ -21,6 +21,11 @@ DIARY = re.compile(
     r"\bissue's\b",
     re.IGNORECASE,
 )
+# How the work on the project was organised, which is no concern of the project's users.
+WORKPLACE = re.compile(
+    r"\blent\b|\blease[sd]?\b|\bleasing\b|budget_left|device tool|tool library|\bwork sessions?\b",
+    re.IGNORECASE,
+)
 
 
 def test_the_readme_techniques_table_is_the_registry():
@@ -81,5 +86,23 @@ def test_no_diary_lines_in_the_tree():
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if DIARY.search(line):
+                offenders.append(f"{name}:{number}: {line.strip()[:100]}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_docs_and_code_speak_of_the_project_and_its_users_only():
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    offenders = []
+    for name in files:
+        path = ROOT / name
+        checked = path.suffix == ".md" or (
+            path.suffix == ".py" and name.split("/", 1)[0] in {"studio", "pipelines", "benchmarks"}
+        )
+        if not checked or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if WORKPLACE.search(line):
                 offenders.append(f"{name}:{number}: {line.strip()[:100]}")
     assert not offenders, "\n".join(offenders)

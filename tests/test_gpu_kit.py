@@ -276,7 +276,7 @@ def dry_run(tmp_path_factory):
     out = tmp / "out"
     carried = (
         tmp / "carried"
-    )  # an earlier lease's autotuning timings, as benchmarks/gpu/autotune-cache holds them
+    )  # an earlier run's autotuning timings, as benchmarks/gpu/autotune-cache holds them
     carried.mkdir()
     (carried / "0a1b2c").write_text(json.dumps(autotune_file({"mm": {"8192x320": {"0.5": 0.01}}})))
     env = {

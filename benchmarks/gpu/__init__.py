@@ -1,4 +1,4 @@
-"""The studio's engine on a lent GPU machine: the kit of wheels it lacks (`kit`, `kit_build`), the GPU
+"""The studio's engine on an offline GPU machine: the kit of wheels it lacks (`kit`, `kit_build`), the GPU
 benchmark (`python -m benchmarks.gpu`, through the engine's Compare, sweeps and timing protocol) and its
 report.
 

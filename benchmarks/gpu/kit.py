@@ -1,4 +1,4 @@
-"""The GPU kit: the wheels the lent GPU machine lacks, read from `kit.txt`, and what is known about that
+"""The GPU kit: the wheels an offline GPU machine lacks, read from `kit.txt`, and what is known about that
 machine.
 
 The machine (Python 3.12, torch 2.11.0+cu130, no network, no package index) has the packages in `MACHINE`;

@@ -84,7 +84,7 @@ def _measure(studio: Studio, plan: Plan, planned: list, why: dict[str, str]) -> 
     alone, so that one rung failing on this device costs only its own row (its error goes into `why`)."""
     try:
         return _sweep(studio, plan, planned)
-    except Exception as exc:  # a one-shot run on a lent machine: record the failure and go on
+    except Exception as exc:  # a one-shot run on a GPU machine: record the failure and go on
         log.exception("a ladder sweep of %d rungs failed", len(planned))
         if len(planned) <= 2:
             why[planned[-1][0].rung.label] = f"failed: {type(exc).__name__}: {exc}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command the lent GPU machine runs, from the repository root (see docs/gpu.md):
+# The one command an offline GPU machine runs, from the repository root (see docs/gpu.md):
 #
 #   bash benchmarks/gpu/run.sh [--dry-run] [--part tests|bench|all] [benchmark options...]
 #
@@ -35,7 +35,7 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 if [ "$DRY" = 1 ] && [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
 export HF_HUB_OFFLINE=1
-# inductor's autotuning timings: merged in from earlier leases, returned in $OUT/autotune-cache (autotune_cache.py)
+# inductor's autotuning timings: merged in from earlier runs, returned in $OUT/autotune-cache (autotune_cache.py)
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchinductor-studio}
 CARRIED_AUTOTUNE=${GPU_AUTOTUNE_CACHE:-benchmarks/gpu/autotune-cache}
 

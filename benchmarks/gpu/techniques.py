@@ -111,7 +111,7 @@ def measure_group(studio: Studio, plan: Plan, request: GenerationRequest, todo: 
     technique failing on this device costs only its own row (the error is recorded, not hidden)."""
     try:
         return _compare(studio, plan, request, todo)
-    except Exception as exc:  # a one-shot run on a lent machine: record the failure and go on
+    except Exception as exc:  # a one-shot run on a GPU machine: record the failure and go on
         if len(todo) == 1:
             log.exception("%s failed", todo[0][0])
             why = f"{type(exc).__name__}: {exc}"

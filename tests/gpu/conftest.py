@@ -1,5 +1,5 @@
 """The GPU tests: every test marked `gpu` is skipped, with the reason, where PyTorch sees no CUDA device; on
-the lent GPU machine `python3 -m pytest -m gpu tests/gpu -q` runs them (benchmarks/gpu/run.sh does)."""
+an offline GPU machine `python3 -m pytest -m gpu tests/gpu -q` runs them (benchmarks/gpu/run.sh does)."""
 
 from __future__ import annotations
 
