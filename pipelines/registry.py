@@ -208,7 +208,7 @@ def resolve(name: str, single_file_config: str | None = None) -> PipelineSpec:
             ".safetensors file."
         )
     refuse_pickle(name)
-    check_allowed(name)
+    check_allowed(name, space_default=tuple(SPECS))
     path = Path(name).expanduser()
     if name in SPECS:
         spec = SPECS[name]

@@ -24,20 +24,46 @@ SDXL_KEY = "conditioner.embedders.1.model.transformer.resblocks.9.mlp.c_proj.bia
 MAX_HEADER = 100_000_000  # safetensors' own limit on a header's size
 
 
+_WRITTEN_ROOTS: list[Path] = []  # folders the studio itself writes models into (`allow_written`)
+
+
+def allow_written(folder: Path) -> None:
+    """Let models the studio writes under `folder` (its sharded copies) load from there, whatever
+    `STUDIO_MODEL_ROOTS` says: what the studio writes, it can load."""
+    resolved = folder.expanduser().resolve()
+    if resolved not in _WRITTEN_ROOTS:
+        _WRITTEN_ROOTS.append(resolved)
+
+
 def allowed_roots() -> list[Path]:
-    """Directories local models may be loaded from (`STUDIO_MODEL_ROOTS`, else assets/ and the cwd)."""
+    """Directories local models may be loaded from: assets/, `STUDIO_MODEL_ROOTS` (else the cwd) and the
+    folders the studio writes models into."""
     extra = os.environ.get("STUDIO_MODEL_ROOTS")
     roots = [Path(p) for p in extra.split(os.pathsep) if p] if extra else [Path.cwd()]
-    return [ASSETS.resolve(), *(r.resolve() for r in roots)]
+    return [ASSETS.resolve(), *(r.resolve() for r in roots), *_WRITTEN_ROOTS]
 
 
-def check_allowed(name: str, what: str = "Model") -> None:
-    """Refuse `name` when `STUDIO_MODEL_ALLOWLIST` is set and does not list it."""
+def allowlist(space_default: tuple[str, ...] = ()) -> set[str] | None:
+    """The names a request may load, or None for any: `STUDIO_MODEL_ALLOWLIST` (comma-separated; `*` for
+    any), else on a Hugging Face Space (`SPACE_ID` set) `space_default`, else None. A Space's visitors
+    cannot make it download whatever they name unless its owner widens the list."""
     raw = os.environ.get("STUDIO_MODEL_ALLOWLIST")
-    allow = {x.strip() for x in raw.split(",") if x.strip()} if raw else None
+    if raw is not None and raw.strip():
+        names = {x.strip() for x in raw.split(",") if x.strip()}
+        return None if "*" in names else names
+    return set(space_default) if os.environ.get("SPACE_ID") else None
+
+
+def check_allowed(name: str, what: str = "Model", space_default: tuple[str, ...] = ()) -> None:
+    """Refuse `name` when the allowlist (`allowlist`) does not list it."""
+    allow = allowlist(space_default)
     if allow is not None and name not in allow:
+        where = (
+            "STUDIO_MODEL_ALLOWLIST" if os.environ.get("STUDIO_MODEL_ALLOWLIST") else "this Space's allowlist"
+        )
         raise ValidationError(
-            f"{what} {name!r} is not in STUDIO_MODEL_ALLOWLIST ({', '.join(sorted(allow))})."
+            f"{what} {name!r} is not in {where} ({', '.join(sorted(allow)) or 'empty'}); the owner widens it "
+            "with the STUDIO_MODEL_ALLOWLIST variable (comma-separated names, * for any)."
         )
 
 

@@ -4,8 +4,13 @@
     .venv/bin/python spaces/build_space.py --out build/space        # keep the folder
     HF_TOKEN=... .venv/bin/python spaces/build_space.py --upload --repo owner/diffusion-studio
 
-The Space gets app.py, requirements.txt, studio/, pipelines/ (without training runs or
-checkpoints), assets/ and spaces/README.md as its README.md (the front matter the Hub reads).
+The Space gets app.py, studio/, pipelines/ (without training runs or checkpoints), assets/,
+spaces/README.md as its README.md (the front matter the Hub reads) and a requirements.txt made for its
+hardware: the runtime requirements plus the optional accelerators that run there (on CPU hardware
+OpenVINO and NNCF, the fastest path measured on CPUs; on GPU hardware token merging and torchao).
+`--hardware` names the Space's hardware (default: the front matter's `suggested_hardware`) and is written
+back into the front matter. On a Space the studio loads only the registry's models unless the owner sets
+the STUDIO_MODEL_ALLOWLIST variable (`pipelines.sources.allowlist`).
 Nothing is uploaded without --upload. The token is read from the HF_TOKEN environment variable
 only, passed straight to huggingface_hub, and never printed or logged.
 """
@@ -25,7 +30,10 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ("app.py", "requirements.txt")
+FILES = ("app.py",)
+# The optional accelerators (pinned in requirements-extras.txt) that run on each kind of Space hardware.
+CPU_TORCH_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu\n"
+EXTRAS = {"cpu": ("tomesd", "torchao", "openvino", "nncf"), "gpu": ("tomesd", "torchao")}
 TREES = ("studio", "pipelines", "assets")
 SKIP_DIRS = {"__pycache__", "runs", ".pytest_cache", ".ruff_cache"}
 SKIP_SUFFIXES = {".pyc", ".pt", ".pth", ".ckpt", ".bin", ".npy"}
@@ -57,22 +65,64 @@ def plan(root: Path = ROOT) -> list[tuple[Path, str]]:
     return files
 
 
-def build(out: Path, root: Path = ROOT) -> list[tuple[str, int]]:
+def kind_of(hardware: str) -> str:
+    """ "cpu" for a Space's CPU hardware (cpu-basic, cpu-upgrade), else "gpu" (zero-a10g, t4-small, ...)."""
+    return "cpu" if hardware.startswith("cpu") else "gpu"
+
+
+def requirements(hardware: str, root: Path = ROOT) -> str:
+    """The Space's requirements.txt: the runtime requirements and the pinned extras that run on `hardware`.
+
+    Args:
+        hardware: the Space's hardware name, e.g. "cpu-basic" or "zero-a10g".
+        root: the repository root.
+    """
+    wanted = EXTRAS[kind_of(hardware)]
+    pins = {}
+    for line in (root / "requirements-extras.txt").read_text(encoding="utf-8").splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if spec:
+            pins[re.split(r"[=<>~!\[ ]", spec, maxsplit=1)[0].lower()] = spec
+    missing = [name for name in wanted if name not in pins]
+    if missing:
+        raise ValueError(f"requirements-extras.txt pins no {', '.join(missing)}.")
+    base = (root / "requirements.txt").read_text(encoding="utf-8").rstrip()
+    extras = "\n".join(pins[name] for name in wanted)
+    # CPU hardware: torch's CPU build (a few hundred MB) instead of PyPI's CUDA build (several GB).
+    index = CPU_TORCH_INDEX if kind_of(hardware) == "cpu" else ""
+    return (
+        f"{index}{base}\n# Optional accelerators that run on {hardware} (requirements-extras.txt)\n{extras}\n"
+    )
+
+
+def build(out: Path, root: Path = ROOT, hardware: str | None = None) -> list[tuple[str, int]]:
     """Copy the Space's files into `out` (a new or empty directory); returns (path, bytes) per file.
 
     Args:
         out: where to assemble the Space.
         root: the repository root.
+        hardware: the Space's hardware (default: the front matter's `suggested_hardware`).
     """
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; give --out a new or empty directory.")
+    readme = (root / "spaces" / "README.md").read_text(encoding="utf-8")
+    hardware = hardware or str(front_matter(root / "spaces" / "README.md")["suggested_hardware"])
     written = []
     for src, rel in plan(root):
         dest = out / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest)
         written.append((rel, dest.stat().st_size))
-    return written
+    generated = {
+        "requirements.txt": requirements(hardware, root),
+        "README.md": re.sub(
+            r"(?m)^suggested_hardware: .*$", f"suggested_hardware: {hardware}", readme, count=1
+        ),
+    }
+    for rel, text in generated.items():
+        (out / rel).write_text(text, encoding="utf-8")
+    sizes = dict(written) | {rel: (out / rel).stat().st_size for rel in generated}
+    return sorted(sizes.items())
 
 
 def front_matter(readme: Path) -> dict[str, Any]:
@@ -142,12 +192,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--upload", action="store_true", help="upload to the Space (needs --repo and HF_TOKEN)")
     p.add_argument("--repo", help="the Space, owner/name")
+    p.add_argument(
+        "--hardware",
+        help="the Space's hardware, e.g. cpu-basic (the free 2 vCPUs) or zero-a10g "
+        "(default: the README's suggested_hardware)",
+    )
     return p
 
 
 def _run(args: argparse.Namespace, out: Path, token: str | None) -> int:
     """Build into `out`, list it, check it; upload only when a token was given (that is, with --upload)."""
-    files = build(out)
+    files = build(out, hardware=args.hardware)
     for rel, size in files:
         print(f"{size:>12,}  {rel}")
     print(f"{sum(s for _, s in files):>12,}  total, {len(files)} files in {out}")

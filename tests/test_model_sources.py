@@ -168,3 +168,22 @@ def test_a_vae_that_cannot_be_loaded_or_does_not_fit_is_a_sentence(tmp_path, mon
         with pytest.raises(ModelLoadError, match=message):
             with PipelineManager().acquire(req):
                 pass
+
+
+def test_on_a_space_only_the_registrys_models_load_unless_the_owner_widens_the_list(monkeypatch):
+    from pipelines.registry import SPECS, resolve
+
+    monkeypatch.delenv("STUDIO_MODEL_ALLOWLIST", raising=False)
+    monkeypatch.setenv("SPACE_ID", "owner/diffusion-studio")
+    assert resolve("sd15").id == "sd15" and resolve("tiny-shapes").id == "tiny-shapes"
+    with pytest.raises(ValidationError, match="this Space's allowlist.*STUDIO_MODEL_ALLOWLIST"):
+        resolve("someone/any-model")
+    monkeypatch.setenv("STUDIO_MODEL_ALLOWLIST", "*")
+    assert resolve("someone/any-model").source == "someone/any-model"
+    monkeypatch.setenv("STUDIO_MODEL_ALLOWLIST", "tiny-shapes,someone/any-model")
+    assert resolve("someone/any-model").source == "someone/any-model"
+    with pytest.raises(ValidationError, match="not in STUDIO_MODEL_ALLOWLIST"):
+        resolve("sd15")
+    monkeypatch.delenv("SPACE_ID")
+    monkeypatch.delenv("STUDIO_MODEL_ALLOWLIST")
+    assert resolve("someone/any-model").source == "someone/any-model" and "sd15" in SPECS

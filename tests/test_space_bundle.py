@@ -162,3 +162,21 @@ def test_a_non_empty_output_directory_is_refused(tmp_path, capsys):
     (tmp_path / "old.txt").write_text("x")
     assert build_space.main(["--out", str(tmp_path)]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_a_cpu_space_carries_openvino_and_torchs_cpu_build(tmp_path):
+    """The free CPU hardware gets OpenVINO (the fastest path measured on CPUs) and torch's CPU build; a GPU
+    Space the extras that run there and no OpenVINO; each README names the hardware it was made for."""
+    cpu, gpu = tmp_path / "cpu", tmp_path / "gpu"
+    build_space.build(cpu, hardware="cpu-basic")
+    build_space.build(gpu, hardware="zero-a10g")
+    cpu_reqs, gpu_reqs = ((f / "requirements.txt").read_text() for f in (cpu, gpu))
+    extras = (ROOT / "requirements-extras.txt").read_text()
+    for name in ("openvino", "nncf", "tomesd", "torchao"):
+        pin = re.search(rf"^{name}==\S+", extras, re.MULTILINE).group(0)
+        assert pin in cpu_reqs
+        assert (pin in gpu_reqs) == (name in ("tomesd", "torchao"))
+    assert cpu_reqs.startswith("--extra-index-url") and "--extra-index-url" not in gpu_reqs
+    assert (ROOT / "requirements.txt").read_text().rstrip() in gpu_reqs
+    assert _meta(cpu)["suggested_hardware"] == "cpu-basic" and _meta(gpu)["suggested_hardware"] == "zero-a10g"
+    assert build_space.check(cpu) == [] and build_space.check(gpu) == []

@@ -113,7 +113,7 @@ class Studio(Profiling, Services):
         disk, read-only) becomes a warning, the images are still returned to the caller."""
         run_id, warnings = result.run_id, result.warnings
         stem = f"run-{run_id:06d}" if run_id is not None else f"unlogged-{time.time_ns()}"
-        record = report.run_columns(result, baseline)
+        record = report.run_record(result, baseline)
         for i, img in enumerate(result.images):  # Gradio copies an image's text into the PNG it serves
             img.info.update(image_metadata.chunks(image_metadata.embedded(columns, record, i)))
         paths = []

@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.sources import allow_written
 from studio import devices, settings
 from studio.engine import memory_estimate
 from studio.engine.shard import shard_model
@@ -55,5 +56,8 @@ class Services:
         }
 
     def shard(self, model: str, name: str, max_shard_size: int | str) -> dict[str, Any]:
-        """`model` saved as sharded safetensors under the studio's home (`sharded/<name>`)."""
-        return shard_model(model, settings.home() / "sharded" / name, max_shard_size)
+        """`model` saved as sharded safetensors under the studio's home (`sharded/<name>`), a folder the
+        studio then loads whatever `STUDIO_MODEL_ROOTS` says (a request's `model`: the report's `out`)."""
+        folder = settings.home() / "sharded"
+        allow_written(folder)
+        return shard_model(model, folder / name, max_shard_size)
