@@ -8,10 +8,11 @@ import sys
 
 from studio import devices, settings
 from studio.cli.arguments import request_args, rounds_arg
+from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.shard import add_shard_parser, cmd_shard
 from studio.errors import StudioError, describe
 from studio.optimizations import availability
-from studio.report import emit, machine_rows
+from studio.report import machine_rows
 
 log = logging.getLogger("studio")
 
@@ -262,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         quiet_libraries()
     try:
-        return COMMANDS[args.command](args)
+        with results_only_on_stdout():
+            return COMMANDS[args.command](args)
     except StudioError as exc:
         print(f"error: {describe(exc)}", file=sys.stderr)
         return 2

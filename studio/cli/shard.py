@@ -6,9 +6,7 @@ Registered in `studio/cli/__init__.py` with `add_shard_parser(sub)` and `COMMAND
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -51,10 +49,11 @@ def format_report(report: dict[str, Any]) -> str:
 
 def cmd_shard(args: argparse.Namespace) -> int:
     """Run `shard`: load on the CPU, save in shards, print the listing (StudioError exits 2 in cli.main)."""
+    from studio.cli.output import emit
     from studio.engine.shard import shard_model
 
     report = shard_model(args.model, args.out, args.max_shard_size)
     if not report["loadable"]:
         log.warning("%s is outside the allowed model roots; set STUDIO_MODEL_ROOTS to load it", report["out"])
-    print(json.dumps(report, indent=2) if args.json else format_report(report), file=sys.stdout)
+    emit(report, args.json, format_report(report))
     return 0

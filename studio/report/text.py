@@ -133,6 +133,6 @@ def to_csv(records: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def emit(data: Any, as_json: bool, text: str) -> None:
-    """Print a command's result: JSON for programs, the text for people."""
-    print(json.dumps(data, indent=2, default=str) if as_json else text)
+def emit(data: Any, as_json: bool, text: str, file: Any = None) -> None:
+    """Print a command's result: JSON for programs, the text for people (to `file`, default stdout)."""
+    print(json.dumps(data, indent=2, default=str) if as_json else text, file=file)
