@@ -19,6 +19,7 @@ from PIL import Image
 
 from studio import report, settings
 from studio.engine import memory_advice, memory_estimate, zerogpu
+from studio.engine import threads as cpu_threads
 from studio.engine.profile_run import Profiling
 from studio.engine.run_data import Computed, Pending, RunResult, run_columns, run_metrics
 from studio.engine.services import Services
@@ -54,8 +55,10 @@ def compute_run(
     on_step: Callable[[int, int], None] | None = None,
     should_stop: bench.StopFn | None = None,
     slot: tuple[str, str] | None = None,
+    threads: int | None = None,
 ) -> Computed:
-    """Configure, run and measure: compute only, no run-log or file writes.
+    """Configure, run and measure: compute only, no run-log or file writes; with `threads`, torch's CPU
+    threads for the calls (`studio.engine.threads`).
 
     Raises:
         Cancelled: `should_stop` already says stop (a Cancel clicked while the run waited in the queue):
@@ -67,8 +70,12 @@ def compute_run(
         raise Cancelled(f"Cancelled after 0 of {request.steps} steps, before it started{why}.")
     with manager.acquire(request, slot) as prepared:
         before = graph_builds(prepared.entry.stats)
-        measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
+        with cpu_threads.using(threads):
+            measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
         stats = dict(prepared.entry.stats)
+        if threads is not None or "threads" in request.opts:
+            stats["cpu_threads"] = threads or request.settings.get("threads", {}).get("num_threads")
+            stats["thread_policy"] = cpu_threads.policy_of(request, threads)
         stats["graph_builds_this_run"] = graph_builds(stats) - before
         device_map = getattr(prepared.pipe, "hf_device_map", None)
         if device_map:  # where accelerate placed each model (device_map="balanced"), logged with the run
@@ -158,8 +165,10 @@ class Studio(Profiling, Services):
         on_step: Callable[[int, int], None] | None = None,
         should_stop: bench.StopFn | None = None,
         slot: tuple[str, str] | None = None,
+        threads: int | None = None,
     ) -> Computed:
-        """Configure, run and measure one configuration (on ZeroGPU, inside the GPU allocation)."""
+        """Configure, run and measure one configuration (on ZeroGPU, inside the GPU allocation); `threads`
+        as a sweep fixed them, else chosen for this run (`studio.engine.threads.choose`)."""
         return self._compute(
             request,
             warmup,
@@ -167,6 +176,7 @@ class Studio(Profiling, Services):
             zerogpu.portable(on_step, "progress"),
             zerogpu.portable(should_stop, "cancel"),
             slot,
+            cpu_threads.choose(request) if threads is None else threads,
         )
 
     def fail(self, pending: Pending, exc: BaseException) -> None:
@@ -219,9 +229,10 @@ class Studio(Profiling, Services):
         on_step: Callable[[int, int], None] | None = None,
         should_stop: bench.StopFn | None = None,
         slot: tuple[str, str] | None = None,
+        threads: int | None = None,
     ) -> Computed:
         """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker)."""
-        return compute_run(self.manager, request, warmup, repeats, on_step, should_stop, slot)
+        return compute_run(self.manager, request, warmup, repeats, on_step, should_stop, slot, threads)
 
     def log_computed(
         self,

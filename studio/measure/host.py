@@ -9,6 +9,7 @@ unreliable. Where /proc/stat does not exist (macOS, Windows) both are None: unkn
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,3 +86,48 @@ class HostMonitor:
         others = max(0.0, (ticks[0] - ticks0[0]) - own)
         steal = max(0.0, ticks[1] - ticks0[1])
         self.result = HostLoad(round(100 * others / capacity, 1), round(100 * steal / capacity, 1), wall)
+
+
+class CoreWatch:
+    """Other processes' busy cores, sampled in a daemon thread every `interval` seconds: `busy_cores()`
+    answers at once (the most seen over the last `window` samples, so a core another process takes shows
+    within a second), at the cost of reading /proc/stat a few times a second. None where it cannot be read.
+    """
+
+    def __init__(self, interval: float = 0.25, window: int = 4):
+        self.interval, self.window = interval, window
+        self._samples: list[float] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self, seconds: float) -> float | None:
+        """Other processes' busy cores over the next `seconds`."""
+        wall0, ticks0, own0 = time.monotonic(), _cpu_ticks(), _own_cpu()
+        time.sleep(seconds)
+        wall, ticks, own = time.monotonic() - wall0, _cpu_ticks(), _own_cpu() - own0
+        if ticks0 is None or ticks is None or wall <= 0:
+            return None
+        return max(0.0, (ticks[0] - ticks0[0]) - own) / wall
+
+    def _loop(self) -> None:
+        while True:
+            busy = self._sample(self.interval)
+            if busy is None:
+                return
+            with self._lock:
+                self._samples = [*self._samples, busy][-self.window :]
+
+    def busy_cores(self) -> float | None:
+        """How many cores other processes kept busy lately (a first call waits one short sample)."""
+        with self._lock:
+            samples = list(self._samples)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="studio-core-watch", daemon=True)
+                self._thread.start()
+        if not samples:
+            first = self._sample(0.1)
+            return first
+        return max(samples)
+
+
+CORE_WATCH = CoreWatch()

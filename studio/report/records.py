@@ -86,6 +86,7 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
             v is not None and v > BUSY_PCT for v in (m.get("host_busy_pct"), m.get("host_steal_pct"))
         ),
         "warmup_unsettled": bool(m.get("warmup_unsettled")),
+        "cpu_threads": stats.get("cpu_threads"),
     }
 
 

@@ -50,6 +50,11 @@ KEYS: dict[str, tuple[str, str]] = {
         f"true when either of the two above exceeded {BUSY_PCT:g}%: the figures are unreliable",
     ),
     "warmup_unsettled": ("", "true when the first timed call was much slower than the rest"),
+    "cpu_threads": (
+        "",
+        "torch's CPU threads the run used: the cores free at request time (a sweep decides once for all its "
+        "configurations), or what the threads technique set; null off the CPU",
+    ),
     "device": ("", "the device the run used"),
     "seed": ("", "the seed of the run"),
     "image_path": ("", "where the first image was saved"),

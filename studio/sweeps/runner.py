@@ -29,6 +29,7 @@ import psutil
 import torch
 
 from studio.engine import Studio
+from studio.engine import threads as cpu_threads
 from studio.engine.run_data import Computed, Pending, RunResult
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
@@ -116,11 +117,16 @@ def merge(calls: list[Computed], warmups: list[float], host: HostLoad | None) ->
 
 
 def _call(
-    studio: Studio, entry: Entry, slot: tuple[str, str] | None, should_stop: StopFn | None, is_baseline: bool
+    studio: Studio,
+    entry: Entry,
+    slot: tuple[str, str] | None,
+    should_stop: StopFn | None,
+    is_baseline: bool,
+    threads: int | None,
 ) -> protocol.Call:
     def call() -> float:
         try:
-            computed = studio.compute(entry.request, slot=slot, should_stop=should_stop)
+            computed = studio.compute(entry.request, slot=slot, should_stop=should_stop, threads=threads)
         except Cancelled:
             raise
         except Exception as exc:
@@ -200,8 +206,9 @@ def _measure(
     for entry in entries:
         entry.pending = studio.begin(entry.request, warmup=warmup, repeats=rounds, group_id=group_id)
     name = f"sweep-{next(_sweep_ids)}"
+    threads = cpu_threads.choose(entries[0].request)  # one thread policy for every configuration: a fair race
     calls = {
-        e.label: _call(studio, e, (name, e.label) if e.label in own else None, should_stop, i == 0)
+        e.label: _call(studio, e, (name, e.label) if e.label in own else None, should_stop, i == 0, threads)
         for i, e in enumerate(entries)
     }
     total, done = len(entries) * (warmup + rounds), itertools.count()
