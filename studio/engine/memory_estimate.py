@@ -11,6 +11,8 @@ process's resident set, on a GPU the CUDA allocator. It adds up
   with classifier-free guidance) and the VAE decoder's (first-level width x output pixels x images; one
   image with VAE slicing, one tile with VAE tiling), each times a number of live tensors measured on the
   SD 1.5 architecture on a CPU (docs/benchmarks.md);
+- what each technique changes is its own declaration (`Optimization.memory_effect`), as are the memory
+  techniques offered when a run would not fit (`remedy`);
 - and, once the run log has runs of this model on this kind of device, the median ratio of their measured
   peak to their estimate (clamped to 0.5-2), so the estimate learns from what was measured.
 
@@ -31,6 +33,7 @@ from studio import devices
 from studio.errors import ValidationError
 from studio.measure.memory_probe import rss
 from studio.optimizations import REGISTRY, check_conflicts, get, unavailable_reason
+from studio.optimizations.facts import MemoryEffect
 from studio.request import GenerationRequest
 from studio.runlog import RunLog
 
@@ -39,7 +42,8 @@ VAE_TENSORS = 10.5  # live VAE-decoder activations at full resolution and the fi
 TILE_PIXELS = 512 * 512  # diffusers' VAE tile at SD sizes
 GPU_HEADROOM = 0.95  # the share of a GPU's memory a run may be predicted to use
 HISTORY = 200
-MEMORY_TECHNIQUES = ("vae_slicing", "vae_tiling", "model_cpu_offload", "sequential_cpu_offload")
+# the techniques offered, alone or in pairs, when a run would not fit (each declares it: `remedy`)
+MEMORY_TECHNIQUES = tuple(name for name, opt in REGISTRY.items() if opt.memory_effect.remedy)
 
 
 @dataclass(frozen=True)
@@ -101,17 +105,22 @@ def _bytes_per_param(request: GenerationRequest) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def _effects(request: GenerationRequest) -> list[MemoryEffect]:
+    return [get(o).memory_effect for o in request.opts]
+
+
 def _on_device(request: GenerationRequest, params: dict[str, int], size: int) -> int:
-    """Weights where the run's peak is measured, as its techniques place them."""
+    """Weights where the run's peak is measured, as its techniques place them (`MemoryEffect.gpu_weights`)."""
     total = sum(params.values()) * size
     largest = max(params.values(), default=0) * size
     if not request.device.startswith("cuda"):
         return total
-    if "sequential_cpu_offload" in request.opts:
+    placed = {effect.gpu_weights for effect in _effects(request)}
+    if "one_layer" in placed:
         return largest // 20  # one layer at a time; the largest layer is a few % of the largest model
-    if "model_cpu_offload" in request.opts:
+    if "largest_model" in placed:
         return largest
-    if "device_map_balanced" in request.opts:
+    if "split_over_gpus" in placed:
         return total // max(1, len(devices.detect().gpus))
     return total
 
@@ -119,11 +128,11 @@ def _on_device(request: GenerationRequest, params: dict[str, int], size: int) ->
 def _activations(request: GenerationRequest, shape: Shape, size: int) -> int:
     latent = (request.width // shape.latent_factor) * (request.height // shape.latent_factor)
     unet_batch = request.num_images * (2 if request.guidance > 1 else 1)
-    # attention_slicing is left out: against SDPA, diffusers' default, it costs memory (docs/benchmarks.md)
     unet = UNET_TENSORS * unet_batch * latent * shape.unet_channels * size
-    images = 1 if "vae_slicing" in request.opts else request.num_images
+    decodes = {effect.decodes for effect in _effects(request)}  # `MemoryEffect.decodes`
+    images = 1 if "one_image" in decodes else request.num_images
     pixels = request.width * request.height
-    if "vae_tiling" in request.opts:
+    if "one_tile" in decodes:
         pixels = min(pixels, TILE_PIXELS)
     vae = int(VAE_TENSORS * images * pixels * shape.vae_channels * size)
     return max(unet, vae)

@@ -33,6 +33,7 @@ from diffusers.models.attention_processor import (
 
 from studio import checks
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, LadderRung, Preset
 
 ATTENTION_MODULES = ("unet", "transformer", "vae")
 ATTENTION_CLASSES = (Attention, AttentionModuleMixin)
@@ -174,6 +175,11 @@ _attention(
     "classic attention",
     "speed",
     "Plain softmax(QK^T)V attention with the full score matrix (the diffusers documentation's 'original').",
+    autotune="excluded",  # the documentation's slow "original": the ladder's first rung, never faster
+    grid=DEFAULTS_ONLY,
+    presets=(Preset(40, ("classic_attention",)),),
+    ladder_rung=LadderRung(10, "original"),
+    memory_effect=NO_MEMORY_EFFECT,
 )
 _attention(
     "sdpa",
@@ -181,6 +187,11 @@ _attention(
     "speed",
     "torch.nn.functional.scaled_dot_product_attention: fused, memory-efficient kernels (flash / efficient / "
     "math).",
+    autotune="candidate",
+    grid=DEFAULTS_ONLY,
+    presets=(),
+    ladder_rung=None,  # the fallback of xformers' rung
+    memory_effect=NO_MEMORY_EFFECT,
 )
 _attention(
     "xformers",
@@ -188,6 +199,13 @@ _attention(
     "speed",
     "xFormers memory-efficient attention kernels.",
     requires=("cuda", "module:xformers"),
+    autotune="candidate",
+    grid=DEFAULTS_ONLY,
+    presets=(),
+    ladder_rung=LadderRung(
+        70, "memory-efficient attention", fallback=("sdpa",), remove=("classic_attention",)
+    ),
+    memory_effect=NO_MEMORY_EFFECT,
 )
 _attention(
     "attention_slicing",
@@ -195,6 +213,12 @@ _attention(
     "memory",
     "Compute attention a few heads at a time: lower peak memory, some latency cost.",
     settings=AttentionSlicingSettings,
+    autotune="excluded",  # trades speed for memory by design
+    grid=DEFAULTS_ONLY,
+    presets=(Preset(50, ("attention_slicing",)),),
+    ladder_rung=None,
+    # none in the estimate: against SDPA, diffusers' default, it costs memory (docs/benchmarks.md)
+    memory_effect=NO_MEMORY_EFFECT,
 )
 register(
     Optimization(
@@ -209,5 +233,10 @@ register(
         apply=fuse_qkv,
         revert=unfuse_qkv,
         order=25,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(110, ("fused_qkv",)),),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -27,6 +27,7 @@ from studio import checks
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser
+from studio.optimizations.facts import NO_MEMORY_EFFECT
 
 BACKENDS = tuple(b.value for b in dispatch.AttentionBackendName)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -123,5 +124,14 @@ register(
         settings=AttentionBackendSettings,
         settings_reason=settings_reason,
         order=20,
+        autotune="candidate",
+        # the auto-tuner leaves out those that cannot run on the request's device (`settings_reason`)
+        grid=tuple(
+            {"backend": b}
+            for b in ("_native_flash", "_native_efficient", "_native_cudnn", "flash", "_flash_3", "sage")
+        ),
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -7,7 +7,9 @@ Every technique is one `Optimization`. Its `stage` says how the manager treats i
 - "call": a context manager around the pipeline call (autocast, backend flags), and/or a
   step hook (`step_end`) the pipeline's step callback runs after each denoising step.
 
-UI checkboxes, CLI flags, database columns and docs are generated from `REGISTRY`.
+UI checkboxes, CLI flags, database columns and docs are generated from `REGISTRY`, and so are the tables of
+the layers above (the auto-tuner's candidates and grids, Compare's presets, the speed ladder, the memory
+estimate's effects) from each technique's facts (`studio.optimizations.facts`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,17 @@ import torch
 from studio.devices import Hardware
 from studio.errors import ConflictError, ValidationError
 from studio.optimizations.denoiser import kind
+from studio.optimizations.facts import (
+    FACTS,
+    NEUTRAL,
+    UNDECLARED,
+    Autotune,
+    Grid,
+    LadderRung,
+    MemoryEffect,
+    Preset,
+    points,
+)
 
 Group = Literal["speed", "memory", "precision"]
 Stage = Literal["load", "pipeline", "call"]
@@ -122,6 +135,20 @@ class Optimization:
     # Why these settings cannot run on this device here (settings, device, dtype name) -> a sentence or None,
     # for techniques whose settings pick hardware (an attention backend); checked with the request.
     settings_reason: Callable[[Settings, str, str], str | None] | None = None
+    # Its facts (`studio.optimizations.facts`): every registered technique declares each one.
+    autotune: Autotune = UNDECLARED
+    grid: Grid = UNDECLARED
+    presets: tuple[Preset, ...] = UNDECLARED
+    ladder_rung: LadderRung | None = UNDECLARED
+    memory_effect: MemoryEffect = UNDECLARED
+    # The facts it left undeclared, each taken as its neutral value (`facts.NEUTRAL`); `register` refuses it.
+    undeclared: frozenset[str] = field(init=False, default=frozenset(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        missing = frozenset(name for name in FACTS if getattr(self, name) is UNDECLARED)
+        for name in missing:
+            object.__setattr__(self, name, NEUTRAL[name])
+        object.__setattr__(self, "undeclared", missing)
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -133,6 +160,10 @@ class Optimization:
         if callable(self.weight_copies):
             return self.weight_copies(self.settings(**given))
         return self.weight_copies
+
+    def search_grid(self) -> list[dict[str, Any]]:
+        """The settings the auto-tuner searches for it, in order (`grid`, computed now where a function)."""
+        return points(self.grid)
 
     def settings_unavailable(self, given: dict[str, Any], device: str, dtype: str) -> str | None:
         """Why settings `given` cannot run on `device` in `dtype` here (`settings_reason`), or None."""
@@ -148,6 +179,12 @@ def register(opt: Optimization) -> Optimization:
     """Add a technique to the registry; names must be unique."""
     if opt.name in REGISTRY:
         raise ValueError(f"optimization {opt.name!r} is registered twice")
+    if opt.undeclared:
+        missing = ", ".join(name for name in FACTS if name in opt.undeclared)
+        raise ValueError(
+            f"optimization {opt.name!r} does not declare {missing}: every technique declares each of its "
+            "facts (studio/optimizations/facts.py), even as none."
+        )
     REGISTRY[opt.name] = opt
     return opt
 

@@ -26,6 +26,7 @@ import torch
 from studio import checks
 from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.facts import NO_MEMORY_EFFECT
 
 MAX_INTERVAL = 10
 MAX_BRANCH = 3  # SD and SDXL UNets have 4 / 3 down blocks; the UNet itself is checked when applied
@@ -171,5 +172,10 @@ register(
         revert=disable_deepcache,
         settings=DeepCacheSettings,
         order=40,
+        autotune="candidate",
+        grid=({"interval": 2}, {"interval": 3}, {"interval": 5}),
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -47,6 +47,7 @@ from studio import checks
 from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser, restore_denoiser, swap_denoiser
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
 from studio.optimizations.inductor_cache import recovering
 
 log = logging.getLogger(__name__)
@@ -201,5 +202,10 @@ register(
         settings=TorchCompileSettings,
         call_context=_freezing_if_asked,
         order=80,
+        autotune="slow_to_prepare",
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(150, ("torch_compile",)),),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

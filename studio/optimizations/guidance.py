@@ -21,6 +21,7 @@ from typing import Any
 
 from studio import checks
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.facts import NO_MEMORY_EFFECT
 
 GUIDED_TENSORS = ("prompt_embeds", "add_text_embeds", "add_time_ids", "pooled_prompt_embeds")
 
@@ -69,5 +70,10 @@ register(
         step_end=_drop_guidance,
         step_tensors=GUIDED_TENSORS,
         settings=CfgCutoffSettings,
+        autotune="candidate",
+        grid=({"after": 0.3}, {"after": 0.5}, {"after": 0.75}),
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

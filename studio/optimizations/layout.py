@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, LadderRung, Preset
 
 
 def _relayout(memory_format: torch.memory_format):
@@ -37,5 +38,10 @@ register(
         apply=_channels_last,
         revert=_contiguous,
         order=10,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(20, ("channels_last",)), Preset(30, ("bf16", "channels_last"))),
+        ladder_rung=LadderRung(50, "channels last"),
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.facts import DEFAULTS_ONLY, MemoryEffect, Preset
 
 PLACEMENT = ("model_cpu_offload", "sequential_cpu_offload", "device_map_balanced")
 
@@ -80,6 +81,11 @@ register(
         apply=_vae_switch("enable_slicing"),
         revert=_vae_switch("disable_slicing"),
         order=30,
+        autotune="excluded",  # memory only
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(130, ("vae_slicing",)),),
+        ladder_rung=None,
+        memory_effect=MemoryEffect(decodes="one_image", remedy=True),
     )
 )
 register(
@@ -91,6 +97,11 @@ register(
         apply=_vae_switch("enable_tiling"),
         revert=_vae_switch("disable_tiling"),
         order=30,
+        autotune="excluded",  # memory only
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(140, ("vae_tiling",)),),
+        ladder_rung=None,
+        memory_effect=MemoryEffect(decodes="one_tile", remedy=True),
     )
 )
 register(
@@ -106,6 +117,11 @@ register(
         apply=_offload("model"),
         revert=_remove_hooks,
         order=90,
+        autotune="excluded",  # placement: trades speed for memory by design
+        grid=DEFAULTS_ONLY,
+        presets=(),
+        ladder_rung=None,
+        memory_effect=MemoryEffect(gpu_weights="largest_model", remedy=True),
     )
 )
 register(
@@ -121,6 +137,11 @@ register(
         apply=_offload("sequential"),
         revert=_remove_hooks,
         order=90,
+        autotune="excluded",  # placement: trades speed for memory by design
+        grid=DEFAULTS_ONLY,
+        presets=(),
+        ladder_rung=None,
+        memory_effect=MemoryEffect(gpu_weights="one_layer", remedy=True),
     )
 )
 register(
@@ -140,5 +161,10 @@ register(
         revert=_reset_device_map,
         settings=DeviceMapSettings,
         order=0,
+        autotune="excluded",  # placement: trades speed for memory by design
+        grid=DEFAULTS_ONLY,
+        presets=(),
+        ladder_rung=None,
+        memory_effect=MemoryEffect(gpu_weights="split_over_gpus"),
     )
 )

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import torch
 
 from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, LadderRung, Preset
 
 
 @contextlib.contextmanager
@@ -53,6 +54,11 @@ register(
         conflicts=("bf16",),
         dtype=torch.float16,
         order=0,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(),
+        ladder_rung=LadderRung(40, "fp16", fallback=("bf16",)),
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )
 register(
@@ -68,6 +74,11 @@ register(
         conflicts=("fp16",),
         dtype=torch.bfloat16,
         order=0,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(10, ("bf16",)),),
+        ladder_rung=None,  # the fallback of fp16's rung
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )
 register(
@@ -79,6 +90,11 @@ register(
         stage="call",
         requires=("cuda", "ampere"),
         call_context=_tf32,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )
 register(
@@ -90,6 +106,11 @@ register(
         stage="call",
         requires=("cuda",),
         call_context=_cudnn_benchmark,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(),
+        ladder_rung=LadderRung(20, "cuDNN auto-tuner"),
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )
 register(
@@ -103,5 +124,10 @@ register(
         ),
         stage="call",
         call_context=_autocast,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(60, ("autocast",)),),
+        ladder_rung=LadderRung(30, "autocast"),
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -25,6 +25,7 @@ import torch
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, register
 from studio.optimizations.denoiser import denoiser
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT
 
 _MISSING = object()
 STATE = "quantized_linears"  # (technique, saved weights) in the pipeline's state while applied
@@ -92,6 +93,7 @@ WEIGHTS = ("int8_dynamic", "int8_weight_only", "fp8")
 
 
 def _register(name: str, label: str, description: str, requires: tuple[str, ...] = ()) -> None:
+    """Register a weight quantizer: candidates of the auto-tuner at their defaults, in no preset or rung."""
     register(
         Optimization(
             name=name,
@@ -103,6 +105,11 @@ def _register(name: str, label: str, description: str, requires: tuple[str, ...]
             apply=_quantizer(name),
             revert=dequantize,
             order=60,
+            autotune="candidate",
+            grid=DEFAULTS_ONLY,
+            presets=(),
+            ladder_rung=None,
+            memory_effect=NO_MEMORY_EFFECT,
         )
     )
 

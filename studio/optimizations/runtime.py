@@ -18,6 +18,7 @@ import torch
 
 from studio import checks
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.facts import NO_MEMORY_EFFECT
 
 
 def physical_cores() -> int:
@@ -28,6 +29,11 @@ def physical_cores() -> int:
 def max_threads() -> int:
     """The most threads a request may ask for: four per logical CPU."""
     return (os.cpu_count() or 1) * 4
+
+
+def thread_counts() -> tuple[dict[str, int], ...]:
+    """The thread counts the auto-tuner tries: one, one per physical core, one per logical CPU."""
+    return tuple({"num_threads": n} for n in sorted({1, physical_cores(), os.cpu_count() or 1}))
 
 
 @dataclass(frozen=True)
@@ -64,5 +70,10 @@ register(
         stage="call",
         call_context=num_threads,
         settings=ThreadsSettings,
+        autotune="candidate",
+        grid=thread_counts,
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

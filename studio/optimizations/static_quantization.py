@@ -46,6 +46,7 @@ from studio.optimizations.bias_correction import correct_biases
 from studio.optimizations.calibration import denoising_trajectory
 from studio.optimizations.compile import counting_backend, freezing
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
+from studio.optimizations.facts import NO_MEMORY_EFFECT
 from studio.optimizations.inductor_cache import recovering
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
@@ -226,5 +227,10 @@ register(
         settings=Int8StaticSettings,
         call_context=lambda ctx: freezing(),
         order=80,
+        autotune="slow_to_prepare",
+        grid=({"layers": "all"}, {"layers": "convolutions"}),  # fastest, or closer to fp32
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -27,6 +27,7 @@ import torch
 from studio import checks
 from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations.facts import NO_MEMORY_EFFECT
 
 MAX_RATIO = 0.75  # tomesd merges at most 1 - 1/(sx*sy) of the tokens with its 2x2 strides
 DOWNSAMPLES = (1, 2, 4, 8)
@@ -118,5 +119,10 @@ register(
         revert=disable_token_merging,
         settings=TokenMergingSettings,
         order=40,
+        autotune="candidate",
+        grid=({"ratio": 0.3}, {"ratio": 0.5}),
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -6,6 +6,7 @@ import torch
 
 from studio.optimizations.base import Context, Optimization, register
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, LadderRung, Preset
 from studio.optimizations.per_shape import PerShapeUNet
 
 
@@ -33,5 +34,13 @@ register(
         apply=swap_denoiser(_traced),
         revert=restore_denoiser,
         order=80,
+        autotune="candidate",
+        grid=DEFAULTS_ONLY,
+        presets=(
+            Preset(70, ("jit_trace_unet",)),
+            Preset(80, ("bf16", "channels_last", "jit_trace_unet")),
+        ),
+        ladder_rung=LadderRung(60, "traced UNet"),
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

@@ -29,6 +29,7 @@ from diffusers import hooks
 from studio import checks
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
 from studio.optimizations.hooks import tidy
 
 STATE = "step_cache"  # (technique, model) while applied
@@ -158,7 +159,8 @@ def fresh_state(ctx: Context) -> Iterator[None]:
     yield
 
 
-def _register(name: str, label: str, description: str, settings: type[Settings]) -> None:
+def _register(name: str, label: str, description: str, settings: type[Settings], **facts: Any) -> None:
+    """Register a transformer step cache; `facts`: its grid and presets (in no rung, no memory effect)."""
     register(
         Optimization(
             name=name,
@@ -173,6 +175,10 @@ def _register(name: str, label: str, description: str, settings: type[Settings])
             call_context=fresh_state,
             settings=settings,
             order=40,
+            autotune="candidate",
+            ladder_rung=None,
+            memory_effect=NO_MEMORY_EFFECT,
+            **facts,
         )
     )
 
@@ -183,6 +189,8 @@ _register(
     "Reuse the transformer's remaining blocks when its first block's output barely changed since the last "
     "full step (diffusers' FirstBlockCache, setting threshold); the image changes a little.",
     FirstBlockCacheSettings,
+    grid=({"threshold": 0.05}, {"threshold": 0.1}, {"threshold": 0.2}),
+    presets=(Preset(90, ("first_block_cache",)), Preset(100, ("bf16", "first_block_cache"))),
 )
 _register(
     "pyramid_attention_broadcast",
@@ -190,6 +198,8 @@ _register(
     "Recompute the transformer's attention every few steps in a window of timesteps and reuse it in between "
     "(diffusers' PyramidAttentionBroadcast); the image changes a little.",
     BroadcastSettings,
+    grid=({"skip_range": 2}, {"skip_range": 3}),
+    presets=(),
 )
 _register(
     "faster_cache",
@@ -197,6 +207,8 @@ _register(
     "Approximate skipped attention outputs from the last two computed ones, and with guidance the "
     "unconditional branch from the conditional one (diffusers' FasterCache); the image changes a little.",
     FasterCacheSettings,
+    grid=DEFAULTS_ONLY,
+    presets=(),
 )
 _register(
     "taylorseer_cache",
@@ -204,4 +216,6 @@ _register(
     "Compute the transformer fully every few steps and predict the steps in between with a Taylor "
     "expansion of its blocks' outputs (diffusers' TaylorSeer); the image changes a little.",
     TaylorSeerSettings,
+    grid=({"cache_interval": 3}, {"cache_interval": 5}),
+    presets=(),
 )

@@ -30,6 +30,7 @@ from diffusers.hooks import apply_layerwise_casting
 from studio import checks, settings
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser
+from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
 from studio.optimizations.hooks import hooked, tidy
 
 CASTING, OFFLOAD = "layerwise_casting", "group_offloading"  # diffusers' hook names
@@ -238,6 +239,11 @@ register(
         revert=disable_casting,
         settings=LayerwiseCastingSettings,
         order=55,
+        autotune="excluded",  # trades speed for memory by design
+        grid=DEFAULTS_ONLY,
+        presets=(Preset(120, ("layerwise_casting",)),),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )
 register(
@@ -266,5 +272,10 @@ register(
         settings=GroupOffloadSettings,
         settings_reason=offload_reason,
         order=90,
+        autotune="excluded",  # placement: trades speed for memory by design
+        grid=DEFAULTS_ONLY,
+        presets=(),
+        ladder_rung=None,
+        memory_effect=NO_MEMORY_EFFECT,
     )
 )

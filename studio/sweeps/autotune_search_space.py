@@ -4,56 +4,20 @@ for those that have settings, how candidates combine, and the quality floor agai
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from studio import devices
 from studio.errors import StudioError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
-from studio.optimizations.runtime import physical_cores
 from studio.request import AutotuneSettings, GenerationRequest
 
-# Never candidates: placement (trades speed for memory by design), memory-only slicing/tiling, and the
-# documentation's slow "original" attention.
-EXCLUDED = frozenset(
-    {
-        "model_cpu_offload",
-        "sequential_cpu_offload",
-        "device_map_balanced",
-        "vae_slicing",
-        "vae_tiling",
-        "attention_slicing",
-        "classic_attention",
-        "layerwise_casting",
-        "group_offload",
-    }
-)
-SLOW_TO_PREPARE = frozenset(
-    {"torch_compile", "int8_static"}
-)  # minutes of compilation per configuration on a CPU
-GRID: dict[str, list[dict[str, Any]]] = {  # the settings searched for techniques that have them
-    "deepcache": [{"interval": 2}, {"interval": 3}, {"interval": 5}],
-    "cfg_cutoff": [{"after": 0.3}, {"after": 0.5}, {"after": 0.75}],
-    "token_merging": [{"ratio": 0.3}, {"ratio": 0.5}],
-    "threads": [{"num_threads": n} for n in sorted({1, physical_cores(), os.cpu_count() or 1})],
-    "first_block_cache": [{"threshold": 0.05}, {"threshold": 0.1}, {"threshold": 0.2}],
-    "pyramid_attention_broadcast": [{"skip_range": 2}, {"skip_range": 3}],
-    "taylorseer_cache": [{"cache_interval": 3}, {"cache_interval": 5}],
-    "attention_backend": [  # those that cannot run on the request's device are left out (`grid`)
-        {"backend": b}
-        for b in ("_native_flash", "_native_efficient", "_native_cudnn", "flash", "_flash_3", "sage")
-    ],
-    "int8_static": [{"layers": "all"}, {"layers": "convolutions"}],  # fastest, or closer to fp32
-    "openvino": [
-        {"mode": "fp32"},
-        {"mode": "fp32", "winograd": True},
-        {"mode": "fp32", "inference_precision": "auto"},
-        {"mode": "int8_weights", "inference_precision": "auto"},
-        {"mode": "hybrid_int8", "inference_precision": "auto"},
-        {"mode": "full_int8", "inference_precision": "auto"},
-        {"mode": "full_int8", "inference_precision": "auto", "vae_int8": True},
-    ],
+# Each technique declares whether the auto-tuner tries it (`Optimization.autotune`: never, for placement,
+# memory-only techniques and the documentation's slow "original" attention; only when asked, for those that
+# take minutes of compilation per configuration on a CPU) and the settings it searches (`Optimization.grid`).
+# GRID: the searched settings of the techniques that have more than their defaults to try.
+GRID: dict[str, list[dict[str, Any]]] = {
+    name: points for name, opt in REGISTRY.items() if (points := opt.search_grid()) != [{}]
 }
 
 
@@ -98,11 +62,11 @@ class Candidate:
 
 
 def grid(name: str, request: GenerationRequest) -> list[dict[str, Any]]:
-    """The settings searched for technique `name` on `request`'s device: the points of GRID that can run there
-    (a technique whose settings pick hardware says which: `Optimization.settings_reason`)."""
+    """The settings searched for technique `name` on `request`'s device: the points of its grid that can run
+    there (a technique whose settings pick hardware says which: `Optimization.settings_reason`)."""
     opt = REGISTRY[name]
     return [
-        p for p in GRID.get(name, [{}]) if not opt.settings_unavailable(p, request.device, request.dtype_name)
+        p for p in opt.search_grid() if not opt.settings_unavailable(p, request.device, request.dtype_name)
     ]
 
 
@@ -116,8 +80,8 @@ def candidates(request: GenerationRequest, include_compile: bool = False) -> lis
     return sorted(
         name
         for name, opt in REGISTRY.items()
-        if name not in EXCLUDED
-        and (include_compile or name not in SLOW_TO_PREPARE)
+        if opt.autotune != "excluded"
+        and (include_compile or opt.autotune != "slow_to_prepare")
         and unavailable_reason(opt, hw, request.device, request.spec.family) is None
     )
 

@@ -4,7 +4,7 @@ original (fp32, classic attention) -> cuDNN autotuner -> autocast -> fp16 (bf16 
 -> channels last -> traced UNet -> memory-efficient attention, and on CPUs the OpenVINO runtime. A step that
 cannot run here is shown as skipped with the reason, not dropped. The plan is made once (`plan`), before
 anything runs, and used by the single-process and the distributed ladder alike: a rung that fails does not
-change the later ones.
+change the later ones. Each rung is declared by the technique it adds (`Optimization.ladder_rung`).
 """
 
 from __future__ import annotations
@@ -30,16 +30,19 @@ class Rung:
     fallback: tuple[str, ...] = ()
 
 
-RUNGS = (
-    Rung("original", add=("classic_attention",)),
-    Rung("cuDNN auto-tuner", add=("cudnn_benchmark",)),
-    Rung("autocast", add=("autocast",)),
-    Rung("fp16", add=("fp16",), fallback=("bf16",)),
-    Rung("channels last", add=("channels_last",)),
-    Rung("traced UNet", add=("jit_trace_unet",)),
-    Rung("memory-efficient attention", add=("xformers",), remove=("classic_attention",), fallback=("sdpa",)),
-    # On a CPU, the runtime users reach for instead: it replaces what came before that it conflicts with.
-    Rung("OpenVINO runtime", add=("openvino",), remove=tuple(sorted(conflicts_of("openvino")))),
+def rung_of(name: str) -> Rung:
+    """The rung technique `name` declares (`Optimization.ladder_rung`) as the ladder runs it."""
+    declared = REGISTRY[name].ladder_rung
+    remove = tuple(sorted(conflicts_of(name))) if declared.replaces_conflicts else declared.remove
+    return Rung(declared.label, add=(name,), remove=remove, fallback=declared.fallback)
+
+
+# The rungs in order: each technique declares the one that adds it.
+RUNGS = tuple(
+    rung_of(opt.name)
+    for opt in sorted(
+        (o for o in REGISTRY.values() if o.ladder_rung is not None), key=lambda o: o.ladder_rung.position
+    )
 )
 
 

@@ -5,25 +5,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from studio.optimizations import availability
+from studio.optimizations import REGISTRY, availability
 from studio.ui.handlers.common import family_of
 
-PRESETS = (
-    "bf16",
-    "channels_last",
-    "bf16,channels_last",
-    "classic_attention",
-    "attention_slicing",
-    "autocast",
-    "jit_trace_unet",
-    "bf16,channels_last,jit_trace_unet",
-    "first_block_cache",
-    "bf16,first_block_cache",
-    "fused_qkv",
-    "layerwise_casting",
-    "vae_slicing",
-    "vae_tiling",
-    "torch_compile",
+# Each technique declares the presets that show it off (`Optimization.presets`), each with its place here.
+PRESETS = tuple(
+    p.label for p in sorted((p for opt in REGISTRY.values() for p in opt.presets), key=lambda p: p.position)
 )
 
 

@@ -295,9 +295,9 @@ def test_winograd_draws_the_same_image_and_says_what_it_rewrote(manager, baselin
     """Every 3x3 convolution of the UNet and the VAE decoder that F(2, 3) fits, forced to it (which ones gain
     is timed, so depends on the CPU): the image stays PyTorch's fp32 one to rounding; the run's stats count
     the rewritten convolutions per part; other settings are refused before anything runs."""
-    from studio.optimizations import openvino as technique
+    from studio.optimizations import openvino_parts
 
-    monkeypatch.setattr(technique, "fastest_convolution", lambda shape: (2, None))
+    monkeypatch.setattr(openvino_parts, "fastest_convolution", lambda shape: (2, None))
     images, prepared = tiny.run(manager, openvino(winograd=True))
     stats = prepared.ctx.stats
     assert (
@@ -318,10 +318,10 @@ def test_a_rewrite_timed_on_one_cpu_is_read_back_there_and_timed_again_on_anothe
     the same model name ("AMD EPYC" is a Zen 3 or a Zen 4) times and rewrites them again, and reads the shared
     fp32 conversion back."""
     from studio import devices
-    from studio.optimizations import openvino as technique
+    from studio.optimizations import openvino_parts
 
     timed = []
-    monkeypatch.setattr(technique, "fastest_convolution", lambda shape: timed.append(shape) or (2, None))
+    monkeypatch.setattr(openvino_parts, "fastest_convolution", lambda shape: timed.append(shape) or (2, None))
     # the entries exist after this call (an earlier test's, or this call's own)
     tiny.run(PipelineManager(), openvino(winograd=True))
     timed.clear()
@@ -629,7 +629,7 @@ def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
 def pytorch_trajectories(prepared, request, like: tuple) -> list[tuple]:
     """Every UNet input along `request`'s calibration trajectories, denoised by the PyTorch UNet, formatted as
     NNCF's samples (`like`: one of them)."""
-    from studio.optimizations import openvino as technique
+    from studio.optimizations import openvino_calibration as calibration
 
     pipe, records = prepared.pipe, []
     unet = getattr(pipe.unet, "original", pipe.unet)  # the stand-in's PyTorch UNet
@@ -640,7 +640,7 @@ def pytorch_trajectories(prepared, request, like: tuple) -> list[tuple]:
         return unet(x, t, encoder_hidden_states=c, return_dict=False)[0]
 
     prompts = tuple(request.spec.calibration_prompts)
-    technique.trajectories(pipe, prompts, record, torch.zeros(like[0].shape), request.steps)
+    calibration.trajectories(pipe, prompts, record, torch.zeros(like[0].shape), request.steps)
     return records
 
 
@@ -657,7 +657,7 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     import contextlib
 
     from pipelines.schedulers import fresh_scheduler
-    from studio.optimizations import openvino as technique
+    from studio.optimizations import openvino_calibration as calibration
     from studio.optimizations import openvino_statistics as ovs
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
@@ -665,14 +665,14 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
     given, calls, prepared = calibrated(monkeypatch, request)
     prompts = len(request.spec.calibration_prompts)
-    samples = technique.CALIBRATION_SAMPLES // prompts * prompts
+    samples = calibration.CALIBRATION_SAMPLES // prompts * prompts
     assert len(given) == samples
     assert calls == {
         "answered by NNCF's statistics inference": samples,
         "run through the fp32 UNet": 30 * prompts - samples,
     }
     every = pytorch_trajectories(prepared, request, given[0])
-    picks = technique.spread(30, prompts, technique.CALIBRATION_SAMPLES)
+    picks = calibration.spread(30, prompts, calibration.CALIBRATION_SAMPLES)
     reference = [every[run * 30 + i] for run in range(prompts) for i in picks]
     steps = [float(t) for t in fresh_scheduler(prepared.pipe.scheduler, 30).timesteps]
     first = [float(t.reshape(-1)[0]) for _, t, _ in given[: len(given) // prompts]]
@@ -684,11 +684,11 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     # with an nncf whose engine tells nothing of what it infers, every call up to the last sample runs
     # through the fp32 UNet: the same samples, one more inference each
     before = cache_entries(tmp_path)
-    monkeypatch.setattr(technique, "CALIBRATION_SAMPLES", 24)
+    monkeypatch.setattr(calibration, "CALIBRATION_SAMPLES", 24)
     monkeypatch.setattr(ovs, "listening", lambda listener: contextlib.nullcontext())
     given, calls, _ = calibrated(monkeypatch, request)
     assert len(cache_entries(tmp_path) - before) == 1, "another sample count calibrates a UNet of its own"
-    picks = technique.spread(30, prompts, 24)
+    picks = calibration.spread(30, prompts, 24)
     last = (prompts - 1) * 30 + picks[-1]
     assert calls == {"answered by NNCF's statistics inference": 0, "run through the fp32 UNet": last}
     reference = [every[run * 30 + i] for run in range(prompts) for i in picks]

@@ -1,5 +1,6 @@
 """The optimization registry: names, requirements, conflicts, availability reasons (a missing optional
-package makes a technique unavailable with a sentence saying so, and the others still run)."""
+package makes a technique unavailable with a sentence saying so, and the others still run), and each
+technique's facts, which the auto-tuner, Compare, the ladder and the memory estimate read."""
 
 import numpy as np
 import pytest
@@ -149,3 +150,82 @@ def test_missing_xformers_is_named_once_cuda_is_there(monkeypatch, fake_gpus):
     with pytest.raises(UnavailableError, match=sentence.replace(".", r"\.")):
         request(["xformers"], device="cuda:0")
     assert unavailable_reason(REGISTRY["sdpa"], hw, "cuda:0") is None
+
+
+# ---- each technique's facts: declared with it, and the tables above read from them ------------------------
+
+
+def test_every_technique_declares_each_of_its_facts():
+    """autotune, grid, presets, ladder_rung and memory_effect, each explicitly (even as none), and each
+    one a value its readers understand: grid points its settings accept, presets and rungs naming registered
+    techniques at places of their own."""
+    from studio.optimizations.facts import LadderRung, MemoryEffect, Preset
+
+    presets, rungs = [], []
+    for opt in REGISTRY.values():
+        assert opt.undeclared == frozenset(), f"{opt.name} does not declare {sorted(opt.undeclared)}"
+        assert opt.autotune in ("candidate", "excluded", "slow_to_prepare"), opt.name
+        points = opt.search_grid()
+        assert points and all(isinstance(p, dict) for p in points), opt.name
+        for point in points:
+            opt.settings.checked(opt.name, point)  # raises on a setting it does not take
+        assert len({repr(sorted(p.items())) for p in points}) == len(points), f"{opt.name}: a point twice"
+        assert isinstance(opt.presets, tuple) and isinstance(opt.memory_effect, MemoryEffect), opt.name
+        for preset in opt.presets:
+            assert isinstance(preset, Preset) and preset.techniques[-1] == opt.name, (opt.name, preset)
+            assert set(preset.techniques) <= set(REGISTRY), preset
+            check_conflicts(set(preset.techniques))
+            presets.append(preset)
+        if opt.ladder_rung is not None:
+            assert isinstance(opt.ladder_rung, LadderRung), opt.name
+            assert {*opt.ladder_rung.fallback, *opt.ladder_rung.remove} <= set(REGISTRY), opt.ladder_rung
+            rungs.append(opt.ladder_rung)
+    assert len({p.position for p in presets}) == len(presets), "two presets at one place"
+    assert len({p.label for p in presets}) == len(presets), "a preset declared twice"
+    assert len({r.position for r in rungs}) == len(rungs), "two rungs at one place"
+
+
+def test_a_technique_without_its_facts_is_refused_when_registered():
+    from studio.optimizations.base import Optimization, register
+
+    bare = Optimization(name="bare", label="bare", group="speed", description="Nothing.", autotune="excluded")
+    assert bare.undeclared == {"grid", "presets", "ladder_rung", "memory_effect"}
+    assert bare.grid == ({},) and bare.presets == () and bare.ladder_rung is None, "taken as neutral"
+    with pytest.raises(ValueError, match="'bare' does not declare grid, presets, ladder_rung, memory_effect"):
+        register(bare)
+    assert "bare" not in REGISTRY
+
+
+def test_the_tables_above_the_registry_are_what_its_techniques_declare():
+    """The auto-tuner's candidates and grids, Compare's presets, the speed ladder and the memory techniques
+    the estimate offers are read from the registry, in its order or the declared places."""
+    from studio.engine.memory_estimate import MEMORY_TECHNIQUES
+    from studio.sweeps.autotune_search_space import GRID, candidates, grid
+    from studio.sweeps.ladder import RUNGS
+    from studio.ui.presets import PRESETS
+    from tests import tiny
+
+    declared = {name: opt.search_grid() for name, opt in REGISTRY.items()}
+    assert GRID == {name: points for name, points in declared.items() if points != [{}]}
+    request = tiny.request()
+    hw = devices.detect()
+    runnable = {n for n, o in REGISTRY.items() if unavailable_reason(o, hw, request.device, "sd") is None}
+    tried = {n for n in runnable if REGISTRY[n].autotune == "candidate"}
+    assert set(candidates(request)) == tried and "classic_attention" not in tried
+    slow = {n for n in runnable if REGISTRY[n].autotune == "slow_to_prepare"}
+    assert set(candidates(request, include_compile=True)) == tried | slow
+    assert grid("deepcache", request) == declared["deepcache"]
+
+    presets = sorted((p for o in REGISTRY.values() for p in o.presets), key=lambda p: p.position)
+    assert PRESETS == tuple(p.label for p in presets) and PRESETS[0] == "bf16"
+
+    ladder = sorted((o for o in REGISTRY.values() if o.ladder_rung), key=lambda o: o.ladder_rung.position)
+    assert [(r.label, r.add, r.fallback) for r in RUNGS] == [
+        (o.ladder_rung.label, (o.name,), o.ladder_rung.fallback) for o in ladder
+    ]
+    for rung, opt in zip(RUNGS, ladder, strict=True):
+        replaced = conflicts_of(opt.name) if opt.ladder_rung.replaces_conflicts else opt.ladder_rung.remove
+        assert set(rung.remove) == set(replaced), rung
+    assert RUNGS[0].add == ("classic_attention",) and RUNGS[-1].add == ("openvino",)
+
+    assert MEMORY_TECHNIQUES == tuple(n for n, o in REGISTRY.items() if o.memory_effect.remedy)

@@ -1,0 +1,218 @@
+"""The stand-ins the `openvino` technique swaps into a pipeline: the UNet, the VAE decoder and the text
+encoder, each converted, compressed or quantized as the settings say, and compiled for the CPU by OpenVINO on
+the first call of each input shape (read back from the disk cache where it was built before); the PyTorch
+module each wraps is kept (`original`) for revert. The int8 parts' calibration samples come from
+`openvino_calibration`.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from studio import devices
+from studio.optimizations import openvino_calibration as ovc
+from studio.optimizations import openvino_models as ovm
+from studio.optimizations import openvino_statistics as ovs
+from studio.optimizations import openvino_winograd as owg
+from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
+
+if TYPE_CHECKING:
+    from studio.optimizations.openvino import OpenVINOSettings
+
+
+@functools.cache
+def fastest_convolution(shape: tuple[int, ...]) -> owg.Form | None:
+    """`openvino_winograd.fastest_convolution`, timed once per shape in a process."""
+    return owg.fastest_convolution(shape)
+
+
+def _runner(model: Any, precision: str) -> Any:
+    """A callable running the compiled model on torch tensors, returning its first output as a tensor."""
+    request = ovm.compile_for_cpu(model, precision).create_infer_request()
+
+    def run(*inputs: torch.Tensor) -> torch.Tensor:
+        arrays = [t.detach().contiguous().cpu().numpy() for t in inputs]
+        return torch.from_numpy(request.infer(arrays, share_inputs=False)[0].copy())
+
+    return run
+
+
+class OpenVINOPart(PerShapeModule):
+    """A pipeline part run by OpenVINO: converted, compressed and compiled once per input shape."""
+
+    counter = "compile"
+    part = ""
+    convolutional = True  # has 3x3 convolutions `winograd` may rewrite
+
+    def __init__(self, module: torch.nn.Module, settings: OpenVINOSettings, stats: dict[str, Any]):
+        super().__init__(module, stats)
+        self._settings = settings
+        self._weights = ovm.fingerprint(module)
+
+    def traced(self) -> torch.nn.Module:
+        """The module as `convert_model` sees it: positional tensors in, one tensor out."""
+        return self.original
+
+    def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+        return model if self._settings.mode == "fp32" else ovm.compress_weights(model)
+
+    def key_parts(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "weights": self._weights,
+            "inputs": [[list(t.shape), str(t.dtype)] for t in inputs],
+            "mode": self._settings.mode,
+        }
+
+    def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
+        parts = self.key_parts(inputs)
+        model = ovm.cached_model(
+            ovm.cache_key(**parts),
+            lambda: self.compressed(ovm.convert(self.traced(), inputs), inputs),
+            self._stats,
+        )
+        if self._settings.winograd and self.convolutional:
+            # the fp32 conversion's entry, rewritten: which shapes gain is timed, so depends on the CPU
+            fp32 = model
+            model = ovm.cached_model(
+                ovm.cache_key(**parts, winograd=owg.CHOOSER, cpu=devices.detect().cpu_name),
+                lambda: owg.winograd_convolutions(fp32, fastest_convolution),
+                self._stats,
+            )
+            self._stats[f"openvino_winograd_{self.part}"] = owg.winograd_counts(model)
+        return _runner(model, self._settings.inference_precision)
+
+
+class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
+    """The UNet; in hybrid_int8 and full_int8 modes calibrated on the model's calibration prompts at the
+    call's size and steps (the step count is read from the pipeline's scheduler, set for the running call)."""
+
+    part = "unet"
+
+    def __init__(self, unet, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str):
+        super().__init__(unet, settings, stats)  # PerShapeUNet's part makes `_plain`
+        self._pipe = weakref.ref(pipe)  # no cycle: the part is freed with its pipeline
+        self._prompts = prompts
+        self._overflow_fix = fix
+
+    def traced(self) -> torch.nn.Module:
+        return self._plain
+
+    def _steps(self) -> int:
+        return len(self._pipe().scheduler.timesteps)
+
+    def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        """In the calibrated modes a graph is calibrated for the call's step count as well as its shapes."""
+        steps = self._steps() if self._settings.mode in ovm.CALIBRATED else None
+        return (*super().graph_key(inputs), steps)
+
+    def key_parts(self, inputs):
+        parts = super().key_parts(inputs)
+        if self._settings.mode in ovm.CALIBRATED:
+            scheduler = self._pipe().scheduler
+            parts.update(
+                steps=self._steps(),
+                prompts=list(self._prompts),
+                scheduler=type(scheduler).__name__,
+                overflow_fix=self._overflow_fix,
+                samples=ovc.CALIBRATION_SAMPLES,  # how many of the trajectories' inputs NNCF sees
+                denoised_by="nncf",  # each sample's prediction from NNCF's inference of it
+            )
+        return parts
+
+    def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+        if self._settings.mode not in ovm.CALIBRATED:
+            return super().compressed(model, inputs)
+        calibration = self.calibration(inputs, model)  # before the rewrite below
+        if self._settings.mode == "full_int8":
+            self._stats["openvino_linears_as_convolutions"] = ovm.linears_as_convolutions(model)
+        with ovs.listening(calibration.heard):
+            quantized = ovm.hybrid_quantize(model, calibration, self._overflow_fix)
+        self._stats["openvino_calibration_calls"] = {
+            "answered by NNCF's statistics inference": calibration.answered,
+            "run through the fp32 UNet": calibration.denoised,
+        }
+        return quantized
+
+    def calibration(self, inputs: tuple[torch.Tensor, ...], model: Any) -> ovs.Denoised:
+        """NNCF's samples at this call's shape and steps (`openvino_calibration.unet_samples`), the calls
+        between them run by the converted fp32 UNet `model`."""
+        fp32 = functools.partial(_runner, model, "f32")
+        return ovc.unet_samples(
+            self._pipe(), self._prompts, inputs, self._steps(), fp32, ovm.output_name(model)
+        )
+
+
+class OpenVINODecoder(OpenVINOPart):
+    """The VAE's decoder: 8-bit weights over float math in the int8 modes, or with `vae_int8` static int8,
+    calibrated on the latents the calibration prompts denoise to (with the PyTorch UNet, at the call's size
+    and steps), decoded as the pipeline decodes them."""
+
+    part = "vae_decoder"
+
+    def __init__(self, decoder, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str):
+        super().__init__(decoder, settings, stats)
+        self._pipe = weakref.ref(pipe)
+        self._prompts = prompts
+        self._overflow_fix = fix
+
+    def _steps(self) -> int | None:
+        return len(self._pipe().scheduler.timesteps) if self._settings.vae_int8 else None
+
+    def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
+        return (*super().graph_key(inputs), self._steps())
+
+    def key_parts(self, inputs):
+        parts = super().key_parts(inputs)
+        if self._settings.vae_int8:
+            fix, prompts = self._overflow_fix, list(self._prompts)
+            parts.update(vae_int8=True, steps=self._steps(), prompts=prompts, overflow_fix=fix)
+        return parts
+
+    def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+        if not self._settings.vae_int8:
+            return super().compressed(model, inputs)
+        return ovm.decoder_quantize(model, self.calibration(inputs), self._overflow_fix)
+
+    def calibration(self, inputs: tuple[torch.Tensor, ...]) -> list[tuple[Any, ...]]:
+        """The decoder's inputs for the latents of each calibration trajectory, one image each."""
+        (sample,) = inputs
+        return ovc.decoder_samples(self._pipe(), self._prompts, sample, self._steps())
+
+    def forward(self, sample: torch.Tensor, latent_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        if latent_embeds is not None:
+            raise TypeError(
+                "OpenVINODecoder takes no latent_embeds (spatially conditioned VAEs); set vae=false"
+            )
+        return self.graph_for((sample,))(sample)
+
+
+class _TextHidden(torch.nn.Module):
+    def __init__(self, encoder: torch.nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids):
+        return self.encoder(input_ids, return_dict=False)[0]
+
+
+class OpenVINOTextEncoder(OpenVINOPart):
+    """The text encoder's last hidden state (8-bit weights in the int8 modes)."""
+
+    part = "text_encoder"
+    convolutional = False
+
+    def traced(self) -> torch.nn.Module:
+        return _TextHidden(self.original)
+
+    def forward(self, input_ids, attention_mask=None, output_hidden_states=None, **kwargs):
+        if attention_mask is not None or output_hidden_states:
+            raise TypeError(
+                "openvino's text encoder returns the last hidden state only (no attention mask, no "
+                "clip_skip); set openvino text_encoder=false"
+            )
+        return (self.graph_for((input_ids,))(input_ids),)
