@@ -94,12 +94,15 @@ def test_python_dash_m_studio_is_the_same_cli(tmp_path):
 
 def test_a_run_from_the_shell_prints_its_result_and_no_library_noise(tmp_path):
     """stdout: one line with the run; stderr: only the studio's own warnings (no progress bars of the
-    libraries, no advice to install torchvision)."""
+    libraries, no advice to install torchvision, no tracer warnings from a traced UNet)."""
     env = {**os.environ, "STUDIO_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "studio", "generate", "--prompt", PROMPT, "--steps", "2", "--seed", "1"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [*cmd, "--opt", "jit_trace_unet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
-    assert re.fullmatch(r"run 1: baseline [\d.]+ m?s, peak \d+ MB -> \S+\.png\n", proc.stdout), proc.stdout
+    line = r"run 1: jit_trace_unet [\d.]+ m?s, peak \d+ MB -> \S+\.png\n"
+    assert re.fullmatch(line, proc.stdout), proc.stdout
     noise = [line for line in proc.stderr.splitlines() if not line.startswith("warning: ")]
     assert not noise, proc.stderr
 

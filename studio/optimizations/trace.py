@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from studio.optimizations.base import Context, Optimization, register
@@ -14,7 +16,11 @@ class TracedUNet(PerShapeUNet):
     """A torch.jit.trace of the UNet per input shape."""
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
-        return torch.jit.trace(self._plain, inputs, check_trace=False)
+        # The tracer warns of every Python branch on a tensor in diffusers' UNet (the shape checks, the
+        # timestep's dtype): expected for a trace per input shape, and not for the user's terminal.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return torch.jit.trace(self._plain, inputs, check_trace=False)
 
 
 def _traced(unet: torch.nn.Module, ctx: Context) -> torch.nn.Module:
