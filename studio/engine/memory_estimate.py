@@ -16,16 +16,19 @@ process's resident set, on a GPU the CUDA allocator. It adds up
 - and, once the run log has runs of this model on this kind of device, the median ratio of their measured
   peak to their estimate (clamped to 0.5-2), so the estimate learns from what was measured.
 
-On a GPU of known size, `check_fits` refuses a request predicted not to fit, with the estimate and the memory
-techniques that would bring it under.
+`check_fits` refuses a request predicted not to fit, with the estimate and the memory techniques that would
+bring it under: on a GPU of known size against its memory, on a CPU against the memory this process may
+reach (what it holds now plus what the machine, or its container's limit, has available).
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from pipelines.shapes import Shape, shape_of, spec_shape
@@ -40,7 +43,9 @@ from studio.runlog import RunLog
 UNET_TENSORS = 40  # live UNet activations at the first level's width (CPU, SD 1.5 architecture)
 VAE_TENSORS = 10.5  # live VAE-decoder activations at full resolution and the first level's width
 TILE_PIXELS = 512 * 512  # diffusers' VAE tile at SD sizes
-GPU_HEADROOM = 0.95  # the share of a GPU's memory a run may be predicted to use
+HEADROOM = (
+    0.95  # the share of a GPU's memory, or of the RAM a process may reach, a run may be predicted to use
+)
 HISTORY = 200
 # the techniques offered, alone or in pairs, when a run would not fit (each declares it: `remedy`)
 MEMORY_TECHNIQUES = tuple(name for name, opt in REGISTRY.items() if opt.memory_effect.remedy)
@@ -61,7 +66,7 @@ class Estimate:
 
     @property
     def fits(self) -> bool | None:
-        return None if self.capacity is None else self.peak <= GPU_HEADROOM * self.capacity
+        return None if self.capacity is None else self.peak <= HEADROOM * self.capacity
 
     def as_json(self) -> dict[str, Any]:
         mb = {k: round(v / 2**20) for k, v in asdict(self).items() if isinstance(v, int) and k != "known"}
@@ -88,8 +93,29 @@ def sentence(e: Estimate) -> str:
     text = f"Estimated peak {_gb(e.peak)} for {where} ({parts}"
     text += f", x{e.correction:.2f} from this model's logged runs)." if e.correction != 1.0 else ")."
     if e.capacity is not None:
-        text += f" {'Fits' if e.fits else 'Does not fit'} in {_gb(e.capacity)}."
+        room = "" if e.kind == "cuda_allocated" else " of RAM (in use by this process now, plus available)"
+        text += f" {'Fits' if e.fits else 'Does not fit'} in {_gb(e.capacity)}{room}."
     return text
+
+
+def _cgroup_limit() -> int | None:
+    """The container's memory limit (cgroup v2, then v1), None where there is none."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            return int(text)
+    return None
+
+
+def cpu_capacity(now: int) -> int:
+    """The most a CPU run's process may reach: what it holds now plus what is available, within the
+    container's limit."""
+    reachable = now + psutil.virtual_memory().available
+    limit = _cgroup_limit()
+    return min(reachable, limit) if limit else reachable
 
 
 def _shape(manager: Any, request: GenerationRequest) -> tuple[Shape | None, bool]:
@@ -161,6 +187,7 @@ def estimate(manager: Any, request: GenerationRequest, runlog: RunLog | None = N
         now = torch.cuda.memory_allocated(index) if torch.cuda.is_initialized() else 0
     else:
         now = rss()
+        capacity = cpu_capacity(now) if request.device == "cpu" else None
     shape, loaded = _shape(manager, request)
     if shape is None:
         return Estimate(kind, now, 0, 0, 1.0, now, False, capacity)
@@ -175,8 +202,8 @@ def estimate(manager: Any, request: GenerationRequest, runlog: RunLog | None = N
 
 
 def check_fits(manager: Any, request: GenerationRequest, runlog: RunLog | None = None) -> Estimate:
-    """The estimate; on a GPU of known size, a ValidationError when it does not fit, naming the memory
-    techniques that would bring it under (alone, then in pairs)."""
+    """The estimate; a ValidationError when it does not fit (a GPU of known size, or the CPU's RAM), naming
+    the memory techniques that would bring it under (alone, then in pairs)."""
     found = estimate(manager, request, runlog)
     if found.fits is not False:
         return found

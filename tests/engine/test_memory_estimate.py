@@ -96,3 +96,26 @@ def test_a_run_that_would_not_fit_a_gpu_is_refused_with_what_would_make_it_fit(s
         studio.manager, request.__class__(**{**request.__dict__, "num_images": 1})
     )
     assert fits.fits is True and fits.now == 0
+
+
+def test_on_a_cpu_a_run_that_would_not_fit_in_ram_is_refused_with_what_would_make_it_fit(studio, monkeypatch):
+    """sd15-arch 1024x1024, batch 8 (an estimate of about 46 GB) against the RAM this process may reach."""
+    monkeypatch.setattr(memory_estimate, "cpu_capacity", lambda now: 20 * 2**30)
+    request = validate_request(
+        model="sd15-arch", prompt="x", device="cpu", width=1024, height=1024, num_images=8
+    )
+    found = memory_estimate.estimate(studio.manager, request)
+    assert found.fits is False and found.capacity == 20 * 2**30 and found.peak > 40 * 2**30
+    with pytest.raises(ValidationError, match=r"Does not fit in 20.0 GB of RAM") as info:
+        studio.generate(request)
+    assert "It would fit with: vae_slicing" in str(info.value)
+    assert studio.runlog.runs() == [], "a refused run is not logged, nothing was loaded"
+    assert studio.manager.loaded() == []
+
+
+def test_the_cpus_capacity_is_what_the_process_holds_plus_what_is_available():
+    import psutil
+
+    now = memory_estimate.rss()
+    capacity = memory_estimate.cpu_capacity(now)
+    assert now < capacity <= now + psutil.virtual_memory().available
