@@ -1,43 +1,64 @@
 """The one boundary where every request from the UI, the API, the CLI and the distributed launcher is checked.
 
 Every face builds its `GenerationRequest` and its sweep, auto-tune and History settings with these functions;
-nothing outside this package validates input.
+nothing outside this package validates input. A request's fields are named once, in `REQUEST_FIELDS`
+(`studio.request.fields`), and `build_request` takes them by name.
 """
 
-from studio.request.generation import (
-    MAX_IMAGES,
-    MAX_PROMPT,
-    MAX_SEED,
-    MAX_SIDE,
-    MAX_STEPS,
-    MIN_SIDE,
-    PRECISIONS,
-    GenerationRequest,
-    build_request,
-    check_opts,
-    parse_config,
-    parse_opts,
-    parse_setting_args,
-    parse_settings,
-    request_from_args,
-    validate_request,
-    with_config,
-)
-from studio.request.queries import HistoryFilter, validate_history, validate_run_id, validate_shard_target
-from studio.request.sweeps import (
-    MAX_CONFIGS,
-    MAX_ROUNDS,
-    MAX_WARMUP,
-    AutotuneSettings,
-    SweepCounts,
-    check_sweep,
-    estimated_seconds,
-    max_request_seconds,
-    validate_autotune,
-    validate_counts,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Each name's module, imported on first use: the limits import without torch (the CLI's --help reads
+# them), the rest load the registry when they are first asked for.
+_WHERE = {
+    "AutotuneSettings": "studio.request.sweeps",
+    "FIELD_NAMES": "studio.request.fields",
+    "GenerationRequest": "studio.request.generation",
+    "HistoryFilter": "studio.request.queries",
+    "MAX_CONFIGS": "studio.request.sweeps",
+    "MAX_IMAGES": "studio.request.limits",
+    "MAX_PROMPT": "studio.request.limits",
+    "MAX_ROUNDS": "studio.request.sweeps",
+    "MAX_SEED": "studio.request.limits",
+    "MAX_SIDE": "studio.request.limits",
+    "MAX_STEPS": "studio.request.limits",
+    "MAX_WARMUP": "studio.request.sweeps",
+    "MIN_SIDE": "studio.request.limits",
+    "PRECISIONS": "studio.request.fields",
+    "REQUEST_FIELDS": "studio.request.fields",
+    "RequestField": "studio.request.fields",
+    "SweepCounts": "studio.request.sweeps",
+    "build_request": "studio.request.fields",
+    "check_opts": "studio.request.generation",
+    "check_sweep": "studio.request.sweeps",
+    "estimated_seconds": "studio.request.sweeps",
+    "max_request_seconds": "studio.request.sweeps",
+    "parse_config": "studio.request.generation",
+    "parse_opts": "studio.request.generation",
+    "parse_setting_args": "studio.request.generation",
+    "parse_settings": "studio.request.fields",
+    "request_fields": "studio.request.fields",
+    "request_from_args": "studio.request.generation",
+    "validate_autotune": "studio.request.sweeps",
+    "validate_counts": "studio.request.sweeps",
+    "validate_history": "studio.request.queries",
+    "validate_request": "studio.request.generation",
+    "validate_run_id": "studio.request.queries",
+    "validate_shard_target": "studio.request.queries",
+    "with_config": "studio.request.generation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'studio.request' has no attribute {name!r}")
+
 
 __all__ = [
+    "FIELD_NAMES",
     "MAX_CONFIGS",
     "MAX_IMAGES",
     "MAX_PROMPT",
@@ -48,9 +69,11 @@ __all__ = [
     "MAX_WARMUP",
     "MIN_SIDE",
     "PRECISIONS",
+    "REQUEST_FIELDS",
     "AutotuneSettings",
     "GenerationRequest",
     "HistoryFilter",
+    "RequestField",
     "SweepCounts",
     "build_request",
     "check_opts",
@@ -62,6 +85,7 @@ __all__ = [
     "parse_setting_args",
     "with_config",
     "parse_settings",
+    "request_fields",
     "request_from_args",
     "validate_autotune",
     "validate_counts",

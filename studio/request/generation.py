@@ -5,7 +5,6 @@ or touches an accelerator."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,14 +16,15 @@ from studio import checks, devices
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason
 from studio.request.configs import parse_config, parse_opts
-
-MAX_PROMPT = 2000
-MAX_STEPS = 200
-MAX_SIDE = 2048
-MIN_SIDE = 8
-MAX_IMAGES = 8
-MAX_SEED = 2**32 - 1
-MAX_GUIDANCE = 30.0
+from studio.request.limits import (
+    MAX_GUIDANCE,
+    MAX_IMAGES,
+    MAX_PROMPT,
+    MAX_SEED,
+    MAX_SIDE,
+    MAX_STEPS,
+    MIN_SIDE,
+)
 
 
 @dataclass(frozen=True)
@@ -189,68 +189,6 @@ def validate_request(
             num_images=checks.whole("batch", num_images, 1, MAX_IMAGES),
             vae=resolve_vae(vae),
         )
-    )
-
-
-PRECISIONS = ("fp32", "bf16", "fp16")
-
-
-def parse_settings(value: Any) -> dict[str, Any]:
-    """Technique settings from the API: a dict or a JSON object string."""
-    if value in (None, "", {}):
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            example = '{"torch_compile": {"mode": "default"}}'
-            raise ValidationError(f"settings must be a JSON object such as {example}: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValidationError("settings must be a JSON object mapping technique names to their settings.")
-    return value
-
-
-def build_request(
-    model: Any,
-    device: Any,
-    precision: Any,
-    optimizations: Any,
-    prompt: Any,
-    negative_prompt: Any,
-    seed: Any,
-    steps: Any,
-    guidance: Any,
-    width: Any,
-    height: Any,
-    scheduler: Any,
-    settings_json: Any = None,
-    batch: Any = 1,
-    vae: Any = None,
-    single_file_config: Any = None,
-) -> GenerationRequest:
-    """Validate an endpoint's arguments into a request (precision is a technique like the others; `batch`
-    is the images per prompt; `vae` and `single_file_config` as in `validate_request`, empty for none)."""
-    if precision not in (None, "", *PRECISIONS):
-        raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
-    opts = list(optimizations or []) if not isinstance(optimizations, str) else [optimizations]
-    if precision in ("bf16", "fp16"):
-        opts.insert(0, precision)
-    return validate_request(
-        model=model,
-        prompt=prompt,
-        negative_prompt=negative_prompt,
-        seed=seed,
-        steps=steps,
-        guidance=guidance,
-        width=width,
-        height=height,
-        scheduler=scheduler or None,
-        device=device or "auto",
-        opts=opts,
-        settings=parse_settings(settings_json),
-        num_images=1 if batch in (None, "") else batch,
-        vae=vae,
-        single_file_config=single_file_config,
     )
 
 

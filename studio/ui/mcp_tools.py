@@ -2,8 +2,9 @@
 
 Gradio builds each tool's schema from the function's type hints and its description from the docstring
 (the text before `Args:`, and each `Args:` line for its parameter). The tools go through the same boundary
-and engine as the form endpoints (`studio.request`, `Studio`, the sweeps) and answer in the shared
-vocabulary, as JSON text: the same JSON as `python -m studio generate|compare|autotune|history --json`,
+and engine as the form endpoints (`studio.request`, `Studio`, the sweeps): an argument that is a request field
+has the field's name (`studio.request.REQUEST_FIELDS`) and reaches `build_request` by it. They answer in the
+shared vocabulary, as JSON text: the same JSON as `python -m studio generate|compare|autotune|history --json`,
 and `/system`'s for `system`. An engine error reaches the agent as the engine's sentence.
 
 Gradio lists every public endpoint as a tool and has no per-event switch for it; `hide_form_endpoints`
@@ -22,7 +23,13 @@ import gradio as gr
 
 from studio import report
 from studio.engine import Studio
-from studio.request import build_request, validate_autotune, validate_counts, validate_history
+from studio.request import (
+    build_request,
+    request_fields,
+    validate_autotune,
+    validate_counts,
+    validate_history,
+)
 from studio.request.axes import parse_axis
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import xy
@@ -91,22 +98,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             repeats: Timed calls; latency_s is their median.
             batch: Images per prompt in one call (1-8); seconds_per_image and images_per_s report it.
         """
-        req = build_request(
-            model,
-            device,
-            precision,
-            optimizations,
-            prompt,
-            negative_prompt,
-            seed,
-            steps,
-            guidance,
-            width,
-            height,
-            scheduler,
-            settings,
-            batch,
-        )
+        req = build_request(**request_fields(locals()))  # first, while locals() are only the arguments
         counts = validate_counts(warmup, repeats)
         result = studio.generate(
             req, warmup=counts.warmup, repeats=counts.rounds, should_stop=stop_check(cancels, request)
@@ -153,22 +145,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             axis: Optional X axis: steps, size, scheduler, batch or a setting (deepcache.interval).
             axis_values: The axis values, e.g. "1,2,4,8" ("auto" for batch); rows then carry x and y.
         """
-        req = build_request(
-            model,
-            device,
-            "fp32",
-            [],
-            prompt,
-            "",
-            seed,
-            steps,
-            guidance,
-            width,
-            height,
-            scheduler,
-            None,
-            batch,
-        )
+        req = build_request(**request_fields(locals()))  # as in generate; the baseline: fp32, no technique
         counts = validate_counts(warmup, rounds)
         x_axis = parse_axis(axis, axis_values, req)
         options = {
@@ -221,7 +198,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             rounds: Timed calls per configuration in the search.
             confirm_rounds: Interleaved baseline/winner rounds that confirm the winner.
         """
-        req = build_request(model, device, "fp32", [], prompt, "", seed, steps, None, width, height, None)
+        req = build_request(**request_fields(locals()))  # as in generate; the baseline: fp32, no technique
         checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
         result = autotune_mod.run_autotune(
             studio,

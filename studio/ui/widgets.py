@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import gradio as gr
+from gradio.context import Context
 
 from pipelines.registry import SPECS
 from studio import devices
@@ -17,9 +18,13 @@ from studio.ui.handlers.common import (
     GROUPS,
     group_boxes,
     model_defaults,
+    model_numbers,
     techniques_by_group,
     unavailable_list,
 )
+
+# What `model_inputs` returns, by the request's field names (`custom_model`: the text beside the menu).
+MODEL_INPUTS = ("model", "custom_model", "device", "prompt", "seed", "steps", "guidance", "width", "height")
 
 
 def generation_concurrency() -> int:
@@ -34,9 +39,11 @@ def generation_queue() -> dict[str, Any]:
     return {"concurrency_id": "generation", "concurrency_limit": generation_concurrency()}
 
 
-def model_inputs(prefix: str):
-    """Model, custom model, device, prompt, seed, steps, guidance, width and height; the model's own
-    defaults fill the form when the model changes."""
+def model_inputs(prefix: str) -> dict[str, Any]:
+    """Model, custom model, device, prompt, seed, steps, guidance, width and height, by the request's field
+    names (`custom_model` for the text beside the menu); the model's own defaults fill the form when the page
+    loads and when the model changes. The fields themselves default to empty, which the request reads as the
+    model's own: a client that names only another model gets that model's size and steps."""
     spec = SPECS[DEFAULT_MODEL]
     with gr.Row():
         model = gr.Dropdown(
@@ -48,6 +55,7 @@ def model_inputs(prefix: str):
             allow_custom_value=True,
         )
         custom = gr.Textbox(
+            "",
             label="…or a hub id / local directory / .safetensors file",
             placeholder="owner/name, ./path or ./model.safetensors",
             scale=2,
@@ -62,14 +70,22 @@ def model_inputs(prefix: str):
     prompt = gr.Textbox(spec.example_prompt, label="Prompt", lines=2, elem_id=f"{prefix}-prompt")
     with gr.Row():
         seed = RawNumber(1, label="Seed (-1 = random)", precision=0, elem_id=f"{prefix}-seed")
-        steps = RawNumber(spec.steps, label="Steps", precision=0, elem_id=f"{prefix}-steps")
-        guidance = RawNumber(spec.guidance, label="Guidance")
-        width = RawNumber(spec.width, label="Width", precision=0, step=8, elem_id=f"{prefix}-width")
-        height = RawNumber(spec.height, label="Height", precision=0, step=8, elem_id=f"{prefix}-height")
+        steps = RawNumber(None, label="Steps", precision=0, elem_id=f"{prefix}-steps")
+        guidance = RawNumber(None, label="Guidance")
+        width = RawNumber(None, label="Width", precision=0, step=8, elem_id=f"{prefix}-width")
+        height = RawNumber(None, label="Height", precision=0, step=8, elem_id=f"{prefix}-height")
     model.change(
         model_defaults, [model, custom], [steps, guidance, width, height, prompt], api_visibility="private"
     )
-    return model, custom, device, prompt, seed, steps, guidance, width, height
+    Context.root_block.load(  # what the page shows: the model's own, filled in (the API's default: empty)
+        model_numbers,
+        [model, custom],
+        [steps, guidance, width, height],
+        queue=False,
+        api_visibility="private",
+    )
+    components = (model, custom, device, prompt, seed, steps, guidance, width, height)
+    return dict(zip(MODEL_INPUTS, components, strict=True))
 
 
 def technique_groups() -> tuple[list[gr.CheckboxGroup], list[gr.Accordion], list[gr.Markdown]]:

@@ -29,23 +29,8 @@ def client(server):
 
 
 def generate_args(**kw):
-    args = {
-        "model": "tiny-shapes",
-        "custom_model": "",
-        "device": "auto",
-        "precision": "fp32",
-        "optimizations": [],
-        "prompt": PROMPT,
-        "negative_prompt": "",
-        "seed": 2,
-        "steps": 4,
-        "guidance": 6.0,
-        "width": 64,
-        "height": 64,
-        "scheduler": "default",
-        "settings": "",
-    }
-    return {**args, **kw}
+    """/generate's arguments by name: only what differs from the form's defaults (tiny-shapes, 64x64)."""
+    return {"prompt": PROMPT, "seed": 2, "steps": 4, **kw}
 
 
 def test_view_api_lists_the_named_endpoints(client):
@@ -53,6 +38,57 @@ def test_view_api_lists_the_named_endpoints(client):
     assert {"/generate", "/compare", "/ladder", "/history", "/system", "/shard"} <= set(endpoints)
     params = [p["parameter_name"] for p in endpoints["/generate"]["parameters"]]
     assert params[:6] == ["model", "custom_model", "device", "precision", "optimizations", "prompt"]
+
+
+ESSENTIAL = {  # the parameters a client must give; every other one has a default
+    "/read_image": ["path"],
+    "/load_config": ["run_id"],
+    "/mcp_generate": ["prompt"],
+    "/mcp_compare": ["prompt", "configs"],
+    "/mcp_autotune": ["prompt"],
+}
+
+
+def test_every_parameter_and_return_is_named_and_only_the_essential_ones_are_required(client):
+    endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    for name, endpoint in endpoints.items():
+        params = [p["parameter_name"] for p in endpoint["parameters"]]
+        returns = [r["label"] for r in endpoint["returns"]]
+        assert not [p for p in params if p.startswith("param_")], f"{name} takes {params}"
+        assert not [r for r in returns if r.startswith("value_")], f"{name} returns {returns}"
+    required = {
+        name: [p["parameter_name"] for p in endpoint["parameters"] if not p["parameter_has_default"]]
+        for name, endpoint in endpoints.items()
+    }
+    assert {name: params for name, params in required.items() if params} == ESSENTIAL
+    for name in ("/generate", "/compare", "/ladder", "/autotune", "/profile", "/estimate"):
+        defaults = {p["parameter_name"]: p["parameter_default"] for p in endpoints[name]["parameters"]}
+        assert defaults["steps"] is None and defaults["width"] is None, f"{name}: the model's own by default"
+    assert [p["parameter_name"] for p in endpoints["/estimate"]["parameters"]] == [
+        p["parameter_name"] for p in endpoints["/generate"]["parameters"]
+    ]
+
+
+def test_a_client_passes_only_what_it_cares_about_by_name(client):
+    """/generate, /compare and /history called with keywords only: the rest takes the form's defaults."""
+    image, card, metrics = client.predict(prompt="a red circle", steps=2, api_name="/generate")
+    assert Image.open(image).size == (64, 64)
+    assert (metrics["config"], metrics["status"], metrics["applied"]) == ("baseline", "ok", [])
+    assert f"run #{metrics['run_id']} on cpu" in card
+    rows = client.predict(
+        prompt="a red circle", steps=2, presets=["channels_last"], warmup=0, rounds=1, api_name="/compare"
+    )[-1]
+    assert [(r["config"], r["status"], r["rounds"]) for r in rows] == [
+        ("baseline", "ok", 1),
+        ("channels_last", "ok", 1),
+    ]
+    table, _plot, _csv = client.predict(api_name="/history")
+    newest = [dict(zip(table["headers"], row, strict=True)) for row in table["data"][:3]]
+    assert [(run["Run"], run["Model"], run["Configuration"]) for run in newest] == [
+        (rows[1]["run_id"], "tiny-shapes", "channels_last"),
+        (rows[0]["run_id"], "tiny-shapes", "baseline"),
+        (metrics["run_id"], "tiny-shapes", "baseline"),
+    ]
 
 
 def test_generate_returns_an_image_and_a_logged_run(client, server):
@@ -103,23 +139,17 @@ OLD_NAMES = {"latency_median", "peak_memory", "latency", "latency_median_s", "me
 
 def compare_out(client, configs, rounds=3, **xy):
     return client.predict(
-        "tiny-shapes",
-        "",
-        "auto",
-        PROMPT,
-        3,
-        4,
-        6.0,
-        64,
-        64,
-        "default",
-        configs,
-        "",
-        0,
-        rounds,
-        **xy,
-        api_name="/compare",
+        prompt=PROMPT, seed=3, steps=4, presets=configs, warmup=0, rounds=rounds, **xy, api_name="/compare"
     )
+
+
+def ladder_args(**kw):
+    return {"prompt": PROMPT, "seed": 1, "steps": 2, "warmup": 0, "rounds": 2, **kw}
+
+
+def autotune_args(**kw):
+    args = {"prompt": PROMPT, "seed": 2, "steps": 3, "techniques": ["channels_last"], "warmup": 0}
+    return {**args, "rounds": 3, "confirm_rounds": 3, **kw}
 
 
 def test_a_batch_sweep_over_the_api_gives_the_grid_heat_maps_and_the_best_batch(client):
@@ -180,27 +210,9 @@ def test_every_face_shares_the_vocabulary(client, server, tmp_path):
 
     _, _, generated = client.predict(**generate_args(), api_name="/generate")
     compared = compare_out(client, ["channels_last"], rounds=2)[-1]
-    laddered = client.predict("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 2, api_name="/ladder")[-1]
-    tuned = client.predict(
-        "tiny-shapes",
-        "",
-        "auto",
-        PROMPT,
-        2,
-        3,
-        64,
-        64,
-        ["channels_last"],
-        False,
-        30,
-        0.95,
-        0.03,
-        0,
-        2,
-        2,
-        api_name="/autotune",
-    )[4]["rows"]
-    history, _plot, csv_path = client.predict("tiny-shapes", "", "ok", "", "", 20, api_name="/history")
+    laddered = client.predict(**ladder_args(), api_name="/ladder")[-1]
+    tuned = client.predict(**autotune_args(rounds=2, confirm_rounds=2), api_name="/autotune")[4]["rows"]
+    history, _plot, csv_path = client.predict(model="tiny-shapes", status="ok", limit=20, api_name="/history")
     env = {**os.environ, "STUDIO_HOME": str(server.home), "HF_HUB_OFFLINE": "1"}
     cli = json.loads(
         subprocess.run(
@@ -231,7 +243,7 @@ def test_every_face_shares_the_vocabulary(client, server, tmp_path):
 
 def test_history_and_system(client):
     client.predict(**generate_args(steps=2), api_name="/generate")
-    table, _plot, _csv = client.predict("tiny-shapes", "", "ok", "", "", 50, api_name="/history")
+    table, _plot, _csv = client.predict(model="tiny-shapes", status="ok", limit=50, api_name="/history")
     assert table["data"] and "Latency" in table["headers"]
     latency = table["data"][0][table["headers"].index("Latency")]
     assert latency.endswith(" s") or latency.endswith(" ms")
@@ -245,9 +257,7 @@ def test_history_and_system(client):
 
 
 def test_ladder_shows_skipped_steps_with_reasons(client):
-    md, table, rows = client.predict(
-        "tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, 2, api_name="/ladder"
-    )
+    md, table, rows = client.predict(**ladder_args(), api_name="/ladder")
     assert "interleaved rounds" in md
     steps = {r["step"]: r for r in rows}
     assert steps["cuDNN auto-tuner"]["status"] == "skipped" and "CUDA" in steps["cuDNN auto-tuner"]["error"]
@@ -321,43 +331,28 @@ def test_a_single_file_checkpoint_and_a_vae_override_over_the_api(client, server
 
 
 def test_shard_saves_small_shards_that_load_back_and_generate(client, server):
-    report = client.predict("tiny-shapes", "", "tiny-1mb", "1MB", api_name="/shard")[0]
+    report = client.predict(name="tiny-1mb", max_shard_size="1MB", api_name="/shard")[0]
     unet = next(c for c in report["components"] if c["name"] == "unet")
     assert (
         unet["sharded"] and len(unet["shards"]) > 1 and all(s["bytes"] <= 1_000_000 for s in unet["shards"])
     )
     assert report["out"] == str(server.home / "sharded" / "tiny-1mb") and report["loadable"]
-    image, _, metrics = client.predict(**generate_args(custom_model=report["out"]), api_name="/generate")
-    reference, _, _ = client.predict(**generate_args(), api_name="/generate")
+    # a folder's own defaults are not tiny-shapes' (its registry entry): the same numbers for both
+    same = {"width": 64, "height": 64, "guidance": 6.0}
+    image, _, metrics = client.predict(
+        **generate_args(custom_model=report["out"], **same), api_name="/generate"
+    )
+    reference, _, _ = client.predict(**generate_args(**same), api_name="/generate")
     assert metrics["latency_s"] > 0
     assert Image.open(image).tobytes() == Image.open(reference).tobytes(), (
         "the sharded copy is the same model"
     )
     with pytest.raises(Exception, match="folder name must be"):
-        client.predict("tiny-shapes", "", "../../etc", "1MB", api_name="/shard")
+        client.predict(name="../../etc", api_name="/shard")
 
 
 def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(client):
-    out = client.predict(
-        "tiny-shapes",
-        "",
-        "auto",
-        PROMPT,
-        2,
-        3,
-        64,
-        64,
-        ["channels_last"],
-        False,
-        30,
-        0.95,
-        0.03,
-        0,
-        3,
-        3,
-        api_name="/autotune",
-    )
-    data = out[4]
+    data = client.predict(**autotune_args(), api_name="/autotune")[4]
     winner = data["winner"]
     assert [r["config"] for r in data["rows"]][:2] == ["baseline", "channels_last"]
     assert data["pareto_quality"] and data["summary"]
@@ -366,25 +361,7 @@ def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(clien
     else:
         assert winner["techniques"] == ["channels_last"] and data["confirmation"]["verdict"] == "faster"
     with pytest.raises(Exception, match="min_psnr must be a finite number between 0 and 200"):
-        client.predict(
-            "tiny-shapes",
-            "",
-            "auto",
-            PROMPT,
-            2,
-            3,
-            64,
-            64,
-            [],
-            False,
-            -1,
-            0.95,
-            0.03,
-            0,
-            1,
-            1,
-            api_name="/autotune",
-        )
+        client.predict(**autotune_args(techniques=[], min_psnr=-1, rounds=1), api_name="/autotune")
 
 
 @pytest.mark.parametrize(
@@ -399,73 +376,34 @@ def test_autotune_endpoint_returns_rows_fronts_and_only_a_confirmed_winner(clien
         ("/generate", generate_args(seed=1.5), "seed must be a whole number"),
         (
             "/compare",
-            ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", ["channels_last"], "", -1, 2),
+            {"steps": 2, "presets": ["channels_last"], "warmup": -1},
             "warm-up calls must be a whole number between 0 and 10, not -1",
         ),
+        ("/compare", {"steps": 2, "presets": []}, "Choose at least one configuration"),
         (
             "/compare",
-            ("tiny-shapes", "", "auto", PROMPT, 1, 2, 6.0, 64, 64, "default", [], "", 0, 2),
-            "Choose at least one configuration",
-        ),
-        (
-            "/compare",
-            (
-                "tiny-shapes",
-                "",
-                "auto",
-                PROMPT,
-                1,
-                200,
-                6.0,
-                2048,
-                2048,
-                "default",
-                ["channels_last"],
-                "",
-                10,
-                50,
-            ),
+            {"steps": 200, "width": 2048, "height": 2048, "warmup": 10, "rounds": 50},
             "STUDIO_MAX_REQUEST_S",
         ),
-        (
-            "/ladder",
-            ("tiny-shapes", "", "auto", PROMPT, 1, 2, 64, 64, 0, "many"),
-            "rounds must be a whole number",
-        ),
-        ("/history", ("", "", "", "", "yesterday", 20), "since must be a date or time"),
-        ("/history", ("", "", "done", "", "", 20), "status must be one of"),
-        ("/load_config", (10**9,), "There is no run 1000000000"),
-        ("/load_config", ("abc",), "run id must be a whole number"),
+        ("/ladder", ladder_args(rounds="many"), "rounds must be a whole number"),
+        ("/history", {"since": "yesterday"}, "since must be a date or time"),
+        ("/history", {"status": "done"}, "status must be one of"),
+        ("/load_config", {"run_id": 10**9}, "There is no run 1000000000"),
+        ("/load_config", {"run_id": "abc"}, "run id must be a whole number"),
     ],
 )
 def test_requests_that_cannot_hurt_the_server(client, server, endpoint, args, message):
     """Fractions, text, negative counts, empty or oversized sweeps and bad filters are refused with a
     sentence, before anything runs, and nothing lands in the server log as a traceback."""
-    kwargs = args if isinstance(args, dict) else None
     before = len(server.log())
     with pytest.raises(Exception, match=message) as info:
-        client.predict(**kwargs, api_name=endpoint) if kwargs else client.predict(*args, api_name=endpoint)
+        client.predict(**args, api_name=endpoint)
     assert type(info.value).__name__ == "AppError"
     assert "Traceback" not in server.log()[before:]
 
 
 def profile_args(**kw):
-    args = {
-        "model": "tiny-shapes",
-        "custom_model": "",
-        "device": "auto",
-        "precision": "fp32",
-        "optimizations": [],
-        "prompt": PROMPT,
-        "seed": 2,
-        "steps": 3,
-        "guidance": 6.0,
-        "width": 64,
-        "height": 64,
-        "batch": 1,
-        "settings": "",
-    }
-    return {**args, **kw}
+    return {"prompt": PROMPT, "seed": 2, "steps": 3, **kw}
 
 
 def test_profile_returns_the_summary_chart_operators_and_a_logged_record(client, server):

@@ -1,10 +1,11 @@
 """What the event handlers share: engine errors as `gr.Error`, the stop check of a run (Cancel button or
-a closed client), the session a request belongs to, and the Generate form: its model defaults, technique
-groups and the values that fill it from a logged run or an image."""
+a closed client), the session a request belongs to, a form's fields by name into a request, and the Generate
+form: its model defaults, technique groups and the values that fill it from a logged run or an image."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 from collections.abc import Callable
@@ -16,11 +17,45 @@ from gradio.context import LocalContext
 from pipelines.registry import SPECS, resolve
 from studio.errors import Cancelled, StudioError, describe
 from studio.optimizations import REGISTRY, availability
+from studio.request import FIELD_NAMES, REQUEST_FIELDS, GenerationRequest, build_request, request_fields
 from studio.ui.cancel import Cancellations
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "tiny-shapes"
 GROUPS = ("speed", "memory", "precision")
+TECHNIQUE_BOXES = tuple(f"{group}_techniques" for group in GROUPS)  # Generate's boxes, for `optimizations`
+
+
+def _form_order() -> tuple[str, ...]:
+    """The request's fields (`studio.request.REQUEST_FIELDS`) as the forms and endpoints name them:
+    `custom_model` after `model`, Generate's technique boxes after `optimizations`."""
+    names = ["model", "custom_model", *FIELD_NAMES[1:]]
+    at = names.index("optimizations") + 1
+    return (*names[:at], *TECHNIQUE_BOXES, *names[at:])
+
+
+FORM_ORDER = _form_order()
+
+
+def in_form_order(fields: dict[str, Any]) -> dict[str, Any]:
+    """A form's fields by name (components or values) with the request's first, in `FORM_ORDER` (the
+    order of /generate's parameters), then the others as given."""
+    return {
+        **{name: fields[name] for name in FORM_ORDER if name in fields},
+        **{name: value for name, value in fields.items() if name not in FORM_ORDER},
+    }
+
+
+def form_request(fields: dict[str, Any]) -> GenerationRequest:
+    """A request from a form's or an endpoint's fields by name (`FORM_ORDER`'s names; others are not the
+    request's and are left out): the custom model over the menu's, Generate's ticked boxes as the
+    techniques. A field not given takes `build_request`'s default: a sweep's baseline is fp32, with no
+    technique and no negative prompt."""
+    given = request_fields(fields)
+    given["model"] = model_name(fields.get("model"), fields.get("custom_model", ""))
+    if any(box in fields for box in TECHNIQUE_BOXES):
+        given["optimizations"] = [name for box in TECHNIQUE_BOXES for name in fields.get(box) or []]
+    return build_request(**given)
 
 
 def engine_errors(fn: Callable) -> Callable:
@@ -39,6 +74,23 @@ def engine_errors(fn: Callable) -> Callable:
             ) from exc
 
     return wrapper
+
+
+def optional_fields(fn: Callable) -> Callable:
+    """Show the request's fields that default to the model's own (None: steps, guidance, width, height, ...)
+    in the signature of a handler that takes the request as `**fields`: Gradio reads a client's defaults from
+    the signature where a form field starts empty, so a client may leave them out."""
+    signature = inspect.signature(fn)
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    rest = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    named = {p.name for p in own}
+    extra = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for f in REQUEST_FIELDS
+        if f.default is None and f.name not in named
+    ]
+    fn.__signature__ = signature.replace(parameters=[*own, *extra, *rest])
+    return fn
 
 
 def techniques_by_group(device: str, family: str | None = None) -> dict[str, list[dict]]:
@@ -156,9 +208,10 @@ def stop_check(cancels: Cancellations, request: gr.Request | None) -> Callable[[
     return cancels.begin(session_of(request), client_gone=client_gone_check())
 
 
-def model_name(model: str, custom: str) -> str:
-    """The model a form names: the custom hub id or directory when given, else the dropdown's."""
-    return (custom or "").strip() or model
+def model_name(model: Any, custom: Any) -> Any:
+    """The model a form names: the custom hub id or directory when given, else the dropdown's (what is
+    not text is left for the request's check to refuse)."""
+    return (custom.strip() if isinstance(custom, str) else custom) or model
 
 
 def model_defaults(model: str, custom: str):
@@ -168,6 +221,11 @@ def model_defaults(model: str, custom: str):
     except StudioError:
         return [gr.update()] * 5
     return spec.steps, spec.guidance, spec.width, spec.height, spec.example_prompt
+
+
+def model_numbers(model: str, custom: str):
+    """A model's own steps, guidance and size: what the form shows when the page loads."""
+    return model_defaults(model, custom)[:4]
 
 
 def cancelled_note(exc: Cancelled) -> str:

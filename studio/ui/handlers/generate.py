@@ -1,5 +1,9 @@
-"""Generate's handlers: the API's `/generate` and the form's own Generate, `/cancel`, the 'Retry with …'
-offer after an out-of-memory failure, and a PNG's settings back into the form (`/read_image`)."""
+"""Generate's handlers: `/generate` (the form's Generate too, which sends its technique boxes instead of one
+list), `/estimate`, `/cancel`, the 'Retry with …' offer after an out-of-memory failure, and a PNG's settings
+back into the form (`/read_image`).
+
+`generate` and `estimate` take the request's fields by name (`**fields`, what `form_request` reads): the tab
+passes its components with `inputs_kwargs`, so the API's parameters carry the fields' names."""
 
 from __future__ import annotations
 
@@ -11,14 +15,14 @@ from studio import report
 from studio.engine import Studio
 from studio.errors import Cancelled, OutOfMemory
 from studio.report import image_metadata
-from studio.request import build_request
 from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     cancelled_note,
     engine_errors,
+    form_request,
     form_values,
-    model_name,
+    optional_fields,
     session_of,
     stop_check,
 )
@@ -47,95 +51,13 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         metrics = report.single_record(result)
         return views.batch_image(result.images), views.generate_card(metrics), metrics
 
+    @optional_fields
     @engine_errors
-    def generate(
-        model,
-        custom_model,
-        device,
-        precision,
-        optimizations,
-        prompt,
-        negative_prompt,
-        seed,
-        steps,
-        guidance,
-        width,
-        height,
-        scheduler,
-        settings,
-        batch=1,
-        vae="",
-        single_file_config="",
-        request: gr.Request = None,
-        progress=gr.Progress(),
-    ):
+    def generate(request: gr.Request = None, progress=gr.Progress(), **fields):
+        """Generate one image (or a batch) with the given model, techniques and settings; the run is timed
+        and logged. Returns the image, the metrics card and the metrics (the shared vocabulary)."""
         should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        req = build_request(
-            model_name(model, custom_model),
-            device,
-            precision,
-            optimizations,
-            prompt,
-            negative_prompt,
-            seed,
-            steps,
-            guidance,
-            width,
-            height,
-            scheduler,
-            settings,
-            batch,
-            vae or None,
-            single_file_config or None,
-        )
-        return run_generate(req, request, progress, should_stop)
-
-    @engine_errors
-    def generate_form(
-        model,
-        custom_model,
-        device,
-        precision,
-        speed,
-        memory,
-        precision_opts,
-        prompt,
-        negative_prompt,
-        seed,
-        steps,
-        guidance,
-        width,
-        height,
-        scheduler,
-        settings,
-        batch,
-        vae,
-        single_file_config,
-        request: gr.Request,
-        progress=gr.Progress(),
-    ):
-        """The form's own Generate: the ticked boxes are this event's inputs, read when it is clicked."""
-        opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
-        should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        req = build_request(
-            model_name(model, custom_model),
-            device,
-            precision,
-            opts,
-            prompt,
-            negative_prompt,
-            seed,
-            steps,
-            guidance,
-            width,
-            height,
-            scheduler,
-            settings,
-            batch,
-            vae or None,
-            single_file_config or None,
-        )
-        return run_generate(req, request, progress, should_stop)
+        return run_generate(form_request(fields), request, progress, should_stop)
 
     def retry_offer(request: gr.Request):
         """After a failed generate: a 'Retry with …' button when it ran out of memory."""
@@ -148,18 +70,16 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """Tick the advised memory techniques in Generate's memory group."""
         return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
 
+    @optional_fields
     @engine_errors
-    def estimate(model, custom_model, device, precision, optimizations, *fields):
-        """The API's `/estimate`: the peak memory a /generate with these arguments should reach, before it
-        runs (`studio.engine.memory_estimate`)."""
-        req = build_request(model_name(model, custom_model), device, precision, optimizations, *fields)
-        return studio.estimate(req).as_json()
+    def estimate(**fields):
+        """The peak memory a /generate with these arguments should reach, before it runs
+        (`studio.engine.memory_estimate`)."""
+        return studio.estimate(form_request(fields)).as_json()
 
-    @engine_errors
-    def estimate_form(model, custom_model, device, precision, speed, memory, precision_opts, *fields):
+    def estimate_form(**fields):
         """Generate's "Will it fit?": the estimate as a sentence, from the form as it is."""
-        opts = [*(speed or []), *(memory or []), *(precision_opts or [])]
-        return estimate(model, custom_model, device, precision, opts, *fields)["sentence"]
+        return estimate(**fields)["sentence"]
 
     def load_image(path):
         """A PNG's settings into Generate's form, and a sentence on what was found (never an error)."""
@@ -191,7 +111,6 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
 
     return {
         "generate": generate,
-        "generate_form": generate_form,
         "retry_offer": retry_offer,
         "apply_advice": apply_advice,
         "reserve": reserve,

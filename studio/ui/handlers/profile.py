@@ -1,4 +1,5 @@
-"""Profile's handler: `/profile`, where the time of one denoising step goes (logged as a run)."""
+"""Profile's handler: `/profile`, where the time of one denoising step goes (logged as a run). It takes the
+request's fields by name (`**fields`, read by `form_request`), passed by the tab with `inputs_kwargs`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import pandas as pd
 
 from studio.engine import Studio
 from studio.report import profile_text
-from studio.request import build_request
 from studio.request.profile import validate_profile
-from studio.ui.handlers.common import engine_errors, model_name
+from studio.ui.handlers.common import engine_errors, form_request, optional_fields
 
 
 def profile_outputs(data: dict) -> tuple:
@@ -30,39 +30,12 @@ def profile_outputs(data: dict) -> tuple:
 def build_profile_handlers(studio: Studio) -> dict[str, Callable]:
     """Profile's event function, closed over one Studio."""
 
+    @optional_fields
     @engine_errors
-    def profile(
-        model,
-        custom_model,
-        device,
-        precision,
-        optimizations,
-        prompt,
-        seed,
-        steps,
-        guidance,
-        width,
-        height,
-        batch=1,
-        settings="",
-        progress=gr.Progress(),
-    ):
-        req = build_request(
-            model_name(model, custom_model),
-            device,
-            precision,
-            optimizations,
-            prompt,
-            "",
-            seed,
-            steps,
-            guidance,
-            width,
-            height,
-            None,
-            settings,
-            batch,
-        )
+    def profile(progress=gr.Progress(), **fields):
+        """Where the time of one denoising step goes, by kind of operator and by operator, with its FLOPs and
+        how close it comes to the device's matmul peak. The run is logged."""
+        req = form_request(fields)
         validate_profile(req)
         progress(0, desc="loading / configuring, then profiling step 2")
         run = studio.profile(req)

@@ -1,5 +1,9 @@
 """The sweeps' handlers: `/compare` (with an optional X axis), `/ladder`, `/autotune`, and applying an
-auto-tune winner in Generate."""
+auto-tune winner in Generate.
+
+Each sweep names its own settings and takes the request's fields by name (`**fields`, read by
+`form_request`: a sweep's baseline is fp32 with no technique); the tabs pass their components with
+`inputs_kwargs`, so the API's parameters carry those names."""
 
 from __future__ import annotations
 
@@ -12,14 +16,7 @@ import pandas as pd
 from studio import report
 from studio.engine import Studio
 from studio.errors import Cancelled
-from studio.request import (
-    PRECISIONS,
-    GenerationRequest,
-    build_request,
-    parse_opts,
-    validate_autotune,
-    validate_counts,
-)
+from studio.request import PRECISIONS, parse_opts, validate_autotune, validate_counts
 from studio.request.axes import parse_axis
 from studio.sweeps import ladder as ladder_mod
 from studio.sweeps.autotune import run_autotune
@@ -31,61 +28,32 @@ from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     cancelled_note,
     engine_errors,
-    model_name,
+    form_request,
+    optional_fields,
     stop_check,
     ticked_by_group,
 )
 
 
-def _baseline_request(
-    model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, batch=1
-) -> GenerationRequest:
-    """A sweep's baseline: fp32, no technique, no negative prompt; `batch` images per prompt."""
-    return build_request(
-        model_name(model, custom_model),
-        device,
-        "fp32",
-        [],
-        prompt,
-        "",
-        seed,
-        steps,
-        guidance,
-        width,
-        height,
-        scheduler,
-        batch=batch,
-    )
-
-
 def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
     """The sweeps' event functions, closed over one Studio and the sessions' cancel flags."""
 
+    @optional_fields
     @engine_errors
     def compare(
-        model,
-        custom_model,
-        device,
-        prompt,
-        seed,
-        steps,
-        guidance,
-        width,
-        height,
-        scheduler,
         presets,
         custom_configs,
         warmup,
         rounds,
-        batch=1,
-        axis="none",
-        axis_values="",
+        axis,
+        axis_values,
         request: gr.Request = None,
         progress=gr.Progress(),
+        **fields,
     ):
-        req = _baseline_request(
-            model, custom_model, device, prompt, seed, steps, guidance, width, height, scheduler, batch
-        )
+        """Compare configurations with the baseline (fp32, no technique) in interleaved timed rounds, over an
+        optional X axis (steps, size, scheduler, batch or a technique setting)."""
+        req = form_request(fields)
         configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
         counts = validate_counts(warmup, rounds)
         x_axis = parse_axis(axis, axis_values, req)
@@ -102,25 +70,12 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         except Cancelled as exc:
             return views.compare_cancelled(cancelled_note(exc))
 
+    @optional_fields
     @engine_errors
-    def run_ladder(
-        model,
-        custom_model,
-        device,
-        prompt,
-        seed,
-        steps,
-        width,
-        height,
-        warmup,
-        rounds,
-        batch=1,
-        request: gr.Request = None,
-        progress=gr.Progress(),
-    ):
-        req = _baseline_request(
-            model, custom_model, device, prompt, seed, steps, None, width, height, None, batch
-        )
+    def run_ladder(warmup, rounds, request: gr.Request = None, progress=gr.Progress(), **fields):
+        """The diffusers documentation's speed ladder on this machine: each step adds one technique to the
+        previous ones, all timed in interleaved rounds against the baseline."""
+        req = form_request(fields)
         counts = validate_counts(warmup, rounds)
         try:
             _, records = ladder_mod.run_ladder(
@@ -136,16 +91,9 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         table = pd.DataFrame(report.readable_rows(records, ladder_mod.STEP_COLUMN))
         return gr.update(visible=True), views.headline(records), table, records
 
+    @optional_fields
     @engine_errors
     def autotune(
-        model,
-        custom_model,
-        device,
-        prompt,
-        seed,
-        steps,
-        width,
-        height,
         techniques,
         include_compile,
         min_psnr,
@@ -154,13 +102,13 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         warmup,
         rounds,
         confirm_rounds,
-        batch=1,
         request: gr.Request = None,
         progress=gr.Progress(),
+        **fields,
     ):
-        req = _baseline_request(
-            model, custom_model, device, prompt, seed, steps, None, width, height, None, batch
-        )
+        """The fastest configuration whose image stays within a quality floor of the baseline's, confirmed
+        against it in interleaved rounds."""
+        req = form_request(fields)
         checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
         try:
             result = run_autotune(

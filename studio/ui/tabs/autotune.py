@@ -21,7 +21,8 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         "winner confirmed against the baseline in its own interleaved rounds. Only a winner the confirmation "
         "measured faster beyond noise is offered."
     )
-    model, custom, device, prompt, seed, steps, _guidance, width, height = model_inputs("tune")
+    fields = model_inputs("tune")
+    del fields["guidance"]  # the search runs at the model's own guidance
     names = [t["name"] for t in availability() if t["unavailable"] is None]
     with gr.Row():
         techniques = gr.Dropdown(
@@ -45,7 +46,7 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn")
         apply = gr.Button("Apply the winner in Generate", interactive=False, elem_id="tune-apply")
     with gr.Column(visible=False, elem_id="tune-results") as results:
-        md = gr.Markdown(elem_id="tune-md")
+        md = gr.Markdown(label="Summary", show_label=False, elem_id="tune-md")
         table = gr.Dataframe(
             label="Every configuration measured", wrap=True, interactive=False, elem_id="tune-table"
         )
@@ -55,6 +56,8 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
                 y="psnr_db",
                 color="config",
                 title="Latency (s) vs PSNR (dB, capped at 100)",
+                label="Latency vs PSNR",
+                show_label=False,
                 tooltip=["config", "latency_s", "psnr_db"],
                 height=260,
             )
@@ -63,18 +66,21 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
                 y="peak_memory_mb",
                 color="config",
                 title="Latency (s) vs peak memory (MB)",
+                label="Latency vs peak memory",
+                show_label=False,
                 tooltip=["config", "latency_s", "peak_memory_mb"],
                 height=260,
             )
         with gr.Accordion("Result as the API returns it", open=False):
             data = gr.JSON(label="Result")
     winner = gr.State(None)
-    inputs = [model, custom, device, prompt, seed, steps, width, height, techniques, include_compile]
-    inputs += [min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm, batch]
+    inputs = {**fields, "techniques": techniques, "include_compile": include_compile, "min_psnr": min_psnr}
+    inputs.update(min_ssim=min_ssim, fidelity_drop=fidelity_drop, warmup=warmup, rounds=rounds)
+    inputs.update(confirm_rounds=confirm, batch=batch)
     go.click(
         handlers["autotune"],
-        inputs,
-        [results, md, table, quality, memory, data, winner, apply],
+        inputs_kwargs=inputs,
+        outputs=[results, md, table, quality, memory, data, winner, apply],
         api_name="autotune",
         show_progress_on=[go],
         **generation_queue(),

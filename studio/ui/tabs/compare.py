@@ -22,7 +22,7 @@ def compare_tab(handlers: dict) -> None:
         "slower or faster minute of the machine hits them all alike. A speedup is the median of the "
         "per-round ratios, shown with its range; a range that crosses ×1.00 reads *within noise*."
     )
-    model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("cmp")
+    fields = model_inputs("cmp")
     with gr.Row():
         scheduler = gr.Dropdown(menu_choices(), value="default", label="Scheduler", allow_custom_value=True)
         warmup, rounds = sweep_counts("cmp", 5)
@@ -31,6 +31,7 @@ def compare_tab(handlers: dict) -> None:
         presets, value=presets[:2], label="Configurations (the baseline always runs)", elem_id="cmp-configs"
     )
     custom_configs = gr.Textbox(
+        "",
         label="More configurations, one per line",
         placeholder="bf16,channels_last,sdpa\nopenvino[mode=hybrid_int8]",
         lines=2,
@@ -49,7 +50,7 @@ def compare_tab(handlers: dict) -> None:
         )
     go = gr.Button("Compare", variant="primary", elem_id="compare-btn")
     with gr.Column(visible=False, elem_id="cmp-results") as results:
-        headline = gr.Markdown(elem_id="cmp-headline")
+        headline = gr.Markdown(label="Headline", show_label=False, elem_id="cmp-headline")
         gallery = gr.Gallery(
             label="Side by side",
             columns=4,
@@ -61,11 +62,15 @@ def compare_tab(handlers: dict) -> None:
         )
         table = gr.Dataframe(label="Results", elem_id="cmp-table", wrap=True, interactive=False)
         with gr.Accordion("Details: first call, quality, host", open=False):
-            details = gr.Dataframe(wrap=True, interactive=False, elem_id="cmp-details")
+            details = gr.Dataframe(
+                label="Details", show_label=False, wrap=True, interactive=False, elem_id="cmp-details"
+            )
         lat = gr.BarPlot(
             x="configuration",
             y="latency (s)",
             title="Latency per call (median)",
+            label="Latency chart",
+            show_label=False,
             y_lim=[0, None],  # from zero: bar lengths compare as the latencies do
             height=220,
             x_label_angle=0,
@@ -92,6 +97,8 @@ def compare_tab(handlers: dict) -> None:
                     y="images/s",
                     color="configuration",
                     title="Throughput",
+                    label="Throughput chart",
+                    show_label=False,
                     height=220,
                     visible=False,
                 )
@@ -100,6 +107,8 @@ def compare_tab(handlers: dict) -> None:
                     y="peak memory (MB)",
                     color="configuration",
                     title="Peak memory",
+                    label="Peak memory chart",
+                    show_label=False,
                     height=220,
                     visible=False,
                 )
@@ -109,8 +118,8 @@ def compare_tab(handlers: dict) -> None:
         with gr.Accordion("Rows as the API returns them", open=False):
             rows = gr.JSON(label="Rows")
     images = gr.State({})
-    inputs = [model, custom, device, prompt, seed, steps, guidance, width, height, scheduler]
-    inputs += [configs, custom_configs, warmup, rounds, batch, axis, values]
+    inputs = {**fields, "scheduler": scheduler, "presets": configs, "custom_configs": custom_configs}
+    inputs.update(warmup=warmup, rounds=rounds, batch=batch, axis=axis, axis_values=values)
     outputs = [
         results,
         headline,
@@ -132,8 +141,14 @@ def compare_tab(handlers: dict) -> None:
         rows,
     ]
     go.click(
-        handlers["compare"], inputs, outputs, api_name="compare", show_progress_on=[go], **generation_queue()
+        handlers["compare"],
+        inputs_kwargs=inputs,
+        outputs=outputs,
+        api_name="compare",
+        show_progress_on=[go],
+        **generation_queue(),
     )
+    model, custom = fields["model"], fields["custom_model"]
     model.change(presets_for_model, [model, custom, configs], configs, api_visibility="private")
     custom.blur(presets_for_model, [model, custom, configs], configs, api_visibility="private")
     choice.change(
@@ -150,20 +165,21 @@ def ladder_tab(handlers: dict) -> None:
         "previous ones, all steps timed in interleaved rounds. Steps that cannot run here are shown as "
         "skipped, with the reason."
     )
-    model, custom, device, prompt, seed, steps, _guidance, width, height = model_inputs("lad")
+    fields = model_inputs("lad")
+    del fields["guidance"]  # the ladder runs at the model's own guidance
     with gr.Row():
         warmup, rounds = sweep_counts("lad", 5)
         batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="lad-batch")
     go = gr.Button("Run the ladder", variant="primary", elem_id="ladder-btn")
     with gr.Column(visible=False, elem_id="ladder-results") as results:
-        md = gr.Markdown(elem_id="ladder-md")
+        md = gr.Markdown(label="Headline", show_label=False, elem_id="ladder-md")
         table = gr.Dataframe(label="Ladder", wrap=True, interactive=False, elem_id="ladder-table")
         with gr.Accordion("Rows as the API returns them", open=False):
             rows = gr.JSON(label="Rows")
     go.click(
         handlers["ladder"],
-        [model, custom, device, prompt, seed, steps, width, height, warmup, rounds, batch],
-        [results, md, table, rows],
+        inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},
+        outputs=[results, md, table, rows],
         api_name="ladder",
         show_progress_on=[go],
         **generation_queue(),

@@ -11,7 +11,7 @@ from pipelines.schedulers import menu_choices
 from studio.optimizations import REGISTRY, availability
 from studio.request import PRECISIONS
 from studio.ui.fields import RawNumber
-from studio.ui.handlers.common import techniques_for_model
+from studio.ui.handlers.common import TECHNIQUE_BOXES, in_form_order, techniques_for_model
 from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
 
 
@@ -19,7 +19,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     """Build the tab; returns the components other tabs fill in (`targets`: what a logged run sets)."""
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("gen")
+            fields = model_inputs("gen")
             with gr.Row():
                 usable = {t["name"] for t in availability() if t["unavailable"] is None}
                 precision = gr.Radio(
@@ -31,7 +31,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
                 scheduler = gr.Dropdown(
                     menu_choices(), value="default", label="Scheduler", allow_custom_value=True
                 )
-                negative = gr.Textbox(label="Negative prompt")
+                negative = gr.Textbox("", label="Negative prompt")
                 batch = RawNumber(
                     1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="gen-batch"
                 )
@@ -43,7 +43,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
             fit_note = gr.Markdown(elem_id="fit-note")
         with gr.Column(scale=2):
             image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
-            card = gr.Markdown(elem_id="metrics-card")
+            card = gr.Markdown(label="Metrics card", show_label=False, elem_id="metrics-card")
     with gr.Accordion("Optimizations", open=True):
         boxes, folds, lists = technique_groups()
         settings = gr.Textbox(
@@ -73,22 +73,10 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
             loaded = gr.Markdown(elem_id="load-image-note")
     with gr.Accordion("Metrics (as the API returns them)", open=False):
         metrics = gr.JSON(label="Metrics")
-    # The form and the API name the same fields around the techniques, which the form reads from its
-    # boxes and the API from one list.
-    request_fields = [prompt, negative, seed, steps, guidance, width, height, scheduler, settings, batch]
-    request_fields += [vae, single_file_config]
-    form = [model, custom, device, precision, *boxes, *request_fields]
-    generation = generation_queue()
-    # The cancel flag is made at the click, outside the queue: a Cancel while the run waits is not lost.
-    event = go.click(handlers["reserve"], None, None, queue=False, api_visibility="private").then(
-        handlers["generate_form"],
-        form,
-        [image, card, metrics],
-        api_visibility="private",
-        show_progress_on=[image],
-        **generation,
-    )
-    # The API's /generate takes the techniques as one list (a hidden field the form never reads).
+    fields.update(precision=precision, negative_prompt=negative, scheduler=scheduler, settings=settings)
+    fields.update(batch=batch, vae=vae, single_file_config=single_file_config)
+    # The form reads the techniques from its boxes, the API's /generate from one list (a hidden field).
+    form = in_form_order({**fields, **dict(zip(TECHNIQUE_BOXES, boxes, strict=True))})
     api_list = gr.Dropdown(
         sorted(REGISTRY),
         value=[],
@@ -97,19 +85,31 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         label="optimizations",
         allow_custom_value=True,
     )  # an unknown name reaches validation, which says why
+    api = in_form_order({**fields, "optimizations": api_list})
+    generation = generation_queue()
+    # The cancel flag is made at the click, outside the queue: a Cancel while the run waits is not lost.
+    event = go.click(handlers["reserve"], None, None, queue=False, api_visibility="private").then(
+        handlers["generate"],
+        inputs_kwargs=form,
+        outputs=[image, card, metrics],
+        api_name="generate_form",  # the private events' own names: /generate is the API's
+        api_visibility="private",
+        show_progress_on=[image],
+        **generation,
+    )
     gr.Button(visible=False).click(
         handlers["generate"],
-        [model, custom, device, precision, api_list, *request_fields],
-        [image, card, metrics],
+        inputs_kwargs=api,
+        outputs=[image, card, metrics],
         api_name="generate",
         **generation,
     )
     stop.click(handlers["cancel"], None, card, queue=False, api_name="cancel")
-    fit.click(handlers["estimate_form"], form, fit_note, api_visibility="private")
+    fit.click(handlers["estimate_form"], inputs_kwargs=form, outputs=fit_note, api_visibility="private")
     gr.Button(visible=False).click(
         handlers["estimate"],
-        [model, custom, device, precision, api_list, *request_fields],
-        gr.JSON(visible=False),
+        inputs_kwargs=api,
+        outputs=gr.JSON(visible=False, label="Estimate"),
         api_name="estimate",
     )
     advice = gr.State([])
@@ -117,19 +117,22 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     retry.click(
         handlers["apply_advice"], [advice, boxes[1]], [retry, boxes[1]], queue=False, api_visibility="private"
     ).then(
-        handlers["generate_form"],
-        form,
-        [image, card, metrics],
+        handlers["generate"],
+        inputs_kwargs=form,
+        outputs=[image, card, metrics],
         show_progress_on=[image],
+        api_name="generate_retry",
         api_visibility="private",
         **generation,
     )
+    model, custom = fields["model"], fields["custom_model"]
     redraw = {"inputs": [model, custom, *boxes], "outputs": [*boxes, *folds, *lists], "queue": False}
     model.change(techniques_for_model, **redraw, api_visibility="private")
     custom.blur(techniques_for_model, **redraw, api_visibility="private")
-    targets = [model, custom, precision, *boxes, *request_fields]
+    targets = [component for name, component in form.items() if name != "device"]  # what `form_values` fills
     png.upload(handlers["load_image"], png, [*targets, loaded], api_visibility="private")
-    gr.Button(visible=False).click(handlers["read_image"], png, gr.JSON(visible=False), api_name="read_image")
+    found = gr.JSON(visible=False, label="Image settings")
+    gr.Button(visible=False).click(handlers["read_image"], png, found, api_name="read_image")
     return {
         "model": model,
         "custom": custom,

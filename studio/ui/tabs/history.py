@@ -16,11 +16,11 @@ STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
 def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.Tab) -> None:
     """Build the tab, refreshed whenever `tab` is selected; a loaded run fills `generate["targets"]`."""
     with gr.Row():
-        model = gr.Textbox(label="Model")
-        device = gr.Textbox(label="Device")
+        model = gr.Textbox("", label="Model")
+        device = gr.Textbox("", label="Device")
         status = gr.Dropdown(list(STATUSES), value="", label="Status", allow_custom_value=True)
         technique = gr.Dropdown(["", *REGISTRY], value="", label="Technique", allow_custom_value=True)
-        since = gr.Textbox(label="Since (ISO date)", placeholder="2026-11-01")
+        since = gr.Textbox("", label="Since (ISO date)", placeholder="2026-11-01")
         limit = RawNumber(200, label="Rows", precision=0, minimum=1, maximum=5000)
     refresh = gr.Button("Refresh", elem_id="history-btn")
     gr.Markdown("Click a row to load that run's configuration into Generate.")
@@ -30,6 +30,8 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
         y="latency (s)",
         color="configuration",
         title="Latency per image over time",
+        label="Latency over time",
+        show_label=False,
         x_axis_format="%m-%d %H:%M",
         x_label_angle=0,
         height=260,

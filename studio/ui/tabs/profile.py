@@ -8,7 +8,7 @@ import gradio as gr
 from studio.optimizations import availability
 from studio.request import PRECISIONS
 from studio.ui.fields import RawNumber
-from studio.ui.handlers.common import GROUPS, techniques_by_group
+from studio.ui.handlers.common import GROUPS, in_form_order, techniques_by_group
 from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder
 
 
@@ -19,7 +19,7 @@ def profile_tab(handlers: dict) -> None:
         "profiler. Time is each operator's own (self) time: CPU time on a CPU, kernel time on a GPU; time "
         "outside any operator is Python and dispatch overhead, or an idle GPU. The run is logged in History."
     )
-    model, custom, device, prompt, seed, steps, guidance, width, height = model_inputs("prof")
+    fields = model_inputs("prof")
     usable = {t["name"] for t in availability() if t["unavailable"] is None}
     groups = techniques_by_group("auto")
     names = [t["name"] for g in GROUPS for t in groups[g] if t["unavailable"] is None]
@@ -39,11 +39,13 @@ def profile_tab(handlers: dict) -> None:
     )
     go = gr.Button("Profile", variant="primary", elem_id="profile-btn")
     with gr.Column(visible=False, elem_id="prof-results") as results:
-        summary = gr.Markdown(elem_id="prof-summary")
+        summary = gr.Markdown(label="Summary", show_label=False, elem_id="prof-summary")
         chart = gr.BarPlot(
             x="time (ms)",
             y="kind",
             title="Time of the profiled step by kind of operator",
+            label="Time by kind chart",
+            show_label=False,
             x_lim=[0, None],
             tooltip=["kind", "time (ms)"],
             height=260,
@@ -51,14 +53,20 @@ def profile_tab(handlers: dict) -> None:
         )
         ops = gr.Dataframe(label="Top operators", wrap=True, interactive=False, elem_id="prof-ops")
         with gr.Accordion("Time and FLOPs by kind", open=False):
-            kinds = gr.Dataframe(wrap=True, interactive=False, elem_id="prof-kinds")
+            kinds = gr.Dataframe(
+                label="Time and FLOPs by kind",
+                show_label=False,
+                wrap=True,
+                interactive=False,
+                elem_id="prof-kinds",
+            )
         with gr.Accordion("Profile as the API returns it", open=False):
             record = gr.JSON(label="Profile")
-    inputs = [model, custom, device, precision, techniques, prompt, seed, steps, guidance, width, height]
+    inputs = in_form_order({**fields, "precision": precision, "optimizations": techniques})
     go.click(
         handlers["profile"],
-        [*inputs, batch, settings],
-        [summary, chart, ops, kinds, record, results],
+        inputs_kwargs={**inputs, "batch": batch, "settings": settings},
+        outputs=[summary, chart, ops, kinds, record, results],
         api_name="profile",
         show_progress_on=[go],
         **generation_queue(),

@@ -12,7 +12,7 @@ from studio.ui.widgets import generation_queue
 
 def system_tab(handlers: dict, tab: gr.Tab) -> None:
     """Build the tab, refreshed whenever `tab` is selected."""
-    md = gr.Markdown(elem_id="system-md")
+    md = gr.Markdown(label="Summary", show_label=False, elem_id="system-md")
     techniques = gr.Dataframe(
         label="Techniques on this machine", wrap=True, interactive=False, elem_id="system-table"
     )
@@ -32,7 +32,7 @@ def shard_tab(handlers: dict) -> None:
     )
     with gr.Row():
         model = gr.Dropdown(list(SPECS), value=DEFAULT_MODEL, label="Model", allow_custom_value=True)
-        custom = gr.Textbox(label="…or a hub id / local directory")
+        custom = gr.Textbox("", label="…or a hub id / local directory")
         name = gr.Textbox("tiny-shapes-sharded", label="Folder name", elem_id="shard-name")
         size = gr.Textbox("1MB", label="Max shard size", placeholder="500KB, 1MB, 5GB", elem_id="shard-size")
     go = gr.Button("Save sharded", variant="primary", elem_id="shard-btn")

@@ -1,0 +1,120 @@
+"""A generation request's fields, named once: `REQUEST_FIELDS` is their order, their defaults and what each
+means, and `build_request` takes them by name.
+
+Every face passes the fields it has by name (`build_request(model="tiny-shapes", prompt="a red circle",
+steps=2)`); what it leaves out takes the table's default, where None means the model's own. The order is
+the API's: the Gradio endpoints list their parameters in it (the browser form adds `custom_model` after
+`model`). `build_request`'s keyword-only signature is made from the table.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from studio.errors import ValidationError
+from studio.request.generation import GenerationRequest, validate_request
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()  # a field without a default
+
+
+@dataclass(frozen=True)
+class RequestField:
+    """One field of a request: its name, its default (`REQUIRED` for none, None for the model's own) and
+    what it means, in words for a form's or a tool's documentation."""
+
+    name: str
+    default: Any
+    doc: str
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+REQUEST_FIELDS: tuple[RequestField, ...] = (
+    RequestField(
+        "model", REQUIRED, "tiny-shapes (bundled), sd15, sdxl, ..., a hub id, a local folder or file"
+    ),
+    RequestField("device", "auto", '"auto", "cpu", "cuda", "cuda:1" or "mps"'),
+    RequestField("precision", "fp32", "weights precision, fp32, bf16 or fp16 (a technique like the others)"),
+    RequestField("optimizations", (), 'technique names, e.g. ["sdpa", "channels_last"]; none: the baseline'),
+    RequestField("prompt", REQUIRED, "what to draw"),
+    RequestField("negative_prompt", "", "what not to draw"),
+    RequestField("seed", 0, "random seed (-1 for a random one)"),
+    RequestField("steps", None, "denoising steps (1-200)"),
+    RequestField("guidance", None, "classifier-free guidance scale (0-30)"),
+    RequestField("width", None, "image width in pixels, a multiple of 8"),
+    RequestField("height", None, "image height in pixels, a multiple of 8"),
+    RequestField("scheduler", None, 'a scheduler name such as "ddim" or "euler"'),
+    RequestField("settings", None, 'technique settings, a mapping or JSON: {"deepcache": {"interval": 2}}'),
+    RequestField("batch", 1, "images per prompt in one call (1-8)"),
+    RequestField("vae", None, "a VAE to swap in: an AutoencoderKL folder, a .safetensors file or a hub id"),
+    RequestField("single_file_config", None, "for a .safetensors model: the diffusers folder of its configs"),
+)
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in REQUEST_FIELDS)
+
+
+def request_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's fields among `values` (a form's or a tool's arguments by name), in the table's order;
+    the other names are left out."""
+    return {name: values[name] for name in FIELD_NAMES if name in values}
+
+
+def parse_settings(value: Any) -> dict[str, Any]:
+    """Technique settings from the API: a dict or a JSON object string."""
+    if value in (None, "", {}):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            example = '{"torch_compile": {"mode": "default"}}'
+            raise ValidationError(f"settings must be a JSON object such as {example}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValidationError("settings must be a JSON object mapping technique names to their settings.")
+    return value
+
+
+def _signature() -> inspect.Signature:
+    """`build_request`'s signature: the table's fields, keyword-only, in its order, with its defaults."""
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, **({} if f.required else {"default": f.default})
+            )
+            for f in REQUEST_FIELDS
+        ],
+        return_annotation=GenerationRequest,
+    )
+
+
+def build_request(**fields: Any) -> GenerationRequest:
+    """Validate a face's fields, given by name, into a request.
+
+    Its signature is the table's, keyword-only: `build_request(*, model, device="auto", precision="fp32",
+    optimizations=(), prompt, ...)` (`inspect.signature(build_request)`). A field left out takes its default;
+    an unknown name, a missing model or prompt, or a value given by position is a TypeError, as for any
+    keyword-only function. `precision` is a technique like the others, put first among `optimizations` (a
+    list of names, or one name); `settings` is a mapping or a JSON object string; `batch` is
+    `validate_request`'s `num_images`; the others are `validate_request`'s, empty for their defaults.
+    """
+    bound = SIGNATURE.bind(**fields)
+    bound.apply_defaults()
+    given = dict(bound.arguments)
+    precision, names, batch = given.pop("precision"), given.pop("optimizations"), given.pop("batch")
+    if precision not in (None, "", *PRECISIONS):
+        raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
+    opts = list(names or []) if not isinstance(names, str) else [names]
+    if precision in ("bf16", "fp16"):
+        opts.insert(0, precision)
+    given.update(device=given["device"] or "auto", settings=parse_settings(given["settings"]))
+    return validate_request(**given, opts=opts, num_images=1 if batch in (None, "") else batch)
+
+
+SIGNATURE = _signature()
+build_request.__signature__ = SIGNATURE  # help() and inspect show the table's fields
