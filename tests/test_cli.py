@@ -283,3 +283,20 @@ def test_estimate_says_the_peak_before_anything_runs(cli):
     assert data["sentence"].startswith("Estimated peak") and data["fits"] is True, "a small image fits in RAM"
     status, out, err = cli("history", "--json")
     assert json.loads(out) == [], "an estimate runs nothing and logs nothing"
+
+
+@pytest.mark.parametrize(
+    "command, says",
+    [
+        (["--help"], "usage: python -m studio"),
+        (["generate", "--help"], "--steps STEPS"),
+        (["compare"], "--prompt"),
+    ],
+)
+def test_help_and_a_bad_argument_answer_without_loading_torch(command, says):
+    """The command line answers --help (and argparse's own refusals) before importing any model library."""
+    from benchmarks.cli_startup import PROBE
+
+    probe = subprocess.run([sys.executable, "-c", PROBE, *command], cwd=ROOT, capture_output=True, text=True)
+    assert says in probe.stdout + probe.stderr
+    assert probe.stderr.strip().splitlines()[-1] == "False", "torch was imported"

@@ -1,4 +1,6 @@
-"""`python -m studio ...`: the engine without a browser, same validation, same database."""
+"""`python -m studio ...`: the engine without a browser, same validation, same database.
+
+Each command imports what it needs when it runs: `--help` and a bad argument answer without loading torch."""
 
 from __future__ import annotations
 
@@ -6,13 +8,11 @@ import argparse
 import logging
 import sys
 
-from studio import devices, settings
+from studio import settings
 from studio.cli.arguments import request_args, rounds_arg
 from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.shard import add_shard_parser, cmd_shard
 from studio.errors import StudioError, describe
-from studio.optimizations import availability
-from studio.report import machine_rows
 
 log = logging.getLogger("studio")
 
@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_system(args: argparse.Namespace) -> int:
+    from studio import devices
+    from studio.report import machine_rows
+
     info = {
         "hardware": devices.detect().summary(),
         "versions": settings.versions(),
@@ -95,6 +98,7 @@ def cmd_system(args: argparse.Namespace) -> int:
 
 def cmd_optimizations(args: argparse.Namespace) -> int:
     from pipelines.registry import resolve
+    from studio.optimizations import availability
 
     family = resolve(args.model).family if args.model else None
     rows = availability(family=family)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from pipelines.schedulers import SCHEDULERS
-from studio.request.generation import MAX_GUIDANCE, MAX_IMAGES, MAX_SEED, MAX_STEPS
+from studio.request.limits import MAX_GUIDANCE, MAX_IMAGES, MAX_SEED, MAX_STEPS
 
 
 def request_args(p: argparse.ArgumentParser) -> None:

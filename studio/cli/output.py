@@ -11,8 +11,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from studio.report.text import emit as write
-
 _results: list[TextIO] = []  # where `emit` writes: the real stdout while a command runs
 
 
@@ -56,6 +54,8 @@ def results_only_on_stdout() -> Iterator[None]:
 
 def emit(data: Any, as_json: bool, text: str) -> None:
     """Print a command's result on stdout: JSON for programs, the text for people."""
+    from studio.report.text import emit as write  # the vocabulary's, imported once a result is ready
+
     target = _results[-1] if _results else sys.stdout
     write(data, as_json, text, file=target)
     target.flush()
