@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -21,10 +22,21 @@ FREE_CORES = "cores free at request time"
 FIXED = "the threads technique"
 
 
+_lock = threading.Lock()
+_active = 0  # runs inside `using` now (requests run concurrently in a server's threads)
+_base = 0  # the process's own count while any run is inside `using`
+
+
+def _ceiling() -> int:
+    """What the process is set to use (`OMP_NUM_THREADS`, `torch.set_num_threads`), runs in flight aside."""
+    with _lock:
+        return _base if _active else torch.get_num_threads()
+
+
 def free_threads() -> int:
     """One thread per physical core, less the share of cores other processes keep busy, at least 1 and never
-    more than the process is set to use (`OMP_NUM_THREADS`, `torch.set_num_threads`)."""
-    cores, logical, ceiling = physical_cores(), os.cpu_count() or 1, torch.get_num_threads()
+    more than the process is set to use."""
+    cores, logical, ceiling = physical_cores(), os.cpu_count() or 1, _ceiling()
     busy = CORE_WATCH.busy_cores()
     if busy is None:
         return min(cores, ceiling)
@@ -41,16 +53,26 @@ def choose(request: GenerationRequest) -> int | None:
 
 @contextlib.contextmanager
 def using(threads: int | None) -> Iterator[None]:
-    """Run the block with `threads` intra-op threads (None: as they are), restored afterwards."""
+    """Run the block with `threads` intra-op threads (None: as they are). torch's count is process-wide:
+    concurrent runs share it (the last to start sets it) and the process's own count comes back when the
+    last of them ends."""
+    global _active, _base
     if threads is None:
         yield
         return
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    with _lock:
+        if _active == 0:
+            _base = torch.get_num_threads()
+        _active += 1
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(old)
+        with _lock:
+            _active -= 1
+            if _active == 0 and torch.get_num_threads() != _base:
+                torch.set_num_threads(_base)
 
 
 def policy_of(request: GenerationRequest, threads: int | None) -> str | None:

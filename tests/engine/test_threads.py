@@ -71,3 +71,18 @@ def test_a_sweep_keeps_one_count_for_every_configuration(two_cores, studio, monk
     monkeypatch.setattr(threads.CORE_WATCH, "busy_cores", lambda: next(loads))
     result = run_compare(studio, request(steps=2), ["channels_last"], warmup=0, rounds=2)
     assert [r["cpu_threads"] for r in result.records] == [2, 2]
+
+
+def test_concurrent_runs_give_the_process_its_own_count_back(two_cores):
+    """Two runs overlapping in a server's threads, each with its own count: torch's count is the process's
+    own again once both have ended (not what the first one found when it started)."""
+    first, second = threads.using(1), threads.using(2)
+    first.__enter__()
+    second.__enter__()
+    assert torch.get_num_threads() == 2
+    first.__exit__(None, None, None)
+    second.__exit__(None, None, None)
+    assert torch.get_num_threads() == 2
+    two_cores[0] = 0.0
+    with threads.using(1):
+        assert threads.free_threads() == 2, "the ceiling is the process's own count, not the run's"
