@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import torch
 
 from pipelines.errors import ModelLoadError
 from pipelines.registry import PipelineSpec
+from pipelines.sources import read_config
 
 LIBRARIES = ("diffusers", "transformers")
 MEMORY_SHARE = 0.9  # the share of the memory available now that a model's weights may take
@@ -84,7 +84,7 @@ def _folder_shape(folder: str) -> Shape | None:
     if not index.exists():
         return None
     parts = {}
-    for name, entry in json.loads(index.read_text()).items():
+    for name, entry in read_config(index).items():
         if isinstance(entry, list) and len(entry) == 2 and entry[0]:
             module = _meta_component(Path(folder) / name, entry[0], entry[1])
             if module is not None:

@@ -6,6 +6,7 @@ is loaded; nothing here reads more of a weights file than its header.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -21,7 +22,13 @@ PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle")
 UNET, VAE, CLIP = "model.diffusion_model.", "first_stage_model.", "cond_stage_model.transformer."
 # diffusers' own sign of an SDXL checkpoint (single_file_utils.CHECKPOINT_KEY_NAMES["xl_base"])
 SDXL_KEY = "conditioner.embedders.1.model.transformer.resblocks.9.mlp.c_proj.bias"
-MAX_HEADER = 100_000_000  # safetensors' own limit on a header's size
+MAX_HEADER = 16 * 2**20  # bytes of a header read: an SDXL checkpoint's is ~250 kB (safetensors allows 100 MB)
+MAX_CONFIG = 2**20  # bytes of a model_index.json or config.json read
+ITEM_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1}
+ITEM_BYTES |= {"I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8}
+ITEM_BYTES |= {"F64": 8, "C64": 8}  # other dtypes (sub-byte ones) are left to safetensors to check
+# what a weights file that is not safetensors starts with: torch.save's zip archive, a bare pickle
+IMPOSTORS = {b"PK\x03\x04": "a PyTorch zip checkpoint (pickle inside)", b"\x80": "a pickle"}
 
 
 _WRITTEN_ROOTS: list[Path] = []  # folders the studio itself writes models into (`allow_written`)
@@ -99,18 +106,83 @@ def safetensors_file(path: Path, what: str) -> tuple[Path, dict[str, Any]]:
         raise ValidationError(
             f"{what} {str(path)!r} is not a .safetensors file; the studio loads only those."
         )
+    return resolved, read_header(resolved, what)
+
+
+def _unreadable(
+    path: Path, what: str, why: str, fix: str = "Download or convert it again."
+) -> ValidationError:
+    return ValidationError(f"{what} {str(path)!r} is not a readable .safetensors file: {why}. {fix}")
+
+
+def _tensor_problem(entry: Any, data_bytes: int) -> str | None:
+    """What is wrong with one tensor's header entry (dtype, shape, data offsets) in a file of `data_bytes`
+    bytes of data, or None."""
+    if not isinstance(entry, dict):
+        return "is not described by an object"
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or not isinstance(shape, list) or not all(type(d) is int for d in shape):
+        return "has no dtype or no shape of whole numbers"
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+        return "has no data offsets"
+    if not 0 <= offsets[0] <= offsets[1] or min(shape, default=0) < 0:
+        return f"has offsets {offsets} or a shape {shape} that cannot be"
+    if offsets[1] > data_bytes:
+        return f"ends at byte {offsets[1]:,} of data, past the file's {data_bytes:,}: the file is truncated"
+    if dtype in ITEM_BYTES and math.prod(shape) * ITEM_BYTES[dtype] != offsets[1] - offsets[0]:
+        return f"of shape {shape} in {dtype} does not fill its {offsets[1] - offsets[0]:,} bytes"
+    return None
+
+
+def read_header(path: Path, what: str = "Weights file") -> dict[str, Any]:
+    """The tensors (names, dtypes, shapes, offsets) a .safetensors file's header lists, checked against the
+    file before any loader sees it: a length that fits the file, at most `MAX_HEADER` bytes of JSON, and
+    every tensor inside the data that follows. A pickle renamed .safetensors, a truncated file or a header
+    that lies is refused with a sentence."""
     try:
-        with resolved.open("rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size)) if 2 <= size <= MAX_HEADER else None
-    except (OSError, ValueError):  # a JSONDecodeError or a UnicodeDecodeError is a ValueError
-        header = None
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            start = f.read(8)
+            length = int.from_bytes(start, "little")
+            raw = f.read(length) if 2 <= length <= min(MAX_HEADER, size - 8) else b""
+    except OSError as exc:
+        raise _unreadable(path, what, f"it could not be read ({exc.strerror or exc})") from None
+    for magic, kind in IMPOSTORS.items():  # a header starts with "{"; a length may start with 0x80
+        if start.startswith(magic) and not raw.startswith(b"{"):
+            why = f"it is {kind} renamed .safetensors, and loading a pickle can run code"
+            raise _unreadable(path, what, why, "Convert it once on a machine you trust and pass that file.")
+    if not raw:
+        why = f"its header claims {length:,} bytes, the file holds {max(size - 8, 0):,} after the length"
+        if MAX_HEADER < length <= size - 8:
+            why = f"its header is {length:,} bytes; the studio reads at most {MAX_HEADER:,}"
+        raise _unreadable(path, what, why if length > 1 else "it is too short to hold a header")
+    try:
+        header = json.loads(raw)
+    except UnicodeDecodeError:
+        raise _unreadable(path, what, "its header is not UTF-8 text") from None
+    except RecursionError:  # the C parser's own depth limit: no checkpoint's header nests past 3
+        raise _unreadable(path, what, "its header nests deeper than any checkpoint's") from None
+    except ValueError as exc:  # a JSONDecodeError, or a number of over 4,300 digits
+        raise _unreadable(path, what, f"its header is not JSON ({exc})") from None
     if not isinstance(header, dict):
-        raise ValidationError(
-            f"{what} {str(path)!r} is not a readable .safetensors file (its header is not)."
-        )
+        raise _unreadable(path, what, "its header is not a JSON object")
     header.pop("__metadata__", None)
-    return resolved, header
+    for name, entry in header.items():
+        problem = _tensor_problem(entry, size - 8 - length)
+        if problem:
+            raise _unreadable(path, what, f"its tensor {name[:80]!r} {problem}")
+    return header
+
+
+def read_config(path: Path) -> Any:
+    """A model's JSON config (model_index.json, config.json) of at most `MAX_CONFIG` bytes, parsed; raises
+    OSError, or ValueError for one that is too large, not JSON or nested past Python's limit."""
+    if path.stat().st_size > MAX_CONFIG:
+        raise ValueError(f"it is over {MAX_CONFIG:,} bytes")
+    try:
+        return json.loads(path.read_bytes())
+    except RecursionError:
+        raise ValueError("it nests too deeply") from None
 
 
 def numels(header: dict[str, Any], prefix: str = "") -> list[int]:
@@ -151,10 +223,11 @@ def pipeline_folder(path: Path, what: str) -> tuple[Path, str]:
     if not index.is_file():
         raise ValidationError(f"{str(path)!r} is not a diffusers pipeline directory (no model_index.json).")
     try:
-        config = json.loads(index.read_text())
-        cls = config.get("_class_name", "DiffusionPipeline")
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise ValidationError(f"{str(path)!r} has an unreadable model_index.json: {exc}") from None
+        cls = read_config(index).get("_class_name", "DiffusionPipeline")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ValidationError(
+            f"{str(path)!r} has an unreadable model_index.json ({exc}); fix or replace the folder."
+        ) from None
     if not isinstance(cls, str) or not cls.isidentifier():
         raise ValidationError(
             f"{str(path)!r} asks for custom pipeline code ({cls!r}); the studio never runs code shipped with "
@@ -174,7 +247,7 @@ def _vae_folder(path: Path) -> str:
     resolved = inside_roots(path, "VAE directory")
     folder = resolved if (resolved / "config.json").is_file() else resolved / "vae"
     try:
-        cls = json.loads((folder / "config.json").read_text()).get("_class_name")
+        cls = read_config(folder / "config.json").get("_class_name")
     except (OSError, ValueError, AttributeError):
         raise ValidationError(
             f"VAE {str(path)!r} is not a diffusers VAE folder (no readable config.json, nor vae/config.json)."

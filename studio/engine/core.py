@@ -108,7 +108,12 @@ class Studio(Profiling, Services):
     ):
         self.runlog = RunLog(db_path or settings.db_path(), techniques=tuple(REGISTRY))
         self.outputs = Path(outputs or settings.outputs_dir())
-        self.outputs.mkdir(parents=True, exist_ok=True)
+        try:
+            self.outputs.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a read-only home: runs still return their images (`_save` says why)
+            log.warning(
+                "the images folder %s cannot be created (%s); images will not be stored", self.outputs, exc
+            )
         self.manager = manager or PipelineManager()
         self._compute = zerogpu.gpu_wrapper(self._compute_run, zerogpu.request_duration)
         interrupted = self.runlog.mark_interrupted()
@@ -249,11 +254,14 @@ class Studio(Profiling, Services):
         """Log a run computed elsewhere (another process of a distributed sweep) and save its images."""
         record = run_columns(request, warmup, repeats, group_id)
         columns = {**record, "hardware": hardware or record["hardware"]}
-        run_id = self.runlog.start_run(columns)
+        warnings: list[str] = []
+        run_id = self._log(warnings, lambda: self.runlog.start_run(columns))
         try:
-            return self.finish(Pending(run_id, request, [], columns), computed, baseline, extra)
+            return self.finish(Pending(run_id, request, warnings, columns), computed, baseline, extra)
         except Exception as exc:
-            self.runlog.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}")
+            if run_id is not None:
+                error = f"{type(exc).__name__}: {exc}"
+                self._log(warnings, lambda: self.runlog.finish_run(run_id, "failed", error=error))
             raise
 
     def finish(

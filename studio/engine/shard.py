@@ -14,7 +14,6 @@ local directory.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import re
 import shutil
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from pipelines import loader, registry
+from pipelines.sources import read_config, read_header
 from studio.errors import ValidationError
 
 log = logging.getLogger(__name__)
@@ -165,12 +165,17 @@ def save_sharded(
 def _component_shards(folder: Path) -> ComponentShards | None:
     indexes = sorted(folder.glob(f"*{INDEX_SUFFIX}"))
     if indexes:
-        data = json.loads(indexes[0].read_text())
-        counts: dict[str, int] = {}
-        for file in data["weight_map"].values():
-            counts[file] = counts.get(file, 0) + 1
-        shards = [Shard(f, (folder / f).stat().st_size, n) for f, n in sorted(counts.items())]
-        total = int(data.get("metadata", {}).get("total_size", sum(s.bytes for s in shards)))
+        try:
+            data = read_config(indexes[0])
+            counts: dict[str, int] = {}
+            for file in data["weight_map"].values():
+                counts[file] = counts.get(file, 0) + 1
+            shards = [Shard(f, (folder / f).stat().st_size, n) for f, n in sorted(counts.items())]
+            total = int(data.get("metadata", {}).get("total_size", sum(s.bytes for s in shards)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValidationError(
+                f"{indexes[0]} is not a readable shard index ({exc}); fix or remove it."
+            ) from exc
         return ComponentShards(folder.name, indexes[0].name, total, shards)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -181,10 +186,7 @@ def _component_shards(folder: Path) -> ComponentShards | None:
 
 def _tensor_count(path: Path) -> int:
     """Tensors in one safetensors file, read from its JSON header (no weights are loaded)."""
-    with path.open("rb") as fh:
-        header_len = int.from_bytes(fh.read(8), "little")
-        header = json.loads(fh.read(header_len))
-    return len([k for k in header if k != "__metadata__"])
+    return len(read_header(path, "Shard"))
 
 
 def list_shards(directory: str | Path) -> list[ComponentShards]:

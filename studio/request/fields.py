@@ -10,11 +10,11 @@ the API's: the Gradio endpoints list their parameters in it (the browser form ad
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from studio import checks
 from studio.errors import ValidationError
 from studio.request.generation import GenerationRequest, validate_request
 
@@ -70,11 +70,14 @@ def parse_settings(value: Any) -> dict[str, Any]:
     if value in (None, "", {}):
         return {}
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            example = '{"torch_compile": {"mode": "default"}}'
-            raise ValidationError(f"settings must be a JSON object such as {example}: {exc}") from None
+        example = '{"torch_compile": {"mode": "default"}}'
+        value = checks.parse_json(
+            "settings",
+            value,
+            limit=100_000,
+            depth=8,
+            fix=f"settings must be a JSON object such as {example}.",
+        )
     if not isinstance(value, dict):
         raise ValidationError("settings must be a JSON object mapping technique names to their settings.")
     return value

@@ -6,13 +6,18 @@ A run is written as `running` before it starts and updated to `ok`, `failed` or
 into `interrupted` at start-up. Comparisons, ladders and sweeps are rows of
 `groups`. One column per technique (`opt_<name>`, the names given by the caller: the run log knows no
 registry) makes filtering easy.
+
+A failure never costs what is already logged: a write that fails (locked, disk full, read-only) is rolled
+back whole and raises `RunLogError` with a sentence; a run's results that could not be written wait in memory
+and are written with the next write (`finish_run`). A file that is not the studio's run log is refused
+untouched (`studio.runlog.safety`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
+import logging
 import socket
 import sqlite3
 import threading
@@ -23,8 +28,13 @@ import psutil
 from sqlite_utils import Database
 from sqlite_utils.db import NotFoundError
 
+from studio import checks
 from studio.errors import RunLogError, ValidationError
+from studio.runlog import safety
 from studio.runlog.migrations import migrations
+from studio.runlog.safety import DEFERRED, UNRECORDED, guarded
+
+log = logging.getLogger(__name__)
 
 JSON_COLUMNS = (
     "requested",
@@ -76,42 +86,67 @@ def _encode(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its JSON columns parsed (size and nesting checked: a database edited by hand may hold
+    anything)."""
     for key in JSON_COLUMNS:
         if isinstance(row.get(key), str):
-            row[key] = json.loads(row[key])
+            fix = "The database was edited outside the studio; restore it from a copy."
+            row[key] = checks.parse_json(
+                f"The {key} of row {row.get('id')} of the run log", row[key], fix=fix
+            )
     return row
-
-
-def _writes(method):
-    """Turn SQLite's write failures (read-only, disk full, locked) into RunLogError with what to do."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.OperationalError as exc:
-            raise RunLogError(
-                f"The run log {self.path} could not be written ({exc}); free disk space, fix its permissions "
-                "or point STUDIO_DB elsewhere."
-            ) from exc
-
-    return wrapper
 
 
 class RunLog:
     """A run log at `path`; safe to use from several threads (one connection per thread).
 
     Args:
-        path: the SQLite file (created with its folder when missing).
+        path: the SQLite file (created with its folder when missing). A file that is not a run log is refused
+            with a `RunLogError` and left untouched.
         techniques: the technique names that get an `opt_<name>` column (a run's `requested` ticks them).
+        timeout: seconds a write waits for a lock another program holds before it fails with a sentence.
+        read_only: open without writing (also chosen when the file or its folder is read-only): history
+            reads, every write fails with a sentence.
     """
 
-    def __init__(self, path: str | Path, techniques: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        path: str | Path,
+        techniques: tuple[str, ...] = (),
+        timeout: float = safety.DEFAULT_TIMEOUT,
+        read_only: bool = False,
+    ):
         self.path = Path(path)
         self.techniques = tuple(techniques)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout = float(timeout)
         self._local = threading.local()
+        self._unwritten: dict[int, dict[str, Any]] = {}  # run id -> results whose write failed
+        self._lock = threading.Lock()
+        try:
+            self._open(read_only)
+        except (sqlite3.DatabaseError, OSError, RunLogError) as exc:
+            self.close()  # a refused file is left as it was, with no -wal or -shm beside it
+            if isinstance(exc, RunLogError):
+                raise
+            consequence = "nothing was written to it"
+            raise RunLogError(safety.sentence(self.path, exc, consequence, self.timeout, "opened")) from exc
+
+    def _open(self, read_only: bool) -> None:
+        """Check the file, connect, and bring the schema up to date (a writable run log only)."""
+        safety.check_file(self.path)
+        if not read_only and not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only or not safety.writable(self.path)
+        if self.read_only and not self.path.exists():
+            raise RunLogError(
+                f"The run log {self.path} cannot be created: its folder is read-only. Make STUDIO_HOME "
+                "writable, or point STUDIO_DB at a writable file."
+            )
         db = self.db
+        safety.check_schema(db.conn, self.path, migrations.name)
+        if self.read_only:
+            log.warning("the run log %s is read-only here: runs are not recorded", self.path)
+            return
         db.execute("PRAGMA journal_mode=WAL")
         migrations.apply(db)
         self._ensure_technique_columns(db)
@@ -121,11 +156,21 @@ class RunLog:
         """This thread's connection."""
         db = getattr(self._local, "db", None)
         if db is None:
-            conn = sqlite3.connect(self.path, timeout=30)
-            conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            db = self._local.db = Database(conn)
+            db = self._local.db = Database(safety.connect(self.path, self.timeout, self.read_only))
         return db
+
+    def _flush(self) -> None:
+        """Write the results that waited in memory (`finish_run`); a run no longer in the log is dropped."""
+        with self._lock:
+            waiting = dict(self._unwritten)
+        for run_id, row in waiting.items():
+            try:
+                self.db["runs"].update(run_id, row)
+            except NotFoundError:
+                log.warning("run %s left the run log before its results could be written", run_id)
+            with self._lock:
+                if self._unwritten.get(run_id) is row:
+                    del self._unwritten[run_id]
 
     def _ensure_technique_columns(self, db: Database) -> None:
         columns = set(db["runs"].columns_dict)
@@ -133,39 +178,52 @@ class RunLog:
             if f"opt_{name}" not in columns:
                 db["runs"].add_column(f"opt_{name}", int)
 
-    @_writes
+    @guarded(UNRECORDED)
     def start_run(self, record: dict[str, Any]) -> int:
         """Insert a run as `running` and return its id."""
+        self._flush()
         record = dict(record, status="running", created_at=now(), **_owner())
         for name in self.techniques:
             record[f"opt_{name}"] = int(name in (record.get("requested") or ()))
         return self.db["runs"].insert(_encode(record)).last_pk
 
-    @_writes
+    @guarded(DEFERRED)
     def finish_run(self, run_id: int, status: str, **fields: Any) -> None:
-        """Set a run's final status and results."""
+        """Set a run's final status and results in one write; when it fails, they wait in memory for the
+        next write (the error says so)."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
-        self.db["runs"].update(run_id, _encode(dict(fields, status=status, finished_at=now())))
+        with self._lock:
+            self._unwritten[run_id] = _encode(dict(fields, status=status, finished_at=now()))
+        self._flush()
 
-    @_writes
+    def unwritten(self) -> list[int]:
+        """The runs whose results wait in memory for the run log to take them (`finish_run`)."""
+        with self._lock:
+            return sorted(self._unwritten)
+
+    @guarded("this comparison is not in the run log")
     def start_group(self, kind: str, **fields: Any) -> int:
+        self._flush()
         row = _encode(dict(fields, kind=kind, status="running", created_at=now()))
         return self.db["groups"].insert(row).last_pk
 
-    @_writes
+    @guarded("this comparison still shows as running")
     def finish_group(self, group_id: int, status: str = "ok", error: str | None = None) -> None:
         self.db["groups"].update(group_id, {"status": status, "error": error, "finished_at": now()})
 
+    @guarded("the run is not shown", "read")
     def get_run(self, run_id: int) -> dict[str, Any]:
         try:
             return _decode(self.db["runs"].get(run_id))
         except NotFoundError:
             raise ValidationError(f"There is no run {run_id} in the run log.") from None
 
+    @guarded("the comparison is not shown", "read")
     def get_group(self, group_id: int) -> dict[str, Any]:
         return _decode(self.db["groups"].get(group_id))
 
+    @guarded("the history is not shown", "read")
     def runs(
         self,
         *,
@@ -202,12 +260,15 @@ class RunLog:
         rows = self.db["runs"].rows_where(" and ".join(where) or None, args, order_by="id desc", limit=limit)
         return [_decode(r) for r in rows]
 
-    @_writes
+    @guarded("runs a stopped studio left still show as running")
     def mark_interrupted(self) -> int:
         """Runs left `running` by a process that is gone become `interrupted`; returns how many.
 
-        Runs that another live process (a second studio on the same database) is computing are left alone.
+        Runs that another live process (a second studio on the same database) is computing are left alone; a
+        read-only run log is left as it is (0).
         """
+        if self.read_only:
+            return 0
         rows = self.db.execute(
             "select id, owner_host, owner_pid, owner_started from runs where status = 'running'"
         )
@@ -229,6 +290,13 @@ class RunLog:
             self.db.conn.backup(dst)
         dst.close()
         return target
+
+    def close(self) -> None:
+        """Close this thread's connection (a later call opens a new one)."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            self._local.db = None
+            db.close()
 
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

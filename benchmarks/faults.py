@@ -1,0 +1,103 @@
+"""Hostile files and real faults: what a user sees of each, how fast, and what the run log keeps.
+
+Runs every case of tests/faults (the same hostile files and injected faults the tests use:
+tests/faults/cases.py and tests/faults/runs.py) in one process, on the bundled model, and prints one table:
+the fault or input, the sentence the user saw (shortened; the case's folder is written $TMP), the seconds to
+answer, the runs lost from the run log (for a database handed over: 1 if the file changed at all), whether
+the studio answered a normal request right after, and whether the log got a traceback.
+
+Run: .venv/bin/python -m benchmarks.faults [--width 110]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+
+from tests.faults import cases, runs
+from tests.faults.cases import Outcome, Workspace
+
+
+class Tracebacks(logging.Handler):
+    """Counts the log records that carry a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.exc_info is not None or "Traceback" in record.getMessage()
+
+
+def every_case(ws: Workspace) -> list[Callable[[], Outcome]]:
+    """The cases in the table's order: files first (no model), then the faults of a running studio."""
+    named = [
+        (cases.png_case, cases.PNGS),
+        (cases.checkpoint_case, cases.CHECKPOINTS),
+        (cases.run_log_file_case, cases.RUN_LOG_FILES),
+        (cases.json_case, cases.JSONS),
+    ]
+    files = [functools.partial(case, ws, name) for case, names in named for name in names]
+    return [
+        *files,
+        functools.partial(runs.read_only_home_case, ws),
+        functools.partial(runs.read_only_log_case, ws),
+        functools.partial(runs.disk_full_case, ws, "start"),
+        functools.partial(runs.disk_full_case, ws, "finish"),
+        functools.partial(runs.image_disk_full_case, ws),
+        functools.partial(runs.locked_case, ws, 1.0, 10.0),
+        functools.partial(runs.locked_case, ws, 3.0, 0.5),
+    ]
+
+
+def shorten(text: str, width: int, root: str) -> str:
+    text = re.sub(r"/\S*/studio-read-only-\w+", "$STUDIO_HOME", text.replace(root, "$TMP")).replace("|", "/")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(rows: list[tuple[Outcome, int]], width: int, root: str) -> str:
+    """The outcomes as one Markdown table."""
+    lines = [
+        "| fault or input | what the user saw | answer (s) | runs lost | alive | traceback in log |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for outcome, tracebacks in rows:
+        tracebacks += outcome.said.startswith(
+            cases.CRASH
+        )  # a face logs an unexpected error with its traceback
+        lines.append(
+            f"| {outcome.case} | {shorten(outcome.said, width, root)} | {outcome.seconds:.3f} | "
+            f"{outcome.runs_lost} | {'yes' if outcome.alive else 'NO'} | {'YES' if tracebacks else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__.split("\n")[0])
+    parser.add_argument("--width", type=int, default=110, help="characters of each sentence shown")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # times nothing but answers; one thread keeps a shared machine quiet
+    logging.basicConfig(level=logging.ERROR, format="log: %(levelname)s %(name)s: %(message)s")
+    counter = Tracebacks()
+    logging.getLogger().addHandler(counter)
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        ws = Workspace(Path(root))
+        for case in every_case(ws):
+            before = counter.count
+            rows.append((case(), counter.count - before))
+        print(table(rows, args.width, root))
+
+
+if __name__ == "__main__":
+    main()
