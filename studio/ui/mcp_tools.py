@@ -3,43 +3,40 @@
 Gradio builds each tool's schema from the function's type hints and its description from the docstring
 (the text before `Args:`, and each `Args:` line for its parameter). The tools go through the same boundary
 and engine as the form endpoints (`studio.request`, `Studio`, the sweeps): an argument that is a request field
-has the field's name (`studio.request.REQUEST_FIELDS`) and reaches `build_request` by it. They answer in the
-shared vocabulary, as JSON text: the same JSON as `python -m studio generate|compare|autotune|history --json`,
-and `/system`'s for `system`. An engine error reaches the agent as the engine's sentence.
-
-Gradio lists every public endpoint as a tool and has no per-event switch for it; `hide_form_endpoints`
-marks the form endpoints' functions the way `gr.resource`/`gr.prompt` do, so the tool list is only these
-five while `/generate`, `/compare`, ... stay as they are for `gradio_client`. The tools are also endpoints
-(`/mcp_generate`, ...). `STUDIO_MCP=0` turns the MCP server off (`launch_kwargs`).
+has the field's name (`studio.request.REQUEST_FIELDS`) and reaches `build_request` by it. They answer the
+records of `python -m studio generate|compare|autotune|history --json` (`/system`'s for `system`), `generate`
+also the image: as JSON text, image content and a URL to an agent; as objects and a downloaded PNG to a
+`gradio_client` user of the endpoints `/mcp_generate`, ... An engine error reaches the agent as its sentence.
+Gradio serves every public endpoint as a tool: `hide_form_endpoints` keeps the form endpoints (`/generate`,
+...) out of the tool list and the schema, not out of the API. `STUDIO_MCP=0` turns the MCP server off.
 """
-
-from __future__ import annotations
 
 import json
 import os
 from typing import Any, Literal
 
 import gradio as gr
+from gradio import processing_utils, utils
+from gradio.mcp import GradioMCPServer
+from gradio_client import utils as client_utils
+from PIL import Image
 
 from studio import report
 from studio.engine import Studio
-from studio.request import (
-    build_request,
-    request_fields,
-    validate_autotune,
-    validate_counts,
-    validate_history,
-)
+from studio.request import build_request, request_fields, validate_autotune, validate_counts, validate_history
 from studio.request.axes import parse_axis
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import xy
 from studio.sweeps.autotune_search_space import floor_of
 from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
+from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors, stop_check
 
 TOOLS = ("generate", "compare", "autotune", "history", "system")
 NOT_A_TOOL = "studio-form"  # Gradio's MCP server lists a function only when its `_mcp_type` is "tool"/unset
+STUDIO_MCP = "_studio_mcp"  # marks a Blocks that `mcp_fixes` apply to, and GradioMCPServer once they are in
+Record = dict[str, Any]
 
 
 def mcp_enabled() -> bool:
@@ -48,8 +45,19 @@ def mcp_enabled() -> bool:
 
 
 def _json(data: Any) -> str:
-    """The answer as JSON text (Gradio's MCP server would render a dict with Python's str())."""
+    """An answer as JSON text (an agent's; Gradio's MCP server would write a dict with Python's str())."""
     return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def _plain(data: Any) -> Any:
+    """An answer as plain JSON values (what `gradio_client` receives; paths and dates as strings)."""
+    return json.loads(_json(data))
+
+
+def _png(image: Image.Image) -> gr.FileData:
+    """The image as a PNG in Gradio's cache (an agent gets image content and a URL, a client the file)."""
+    path = processing_utils.save_pil_to_cache(image, utils.get_upload_folder(), format="png")
+    return gr.FileData(path=path)
 
 
 def build_mcp_tools(studio: Studio) -> dict[str, Any]:
@@ -75,10 +83,11 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         repeats: int = 1,
         batch: int = 1,
         request: gr.Request | None = None,
-    ) -> str:
+    ) -> tuple[Record, gr.FileData]:
         """Generate one image with a diffusers pipeline in the given configuration; the run is timed and
-        logged. Returns JSON: run_id, config, applied techniques, latency_s, peak memory, image_path and the
-        other figures of the run, plus warnings. Call `system` for the techniques this machine can run.
+        logged. Returns the run as JSON (run_id, config, applied techniques, latency_s, peak memory and the
+        other figures of the run, plus warnings), then the image itself (PNG) and its URL on this server
+        (a batch: side by side). Call `system` for the techniques this machine can run.
 
         Args:
             prompt: What to draw, e.g. "a big red circle on the left".
@@ -103,7 +112,8 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         result = studio.generate(
             req, warmup=counts.warmup, repeats=counts.rounds, should_stop=stop_check(cancels, request)
         )
-        return _json({**report.single_record(result), "warnings": list(result.warnings)})
+        record = {**report.single_record(result), "warnings": list(result.warnings)}
+        return _plain(record), _png(views.batch_image(result.images))
 
     @engine_errors
     def compare(
@@ -123,7 +133,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         axis: str | None = None,
         axis_values: str = "",
         request: gr.Request | None = None,
-    ) -> str:
+    ) -> Record:
         """Compare configurations side by side against the fp32 baseline, in interleaved timed rounds.
         Returns JSON: group_id and one row per configuration (baseline first) with latency_s, speedup and
         its min-max range over rounds, peak memory and how much the image changed (psnr, ssim).
@@ -154,9 +164,9 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             "should_stop": stop_check(cancels, request),
         }
         if x_axis is not None:
-            return _json(xy.as_json(xy.run_xy(studio, req, list(configs or []), x_axis, **options)))
+            return _plain(xy.as_json(xy.run_xy(studio, req, list(configs or []), x_axis, **options)))
         result = run_compare(studio, req, list(configs or []), **options)
-        return _json({"group_id": result.group_id, "rows": result.records})
+        return _plain({"group_id": result.group_id, "rows": result.records})
 
     @engine_errors
     def autotune(
@@ -176,7 +186,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         rounds: int = 3,
         confirm_rounds: int = 5,
         request: gr.Request | None = None,
-    ) -> str:
+    ) -> Record:
         """Search for the fastest configuration whose image stays within a quality floor of the baseline,
         then confirm it in interleaved rounds. Returns JSON: winner (techniques and settings, or null),
         winner_label, summary, confirmation and every configuration measured. Minutes on a CPU.
@@ -211,7 +221,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             confirm_rounds=checked.confirm_rounds,
             should_stop=stop_check(cancels, request),
         )
-        return _json(autotune_mod.as_json(result))
+        return _plain(autotune_mod.as_json(result))
 
     @engine_errors
     def history(
@@ -222,7 +232,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         since: str | None = None,
         until: str | None = None,
         limit: int = 20,
-    ) -> str:
+    ) -> list[Record]:
         """Runs from the studio's run log, newest first (every run of every face: UI, API, CLI, MCP).
         Returns a JSON list of runs: run_id, created_at, model, config, status, latency_s, memory and
         quality figures, prompt, seed and settings.
@@ -237,22 +247,21 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             limit: The most runs to return.
         """
         f = validate_history(model, device, status, technique, since, until, limit)
-        return _json([report.log_record(r) for r in studio.history(f)])
+        return _plain([report.log_record(r) for r in studio.history(f)])
 
     @engine_errors
-    def system() -> str:
+    def system() -> Record:
         """What this machine can run: hardware and devices, library versions, every technique with whether
         it is available here (and why not), the pipelines loaded, and the run log's path. Returns JSON."""
-        return _json(studio.system_facts())
+        return _plain(studio.system_facts())
 
     return dict(zip(TOOLS, (generate, compare, autotune, history, system), strict=True))
 
 
 def register_mcp_tools(studio: Studio) -> dict[str, Any]:
-    """Add the tools to the Blocks being built, as `/mcp_generate`, `/mcp_compare`, ... Call it before
-    the tabs: a tool takes its function's name (`generate`, ...) only where no earlier endpoint has it.
-    All are queued, like the form endpoints: the queue's bounds apply, and an error reaches the agent as
-    the plain sentence (Gradio's unqueued MCP path would quote it)."""
+    """Add the tools to the Blocks being built, as `/mcp_generate`, `/mcp_compare`, ... Call it before the
+    tabs: a tool takes its function's name (`generate`, ...) only where no earlier endpoint has it. Queued,
+    like the forms: the queue's bounds apply, an error is the plain sentence (the unqueued path quotes it)."""
     tools = build_mcp_tools(studio)
     for name, fn in tools.items():
         gr.api(fn, api_name=f"mcp_{name}")
@@ -260,13 +269,62 @@ def register_mcp_tools(studio: Studio) -> dict[str, Any]:
 
 
 def hide_form_endpoints(demo: gr.Blocks, tools: dict[str, Any]) -> None:
-    """Keep the form endpoints (`/generate`, `/compare`, ...) out of the MCP tool list; the API keeps them.
+    """Keep the form endpoints (`/generate`, `/compare`, ...) out of the MCP tools; the API keeps them.
 
-    Gradio 6.31 has no per-event MCP switch (`api_visibility` would hide them from `gradio_client` too);
-    its MCP server lists a function unless its `_mcp_type` (set by `gr.tool`, `gr.resource`, `gr.prompt`)
-    says it is something else. tests/ui/test_mcp.py checks that the list is exactly the five tools.
+    Gradio 6.31 has no per-event MCP switch (`api_visibility` would hide them from `gradio_client` too): it
+    marks the functions (`_mcp_type`, which `gr.resource`/`gr.prompt` set and list_tools reads) and turns
+    on `mcp_fixes` for this Blocks. tests/ui/test_mcp.py checks the tool list and the schema.
     """
     keep = set(map(id, tools.values()))
     for block_fn in demo.fns.values():
         if block_fn.fn is not None and block_fn.api_visibility == "public" and id(block_fn.fn) not in keep:
             block_fn.fn._mcp_type = NOT_A_TOOL
+    setattr(demo, STUDIO_MCP, True)
+    mcp_fixes()
+
+
+def mcp_fixes() -> None:
+    """Three narrow changes to Gradio 6.31's `GradioMCPServer` (pinned), installed once, for the Blocks that
+    `hide_form_endpoints` marked (other apps' servers behave as before):
+    - `get_tool_to_endpoint` maps every public endpoint to a tool (`generate_1`, `_lambda_`, ...); call_tool,
+      list_tools and `/gradio_api/mcp/schema` (which the page's API/MCP view lists, ignoring `_mcp_type`)
+      all read that map: the marked functions leave it.
+    - `_execute_tool_without_progress` (a queued call whose client asks for no progress) wraps the result
+      in a list, so two outputs became one tuple's str(): they are spread, as the progress path has them.
+    - `postprocess_output_data` writes an output that is no file with str(), a dict as Python's repr: a dict
+      or a list is written as JSON.
+    """
+    if getattr(GradioMCPServer, STUDIO_MCP, False):
+        return
+    tool_map = GradioMCPServer.get_tool_to_endpoint
+    without_progress = GradioMCPServer._execute_tool_without_progress
+    to_content = GradioMCPServer.postprocess_output_data
+
+    def get_tool_to_endpoint(self: GradioMCPServer) -> dict[str, str]:
+        return {tool: name for tool, name in tool_map(self).items() if not _a_form(self, name)}
+
+    async def execute_tool_without_progress(self: GradioMCPServer, job: Any) -> list[Any]:
+        outputs = await without_progress(self, job)
+        return list(outputs[0]) if _ours(self) and isinstance(outputs[0], tuple) else outputs
+
+    def postprocess_output_data(self: GradioMCPServer, data: Any, root_url: str) -> list[Any]:
+        data = [_json(d) if _ours(self) and _an_object(d) else d for d in data]
+        return to_content(self, data, root_url)
+
+    GradioMCPServer.get_tool_to_endpoint = get_tool_to_endpoint
+    GradioMCPServer._execute_tool_without_progress = execute_tool_without_progress
+    GradioMCPServer.postprocess_output_data = postprocess_output_data
+    setattr(GradioMCPServer, STUDIO_MCP, True)
+
+
+def _ours(server: GradioMCPServer) -> bool:
+    return getattr(server.blocks, STUDIO_MCP, False)  # a Blocks that `hide_form_endpoints` marked
+
+
+def _a_form(server: GradioMCPServer, endpoint: str) -> bool:
+    block_fn = server.get_block_fn_from_endpoint_name(endpoint)
+    return getattr(getattr(block_fn, "fn", None), "_mcp_type", None) == NOT_A_TOOL
+
+
+def _an_object(output: Any) -> bool:  # a file stays a file: Gradio sends it as image content and its URL
+    return isinstance(output, dict | list) and not client_utils.is_file_obj_with_meta(output)

@@ -1,16 +1,22 @@
 """The real app as an MCP server, through the `mcp` package's own client (streamable HTTP): five typed
-tools, the same engine, validation sentences and run log as the other faces."""
+tools (and only those, in the tool list and in the schema), the same engine, validation sentences and run log
+as the other faces; `generate` sends the image itself; the same tools as endpoints answer objects."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
+from gradio_client import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from PIL import Image
 
 from studio.runlog import RunLog
 from studio.ui import launch_kwargs
@@ -44,9 +50,25 @@ def call(server: Server, tool: str, **arguments: Any):
 
 
 def answer(result) -> Any:
+    """A tool's JSON answer: its one text block (generate's is the first of three)."""
     assert not result.isError, result.content
-    (content,) = result.content
-    return json.loads(content.text)
+    text, *rest = result.content
+    assert text.type == "text" and len(rest) in (0, 2), result.content
+    return json.loads(text.text)
+
+
+def test_the_tool_list_and_the_schema_are_the_five_described_tools(server):
+    """The schema is what the page's API/MCP view lists; a form endpoint is no tool, not even by name."""
+    tools = {t.name: t.description for t in mcp(server, lambda client: client.list_tools()).tools}
+    schema = httpx.get(server.url + "gradio_api/mcp/schema", timeout=30).json()
+    assert set(tools) == TOOLS and all(tools.values())
+    assert {t["name"]: t["description"] for t in schema} == tools
+    assert {(t["meta"]["mcp_type"], t["meta"]["endpoint_name"]) for t in schema} == {
+        ("tool", f"mcp_{name}") for name in TOOLS
+    }
+    for hidden in ("generate_1", "_lambda_", "run_ladder"):
+        result = call(server, hidden, prompt=PROMPT)
+        assert result.isError and "Unknown tool" in result.content[0].text
 
 
 def test_the_tools_are_the_five_typed_ones(server):
@@ -96,6 +118,41 @@ def test_generate_is_timed_logged_and_in_history(server):
     assert row["status"] == "ok" and row["prompt"] == PROMPT and row["steps"] == 3
     runs = answer(call(server, "history", model="tiny-shapes", limit=5))
     assert run["run_id"] in [r["run_id"] for r in runs]
+
+
+@pytest.mark.parametrize("progress", [False, True], ids=["plain", "with-progress"])
+def test_generate_sends_the_image_itself_and_its_url(server, progress):
+    """Both of Gradio's paths for a queued call: with progress notifications (when asked for) and without."""
+    notes: list[str | None] = []
+
+    async def note(done: float, total: float | None, message: str | None) -> None:
+        notes.append(message)
+
+    arguments = {"prompt": PROMPT, "steps": 2, "width": 64, "height": 48, "seed": 3}
+    result = mcp(
+        server, lambda c: c.call_tool("generate", arguments, progress_callback=note if progress else None)
+    )
+    run = answer(result)
+    _, image, link = result.content
+    assert (image.type, image.mimeType, link.type) == ("image", "image/png", "text")
+    sent = Image.open(io.BytesIO(base64.b64decode(image.data)))
+    assert (sent.format, sent.size) == ("PNG", (64, 48))
+    url = link.text.removeprefix("Image URL: ")
+    assert url.startswith(server.url + "gradio_api/file="), link.text  # not a path on the server's disk
+    fetched = Image.open(io.BytesIO(httpx.get(url, timeout=30).raise_for_status().content))
+    assert fetched.size == (64, 48) and fetched.tobytes() == sent.convert(fetched.mode).tobytes()
+    assert run["status"] == "ok" and isinstance(run["run_id"], int) and bool(notes) == progress
+
+
+def test_the_tools_as_endpoints_answer_objects(server):
+    """The same functions for a gradio_client user: objects (and the PNG), where an agent gets JSON text."""
+    client = Client(server.url, verbose=False)
+    facts = client.predict(api_name="/mcp_system")
+    assert isinstance(facts, dict) and facts == answer(call(server, "system"))
+    runs = client.predict(model="tiny-shapes", limit=2, api_name="/mcp_history")
+    assert isinstance(runs, list) and all(isinstance(r, dict) for r in runs)
+    run, png = client.predict(prompt=PROMPT, steps=2, width=64, height=64, api_name="/mcp_generate")
+    assert isinstance(run, dict) and run["status"] == "ok" and Image.open(png).size == (64, 64)
 
 
 @pytest.mark.parametrize(
