@@ -28,7 +28,7 @@ from studio.measure.bench import StopFn
 from studio.request import GenerationRequest
 from studio.sweeps.autotune_search_space import GRID, Candidate, Floor, check_pool, combinable, grid
 from studio.sweeps.compare import records_of
-from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
+from studio.sweeps.runner import Entry, Progress, SweepCancelled, SweepResult, run_sweep
 
 
 @dataclass
@@ -59,6 +59,13 @@ def pareto(rows: list[dict[str, Any]], key: str, better_high: bool) -> list[str]
     ]
 
 
+STAGE_TITLES = {
+    "single": "measuring each technique alone",
+    "combination": "trying a combination",
+    "confirmation": "confirming the winner",
+}
+
+
 class _Search:
     """The state of one auto-tune: its group, the rows so far, the floor and the baseline's fidelity."""
 
@@ -85,30 +92,49 @@ class _Search:
         self.base_fidelity: float | None = None
 
     def sweep(
-        self, stage: str, configs: list[Candidate], rounds: int
+        self, stage: str, configs: list[Candidate], rounds: int, title: str | None = None
     ) -> tuple[SweepResult, list[dict[str, Any]]]:
+        """One stage's sweep (the baseline first), its progress said as `title` (default: the stage's
+        `STAGE_TITLES`); its records join the rows. A cancel puts the rows so far, this stage's partial ones
+        too, in the error's `records`."""
         entries = [Entry("baseline", self.request)]
         entries += [Entry(c.request(self.request).config_label, c.request(self.request)) for c in configs]
-        sweep = run_sweep(
-            self.studio,
-            "autotune",
-            entries,
-            warmup=self.warmup,
-            rounds=rounds,
-            group_id=self.group_id,
-            progress=self.progress,
-            should_stop=self.should_stop,
-            max_configs=None,
-        )
+        said = title or STAGE_TITLES[stage]
+        try:
+            sweep = run_sweep(
+                self.studio,
+                "autotune",
+                entries,
+                warmup=self.warmup,
+                rounds=rounds,
+                group_id=self.group_id,
+                progress=self._told(said),
+                should_stop=self.should_stop,
+                max_configs=None,
+            )
+        except SweepCancelled as exc:
+            exc.records, exc.stage = self.rows + self._keep(stage, records_of(exc.partial)), said
+            raise
         records = records_of(sweep)
-        if self.base_fidelity is None:
+        self.rows += self._keep(stage, records)
+        return sweep, records[1:]
+
+    def _told(self, said: str) -> Progress | None:
+        """The search's progress, each report prefixed with what the stage does."""
+        progress = self.progress
+        if progress is None:
+            return None
+        return lambda done, calls, where: progress(done, calls, f"{said}, {where}")
+
+    def _keep(self, stage: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A stage's records with their stage and quality floor: the baseline's only in the first stage."""
+        if self.base_fidelity is None and records[0]["status"] == "ok":
             self.base_fidelity = records[0]["fidelity"]
         for record in records:
             if record["status"] == "ok" and record["verdict"] != "baseline":
                 record["floor"] = self.floor.check(record, self.base_fidelity)
-            record["stage"] = "baseline" if record["verdict"] == "baseline" else stage
-        self.rows += records if stage == "single" else records[1:]
-        return sweep, records[1:]
+            record["stage"] = "baseline" if record is records[0] else stage
+        return records if stage == "single" else records[1:]
 
     def ok(self, record: dict[str, Any]) -> bool:
         return (
@@ -129,42 +155,50 @@ def run_autotune(
     progress: Progress | None = None,
     should_stop: StopFn | None = None,
 ) -> AutotuneResult:
-    """Search, measure and confirm; one `autotune` group in the run log."""
+    """Search, measure and confirm; one `autotune` group in the run log.
+
+    Raises:
+        SweepCancelled: `should_stop` said stop; its `records` are the rows measured until then (the stage
+            it stopped in with what it had), its `stage` the stage.
+    """
     pool = check_pool(request, techniques, include_compile)
+    settings = {
+        "techniques": pool,
+        "grid": {k: v for k, v in GRID.items() if k in pool},
+        "floor": vars(floor),
+    }
+    settings.update(warmup=warmup, repeats=repeats, confirm_rounds=confirm_rounds)
     group_id = studio.runlog.start_group(
-        "autotune",
-        model=request.model,
-        prompt=request.prompt,
-        seed=request.seed,
-        settings={
-            "techniques": pool,
-            "grid": {k: v for k, v in GRID.items() if k in pool},
-            "floor": vars(floor),
-            "warmup": warmup,
-            "repeats": repeats,
-            "confirm_rounds": confirm_rounds,
-        },
+        "autotune", model=request.model, prompt=request.prompt, seed=request.seed, settings=settings
     )
     search = _Search(studio, request, floor, warmup, repeats, group_id, progress, should_stop)
     try:
         winner, confirmation = _search(search, pool, confirm_rounds)
     except BaseException as exc:
+        if isinstance(exc, SweepCancelled):
+            _judged(exc.records)
         studio.runlog.finish_group(
             group_id, "cancelled" if isinstance(exc, Cancelled) else "failed", str(exc)
         )
         raise
     studio.runlog.finish_group(group_id, "ok")
-    ok = [r for r in search.rows if r["status"] == "ok" and r.get("floor") is None]
-    for row in search.rows:
-        row["meets_floor"] = row["status"] == "ok" and row.get("floor") is None
+    rows = _judged(search.rows)
+    ok = [r for r in rows if r["meets_floor"]]
     return AutotuneResult(
         group_id,
-        search.rows,
+        rows,
         winner,
         confirmation,
         pareto(ok, "psnr_db", better_high=True),
-        pareto(search.rows, "peak_memory_mb", False),
+        pareto(rows, "peak_memory_mb", False),
     )
+
+
+def _judged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows, each with `meets_floor`: measured (all its rounds) and within the quality floor."""
+    for row in rows:
+        row["meets_floor"] = row["status"] == "ok" and row.get("floor") is None
+    return rows
 
 
 def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Candidate | None, dict | None]:
@@ -179,11 +213,12 @@ def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Cand
     if not survivors:
         return None, None
     best = survivors[0]
-    for extra in survivors[1:]:
+    for number, extra in enumerate(survivors[1:], 1):
         trial = best.plus(extra)
         if not combinable(trial):
             continue
-        sweep, (best_rec, trial_rec) = search.sweep("combination", [best, trial], search.rounds)
+        title = f"trying combination {number} of {len(survivors) - 1}"
+        sweep, (best_rec, trial_rec) = search.sweep("combination", [best, trial], search.rounds, title)
         both_ran = trial_rec["status"] == best_rec["status"] == "ok"
         versus = (
             protocol.speedup(

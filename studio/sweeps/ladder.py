@@ -19,7 +19,7 @@ from studio.measure.bench import StopFn
 from studio.optimizations import REGISTRY, conflicts_of, unavailable_reason
 from studio.request import GenerationRequest, check_opts
 from studio.sweeps.compare import DEFAULT_ROUNDS, records_of
-from studio.sweeps.runner import Entry, Progress, run_sweep
+from studio.sweeps.runner import Entry, Progress, SweepCancelled, run_sweep
 
 
 @dataclass(frozen=True)
@@ -115,12 +115,22 @@ def run_ladder(
     should_stop: StopFn | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Every runnable rung in interleaved rounds, speedups against the first; the group id and one record per
-    rung."""
+    rung (a cancelled ladder raises `SweepCancelled` with the records so far)."""
     steps = plan(request)
     entries = [Entry(s.rung.label, dataclasses.replace(request, opts=s.opts)) for s in steps if not s.skipped]
-    sweep = run_sweep(
-        studio, "ladder", entries, warmup=warmup, rounds=rounds, progress=progress, should_stop=should_stop
-    )
+    try:
+        sweep = run_sweep(
+            studio,
+            "ladder",
+            entries,
+            warmup=warmup,
+            rounds=rounds,
+            progress=progress,
+            should_stop=should_stop,
+        )
+    except SweepCancelled as exc:
+        exc.records = ladder_records(steps, records_of(exc.partial))
+        raise
     return sweep.group_id, ladder_records(steps, records_of(sweep))
 
 

@@ -8,7 +8,11 @@ Compare, Ladder, Auto-tune and the distributed sweeps all go through `run_sweep`
 4. log each configuration with its latencies, its per-round speedup against the baseline (median, min-max,
    verdict), how busy the host was, and its image's difference from the baseline's;
 5. close the group as ok, failed or cancelled, on every path. A configuration that fails becomes a failed
-   run and leaves the later rounds; a failing baseline fails the sweep.
+   run and leaves the later rounds; a failing baseline fails the sweep. A cancelled sweep keeps what it
+   measured: configurations that finished all their rounds are logged ok, the others cancelled, and
+   `SweepCancelled` carries them all (those with some rounds as `Entry.partial`);
+6. report where it is while it runs: configuration k of n, warm-up or round r of R, denoising step s of S
+   (`studio.sweeps.progress`).
 
 Configurations that change their pipeline keep a live pipeline of their own for the sweep, a copy of the
 loaded weights, so interleaving never rebuilds, recompiles or re-lays-out anything between rounds. That costs
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,14 +33,16 @@ import torch
 
 from studio.engine import Studio
 from studio.engine import threads as cpu_threads
-from studio.engine.run_data import Computed, Pending, RunResult
+from studio.engine.run_data import Computed, Pending, RunResult, run_metrics
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
 from studio.measure.bench import Measurement, StopFn
 from studio.measure.host import HostLoad, HostMonitor
 from studio.request import MAX_CONFIGS, GenerationRequest, check_sweep, validate_counts
+from studio.sweeps.progress import Position, Progress, Tracker
 
-Progress = Callable[[int, int, str], None]
+__all__ = ["Entry", "Progress", "SweepCancelled", "SweepResult", "merge", "own_pipelines", "run_sweep"]
+
 MEMORY_SHARE = (
     0.8  # private pipelines may use at most this share of the memory available when the sweep starts
 )
@@ -53,8 +58,9 @@ class Entry:
     reference: str | None = None  # the label of the entry its speedup is against (None: the sweep's first)
     pending: Pending | None = None
     calls: list[Computed] = field(default_factory=list)
-    result: RunResult | None = None
+    result: RunResult | None = None  # all its rounds measured, logged ok
     error: str | None = None
+    partial: RunResult | None = None  # a cancelled sweep: the rounds it had (logged cancelled, not ok)
 
 
 @dataclass
@@ -67,6 +73,41 @@ class SweepResult:
     @property
     def baseline(self) -> Entry:
         return self.entries[0]
+
+    @property
+    def finished(self) -> int:
+        """The configurations that finished all their rounds."""
+        return sum(e.result is not None for e in self.entries)
+
+
+class SweepCancelled(Cancelled):
+    """A sweep stopped by its stop check, with what it measured until then.
+
+    `partial` holds every configuration: those that finished all their rounds with their logged result, the
+    others with the rounds they had (`Entry.partial`) or nothing; `where` is the call it stopped in and
+    `reason` what its stop check said. The face that ran the sweep puts its records in `records` (and an
+    auto-tune its `stage`) before the error reaches the user.
+    """
+
+    def __init__(self, message: str, partial: SweepResult, where: Position | None, reason: str | None):
+        super().__init__(message)
+        self.partial, self.where, self.reason = partial, where, reason
+        self.records: list[dict[str, Any]] = []
+        self.stage: str | None = None
+
+    def summary(self) -> str:
+        """'Cancelled by the user during round 3 of 3, configuration 2 of 3 (sdpa), after 10 of 12 calls: 1
+        of 3 configurations finished (3 rounds each).'"""
+        why = self.reason or "stopped"
+        head = f"Cancelled {why.removeprefix('cancelled ')}" if why.startswith("cancelled ") else ""
+        head = head or f"Cancelled ({why})"
+        count, rounds = len(self.partial.entries), self.partial.rounds
+        each = f"{rounds} round{'s' if rounds != 1 else ''} each"
+        finished = f"{self.partial.finished} of {count} configurations finished ({each})"
+        if self.where is None:
+            return f"{head} before the first call: {finished}."
+        where = f"{self.where.phase_text}, configuration {self.where.index} of {count} ({self.where.label})"
+        return f"{head} during {where}, after {self.where.call} of {self.where.calls} calls: {finished}."
 
 
 def memory_for_copies(device: str) -> tuple[float, str]:
@@ -120,13 +161,17 @@ def _call(
     studio: Studio,
     entry: Entry,
     slot: tuple[str, str] | None,
-    should_stop: StopFn | None,
+    tracker: Tracker,
     is_baseline: bool,
     threads: int | None,
 ) -> protocol.Call:
+    stop = tracker.should_stop if tracker.stops else None
+
     def call() -> float:
         try:
-            computed = studio.compute(entry.request, slot=slot, should_stop=should_stop, threads=threads)
+            computed = studio.compute(
+                entry.request, slot=slot, on_step=tracker.on_step, should_stop=stop, threads=threads
+            )
         except Cancelled:
             raise
         except Exception as exc:
@@ -207,30 +252,69 @@ def _measure(
         entry.pending = studio.begin(entry.request, warmup=warmup, repeats=rounds, group_id=group_id)
     name = f"sweep-{next(_sweep_ids)}"
     threads = cpu_threads.choose(entries[0].request)  # one thread policy for every configuration: a fair race
+    rounds = max(1, rounds)
+    tracker = Tracker([e.label for e in entries], warmup, rounds, progress, should_stop)
     calls = {
-        e.label: _call(studio, e, (name, e.label) if e.label in own else None, should_stop, i == 0, threads)
+        e.label: _call(studio, e, (name, e.label) if e.label in own else None, tracker, i == 0, threads)
         for i, e in enumerate(entries)
     }
-    total, done = len(entries) * (warmup + rounds), itertools.count()
+    stopped: Cancelled | None = None
+    host = HostMonitor()
+    try:
+        with studio.manager.own_pipelines(name), host:
+            protocol.interleaved(calls, rounds, warmup, tracker.before)
+    except Cancelled as exc:
+        stopped = exc
+    _settle(studio, entries, warmup, rounds, host.result)
+    result = SweepResult(group_id, entries, host.result, rounds)
+    if stopped is not None:
+        raise SweepCancelled(str(stopped), result, tracker.where, tracker.reason) from stopped
+    return result
 
-    def before(phase: str, label: str) -> None:
-        if progress:
-            progress(next(done), total, f"{'warming up' if phase == 'warmup' else 'timing'} {label}")
 
-    with studio.manager.own_pipelines(name), HostMonitor() as host:
-        samples = protocol.interleaved(calls, max(1, rounds), warmup, before)
+def _seconds(entry: Entry, warmup: int) -> tuple[list[float], list[float]]:
+    """The seconds of an entry's warm-up calls and of its timed rounds so far."""
+    seconds = [c.measured.runs[-1].seconds for c in entry.calls]
+    return seconds[:warmup], seconds[warmup:]
+
+
+def _settle(studio: Studio, entries: list[Entry], warmup: int, rounds: int, host: HostLoad) -> None:
+    """Log as ok every configuration that ran all its rounds, its speedup against its reference; keep the
+    rounds of the others (a cancelled sweep) as `Entry.partial`, for `run_sweep` to log them cancelled."""
     by_label = {e.label: e for e in entries}
+    seconds = {e.label: _seconds(e, warmup) for e in entries}
     for entry in entries:  # an entry's reference comes before it (the X/Y sweep orders them so)
-        if entry.label in samples.dropped:
+        if entry.error is not None:  # dropped: already logged as failed
             continue
         base = by_label[entry.reference or entries[0].label]
-        timed = samples.timed[entry.label]
-        entry.calls = entry.calls[len(entry.calls) - len(timed) :]
+        warm, timed = seconds[entry.label]
+        base_timed = None if base.error is not None else seconds[base.label][1]  # else no speedup
+        if len(timed) < rounds:
+            entry.partial = _partial(entry, warm, timed, base_timed, host, entry is base) if timed else None
+            continue
+        entry.calls = entry.calls[len(warm) :]
         extra: dict[str, Any] = {"warmup_unsettled": protocol.unsettled(timed)}
-        if base.label not in samples.dropped:  # else (an X/Y point whose baseline failed) no speedup
-            extra.update(
-                protocol.speedup(samples.timed[base.label], timed, is_reference=entry is base).fields()
-            )
-        merged = merge(entry.calls, samples.warmups[entry.label], host.result)
-        entry.result = studio.finish(entry.pending, merged, base.result, extra)
-    return SweepResult(group_id, entries, host.result, rounds)
+        if base_timed is not None:
+            extra.update(protocol.speedup(base_timed, timed, is_reference=entry is base).fields())
+        entry.result = studio.finish(entry.pending, merge(entry.calls, warm, host), base.result, extra)
+
+
+def _partial(
+    entry: Entry,
+    warm: list[float],
+    timed: list[float],
+    base_timed: list[float] | None,
+    host: HostLoad,
+    is_base: bool,
+) -> RunResult:
+    """The rounds a configuration had when its sweep was cancelled, as an unlogged result: its figures, and
+    its speedup over the rounds its reference ran too (no verdict: the rounds asked for did not all run)."""
+    merged = merge(entry.calls[len(warm) :], warm, host)
+    extra: dict[str, Any] = {}
+    if base_timed:
+        fields = protocol.speedup(base_timed, timed, is_reference=is_base).fields()
+        extra = {k: v for k, v in fields.items() if k != "verdict" or is_base}
+    metrics = run_metrics(entry.request, merged, extra)
+    run_id = entry.pending.run_id if entry.pending is not None else None
+    images = merged.measured.images
+    return RunResult(run_id, entry.request, metrics, [], [], images, {}, merged.applied)

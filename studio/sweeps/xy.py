@@ -19,8 +19,8 @@ from studio.errors import ValidationError
 from studio.measure.bench import StopFn
 from studio.request import GenerationRequest
 from studio.request.axes import Axis, at
-from studio.sweeps.compare import parse_configs
-from studio.sweeps.runner import Entry, Progress, SweepResult, run_sweep
+from studio.sweeps.compare import parse_configs, records_of
+from studio.sweeps.runner import Entry, Progress, SweepCancelled, SweepResult, run_sweep
 
 MAX_POINTS = 40  # measured configurations in one X/Y sweep (baselines included)
 
@@ -114,21 +114,31 @@ def run_xy(
     should_stop: StopFn | None = None,
 ) -> XYResult:
     """Every configuration at every X value, interleaved in one sweep (one `xy` group in the run log).
-    With batch 'auto', the batch sizes go up to the largest predicted to fit (`fitting_batches`)."""
+    With batch 'auto', the batch sizes go up to the largest predicted to fit (`fitting_batches`). A cancelled
+    sweep raises `SweepCancelled` with a record per measured point so far."""
     if axis.auto:
         axis = dataclasses.replace(axis, values=fitting_batches(studio, request, axis))
     labels, cells, entries = plan(request, configs, axis)
-    sweep = run_sweep(
-        studio,
-        "xy",
-        entries,
-        warmup=warmup,
-        rounds=rounds,
-        settings={"axis": axis.name, "values": list(axis.values)},
-        progress=progress,
-        should_stop=should_stop,
-        max_configs=MAX_POINTS,
-    )
+    try:
+        sweep = run_sweep(
+            studio,
+            "xy",
+            entries,
+            warmup=warmup,
+            rounds=rounds,
+            settings={"axis": axis.name, "values": list(axis.values)},
+            progress=progress,
+            should_stop=should_stop,
+            max_configs=MAX_POINTS,
+        )
+    except SweepCancelled as exc:  # each measured point (its label names its X) with what it had
+        exc.records = records_of(exc.partial)
+        raise
+    return XYResult(sweep.group_id, axis, labels, _points(sweep, cells, axis), sweep)
+
+
+def _points(sweep: SweepResult, cells: list[tuple[str, str, GenerationRequest]], axis: Axis) -> list[Point]:
+    """Each cell of the grid with the record of the entry that measured it, against the baseline at its X."""
     by_key = {key(e.request): e for e in sweep.entries}
     by_label = {e.label: e for e in sweep.entries}
     points = []
@@ -141,7 +151,7 @@ def run_xy(
             record = report.run_record(entry.result, base)
         record = {**record, "axis": axis.name, "x": x, "y": config}
         points.append(Point(x, config, record, entry.result))
-    return XYResult(sweep.group_id, axis, labels, points, sweep)
+    return points
 
 
 def table(result: XYResult, cell: Callable[[dict[str, Any]], str]) -> list[list[str]]:

@@ -92,16 +92,28 @@ def test_compare_runs_warmups_then_interleaved_rounds(studio, monkeypatch):
         ["channels_last", "sdpa"],
         warmup=1,
         rounds=3,
-        progress=lambda done, total, msg: events.append(("progress", msg)),
+        progress=lambda done, total, msg: events.append(("progress", (done, total, msg))),
     )
     labels = ["baseline", "channels_last", "sdpa"]
     calls = [label for kind, label in events if kind == "call"]
     assert calls == labels + labels * 3
-    messages = [m for kind, m in events if kind == "progress"]
-    assert messages == [f"warming up {x}" for x in labels] + [f"timing {x}" for x in labels] * 3
-    assert events == [
-        e for pair in zip(messages, calls, strict=True) for e in (("progress", pair[0]), ("call", pair[1]))
+    told = [x for kind, x in events if kind == "progress"]  # (calls done, calls, where)
+    said = [(kind, x if kind == "call" else x[2]) for kind, x in events]
+    firsts = [m for kind, m in said if kind == "progress" and "step" not in m]  # before each call's steps
+    assert firsts == [f"configuration {i} of 3 ({x}), warm-up 1 of 1" for i, x in enumerate(labels, 1)] + [
+        f"configuration {i} of 3 ({x}), round {r} of 3" for r in (1, 2, 3) for i, x in enumerate(labels, 1)
     ]
+    assert [e for e in said if e[0] == "call" or "step" not in e[1]] == [
+        e for pair in zip(firsts, calls, strict=True) for e in (("progress", pair[0]), ("call", pair[1]))
+    ]
+    steps = [m for _, _, m in told if "step" in m]
+    assert steps[:2] == [
+        "configuration 1 of 3 (baseline), warm-up 1 of 1, step 1 of 2",
+        "configuration 1 of 3 (baseline), warm-up 1 of 1, step 2 of 2",
+    ]
+    assert "configuration 2 of 3 (channels_last), round 3 of 3, step 1 of 2" in steps
+    fractions = [done / total for done, total, _ in told]
+    assert fractions == sorted(fractions) and fractions[0] == 0 and fractions[-1] == 1.0
 
     records = result.records
     assert [r["config"] for r in records] == labels and all(r["rounds"] == 3 for r in records)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from studio.errors import Cancelled
@@ -37,3 +39,98 @@ def test_a_run_cancelled_before_it_starts_is_logged_cancelled_and_loads_nothing(
     assert studio.manager.loaded() == [], "a cancelled run loads no model"
     [run] = studio.runlog.runs()
     assert run["status"] == "cancelled" and "before it started" in run["error"]
+
+
+# ---- what a cancelled sweep shows (studio.ui.progress_views) -----------------------------------------------
+
+
+def cancelled_compare(studio, monkeypatch, stop_at: int, **kw):
+    """A Compare of the baseline, channels_last and sdpa (1 warm-up, 3 rounds) whose stop check says
+    'cancelled by the user' from its `stop_at`-th call on; the SweepCancelled it raises."""
+    from studio.request import validate_request
+    from studio.sweeps.compare import run_compare
+    from studio.sweeps.runner import SweepCancelled
+
+    real, called = studio.compute, []
+    monkeypatch.setattr(studio, "compute", lambda req, **k: called.append(1) or real(req, **k))
+    req = validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, width=32, height=32)
+    with pytest.raises(SweepCancelled) as caught:
+        run_compare(
+            studio,
+            req,
+            ["channels_last", "sdpa"],
+            warmup=1,
+            rounds=3,
+            should_stop=lambda: "cancelled by the user" if len(called) >= stop_at else None,
+            **kw,
+        )
+    return caught.value
+
+
+def test_a_cancelled_compare_shows_the_sentence_and_every_configuration_so_far(studio, monkeypatch):
+    from studio.ui import progress_views
+
+    exc = cancelled_compare(studio, monkeypatch, 11)  # in channels_last's third round
+    outputs = progress_views.compare_cancelled(exc)
+    assert len(outputs) == 18, "the outputs of views.compare_outputs"
+    _, note, gallery, table, _details, bars, choice, slider, pairs, csv, md, *_xy, rows = outputs
+    assert note.startswith(
+        "**Compare: Cancelled by the user during round 3 of 3, configuration 2 of 3 (channels_last), "
+        "after 10 of 12 calls: 1 of 3 configurations finished (3 rounds each).**"
+    )
+    assert "*partial*" in note
+    shown = table.data  # a Styler, as views.styled shows tables
+    assert list(shown["Verdict"]) == ["baseline", "partial: 2 of 3 rounds", "partial: 2 of 3 rounds"]
+    assert all(cell.endswith(" ms") or cell.endswith(" s") for cell in shown["Latency"])
+    assert [c for _, c in gallery][1].endswith("· partial: 2 of 3 rounds") and len(gallery) == 3
+    assert gallery[0][0].size == (32, 32) and list(pairs) == ["channels_last", "sdpa"]
+    assert slider == pairs["channels_last"] and choice["value"] == "channels_last"
+    assert list(bars["configuration"]) == ["baseline", "channels_last", "sdpa"]
+    assert csv.endswith("compare-cancelled.csv") and rows is exc.records
+    assert "| sdpa |" in Path(md).read_text() and "partial: 2 of 3 rounds" in Path(md).read_text()
+
+
+def test_a_compare_cancelled_before_its_first_round_says_so_without_images(studio, monkeypatch):
+    from studio.ui import progress_views
+
+    exc = cancelled_compare(studio, monkeypatch, 1)
+    _, note, gallery, table, *_ = progress_views.compare_cancelled(exc)
+    assert "before the first call" not in note and "after 0 of 12 calls" in note
+    assert gallery == [] and set(table.data["Verdict"]) == {"cancelled"}
+    assert "the sweep stopped before its first round" in table.data["Latency"][0]
+
+
+def test_cancelled_ladder_and_autotune_fill_their_tabs_outputs():
+    from studio.errors import Cancelled
+    from studio.ui import progress_views
+
+    plain = Cancelled("Cancelled after 0 of 4 steps, before it started (cancelled by the user).")
+    ladder = progress_views.ladder_cancelled(plain)
+    assert len(ladder) == 4 and ladder[1].startswith("Ladder: Cancelled after 0 of 4 steps")
+    tune = progress_views.autotune_cancelled(plain)
+    assert len(tune) == 8 and tune[5]["cancelled"] and tune[6] is None, "no winner"
+    assert "Nothing is offered" in tune[1]
+
+
+def test_a_sweeps_progress_reaches_gr_progress_as_a_fraction_and_a_sentence():
+    from studio.ui import progress_views
+
+    told = []
+    report = progress_views.progress_to(lambda value, desc: told.append((value, desc)), "Compare")
+    report(1.5, 12, "configuration 2 of 3 (channels_last), warm-up 1 of 1, step 4 of 8")
+    assert told == [(0.125, "Compare: configuration 2 of 3 (channels_last), warm-up 1 of 1, step 4 of 8")]
+
+
+def test_a_profile_cancelled_while_it_waits_does_not_start_and_one_without_flags_says_it_cannot_stop(studio):
+    from studio.ui.handlers.profile import CANNOT_STOP, build_profile_handlers
+
+    cancels = Cancellations()
+    handlers = build_profile_handlers(studio, cancels)
+    cancels.reserve("api")  # a client without a session: its Profile was asked for and waits
+    assert handlers["profile_cancel"](None).startswith("A Profile waiting in the queue will not start")
+    fields = {"model": "tiny-shapes", "prompt": "a red circle", "steps": 3, "width": 32, "height": 32}
+    note, *figures, shown = handlers["profile"](**fields)
+    assert note.startswith("**Profile cancelled before it started** (cancelled by the user)")
+    assert figures == [None] * 4 and shown["visible"]
+    assert studio.runlog.runs() == [], "nothing was profiled or logged"
+    assert build_profile_handlers(studio)["profile_cancel"](None) == CANNOT_STOP

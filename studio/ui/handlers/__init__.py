@@ -25,6 +25,6 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
         **build_generate_handlers(studio, cancels),
         **build_sweep_handlers(studio, cancels),
         **build_history_handlers(studio),
-        **build_profile_handlers(studio),
+        **build_profile_handlers(studio, cancels),
         **build_system_handlers(studio),
     }

@@ -1,5 +1,10 @@
-"""Profile's handler: `/profile`, where the time of one denoising step goes (logged as a run). It takes the
-request's fields by name (`**fields`, read by `form_request`), passed by the tab with `inputs_kwargs`."""
+"""Profile's handlers: `/profile`, where the time of one denoising step goes (logged as a run), and its tab's
+Cancel. It takes the request's fields by name (`**fields`, read by `form_request`), passed by the tab with
+`inputs_kwargs`.
+
+A profile is one short call (three steps) that the engine cannot stop part-way: with the sessions' cancel
+flags (`cancels`), a Cancel stops a Profile that waits in the queue before it starts, and a running one ends
+after its third step."""
 
 from __future__ import annotations
 
@@ -11,7 +16,11 @@ import pandas as pd
 from studio.engine import Studio
 from studio.report import profile_text
 from studio.request.profile import validate_profile
-from studio.ui.handlers.common import engine_errors, form_request, optional_fields
+from studio.ui.cancel import Cancellations
+from studio.ui.handlers.common import engine_errors, form_request, optional_fields, session_of, stop_check
+
+CANNOT_STOP = "A Profile runs three steps and cannot stop part-way: it ends on its own in a moment."
+STOPPING = "A Profile waiting in the queue will not start; one already profiling ends after its third step."
 
 
 def profile_outputs(data: dict) -> tuple:
@@ -27,20 +36,45 @@ def profile_outputs(data: dict) -> tuple:
     )
 
 
-def build_profile_handlers(studio: Studio) -> dict[str, Callable]:
-    """Profile's event function, closed over one Studio."""
+def profile_cancelled(why: str) -> tuple:
+    """The tab's outputs for a Profile cancelled before it started: a sentence, nothing else."""
+    note = f"**Profile cancelled before it started** ({why}): nothing was profiled or logged."
+    return note, None, None, None, None, gr.update(visible=True)
+
+
+def build_profile_handlers(studio: Studio, cancels: Cancellations | None = None) -> dict[str, Callable]:
+    """Profile's event functions, closed over one Studio and, when given, the sessions' cancel flags."""
 
     @optional_fields
     @engine_errors
-    def profile(progress=gr.Progress(), **fields):
+    def profile(request: gr.Request = None, progress=gr.Progress(), **fields):
         """Where the time of one denoising step goes, by kind of operator and by operator, with its FLOPs and
         how close it comes to the device's matmul peak. The run is logged."""
+        should_stop = stop_check(cancels, request) if cancels is not None else None
         req = form_request(fields)
         validate_profile(req)
-        progress(0, desc="loading / configuring, then profiling step 2")
+        why = should_stop() if should_stop is not None else None
+        if why:
+            return profile_cancelled(why if isinstance(why, str) else "stopped")
+        progress(
+            None,  # the engine reports no steps of a profile: no share done to show
+            desc=f"Profile: preparing the pipeline, then step 1 of {req.steps} (warm-up), step 2 (profiled) "
+            "and step 3 (timed without the profiler)",
+        )
         run = studio.profile(req)
         for warning in run.warnings:
             gr.Warning(warning)
         return profile_outputs(run.as_json())
 
-    return {"profile": profile}
+    def reserve(request: gr.Request):
+        """Profile was clicked: its cancel flag exists before it leaves the queue (with cancel flags)."""
+        if cancels is not None:
+            cancels.reserve(session_of(request))
+
+    def cancel(request: gr.Request):
+        """Profile's Cancel."""
+        if cancels is None:
+            return CANNOT_STOP
+        return STOPPING if cancels.cancel(session_of(request)) else "Nothing is running."
+
+    return {"profile": profile, "profile_reserve": reserve, "profile_cancel": cancel}

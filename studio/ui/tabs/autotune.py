@@ -1,5 +1,5 @@
-"""The Auto-tune tab: the fastest configuration within a quality floor (`/autotune`), and a button that
-applies the winner in Generate."""
+"""The Auto-tune tab: the fastest configuration within a quality floor (`/autotune`), its progress and Cancel
+(`studio.ui.progress_views`), and a button that applies the winner in Generate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import gradio as gr
 
 from studio.optimizations import availability
 from studio.ui.fields import RawNumber
-from studio.ui.widgets import generation_queue, model_inputs, sweep_counts
+from studio.ui.progress_views import status_area, wire_job
+from studio.ui.widgets import model_inputs, sweep_counts
 
 
 def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> None:
@@ -43,8 +44,10 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         confirm = RawNumber(5, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm")
         batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="tune-batch")
     with gr.Row():
-        go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn")
-        apply = gr.Button("Apply the winner in Generate", interactive=False, elem_id="tune-apply")
+        go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn", scale=2)
+        stop = gr.Button("Cancel", elem_id="tune-cancel-btn", scale=1)
+        apply = gr.Button("Apply the winner in Generate", interactive=False, elem_id="tune-apply", scale=2)
+    status = status_area("tune-status")
     with gr.Column(visible=False, elem_id="tune-results") as results:
         md = gr.Markdown(label="Summary", show_label=False, elem_id="tune-md")
         table = gr.Dataframe(
@@ -77,13 +80,14 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
     inputs = {**fields, "techniques": techniques, "include_compile": include_compile, "min_psnr": min_psnr}
     inputs.update(min_ssim=min_ssim, fidelity_drop=fidelity_drop, warmup=warmup, rounds=rounds)
     inputs.update(confirm_rounds=confirm, batch=batch)
-    go.click(
+    wire_job(
+        (go, stop, status),
         handlers["autotune"],
+        handlers["reserve"],
+        handlers["cancel_job"],
         inputs_kwargs=inputs,
         outputs=[results, md, table, quality, memory, data, winner, apply],
         api_name="autotune",
-        show_progress_on=[go],
-        **generation_queue(),
     )
     apply.click(
         handlers["apply_winner"],

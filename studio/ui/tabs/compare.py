@@ -1,6 +1,7 @@
 """The Compare and Ladder tabs: configurations against the baseline in interleaved rounds (`/compare`), over
 an optional second axis (X/Y: steps, size, scheduler, batch or a technique setting), and the diffusers
-documentation's speed ladder on this machine (`/ladder`)."""
+documentation's speed ladder on this machine (`/ladder`). Each shows where it is while it runs and has a
+Cancel of its own (`studio.ui.progress_views`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from studio.request.axes import AXES
 from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import DEFAULT_MODEL, family_of
 from studio.ui.presets import presets_for, presets_for_model
-from studio.ui.widgets import generation_queue, model_inputs, sweep_counts
+from studio.ui.progress_views import status_area, wire_job
+from studio.ui.widgets import model_inputs, sweep_counts
 
 AXIS_CHOICES = ("none", *AXES, "deepcache.interval", "cfg_cutoff.after", "token_merging.ratio")
 
@@ -48,7 +50,10 @@ def compare_tab(handlers: dict) -> None:
         values = gr.Textbox(
             "", label="X values", placeholder="1,2,4,8 (batch: auto = 1, 2, 4, 8)", elem_id="cmp-values"
         )
-    go = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+    with gr.Row():
+        go = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=3)
+        stop = gr.Button("Cancel", elem_id="cmp-cancel-btn", scale=1)
+    status = status_area("cmp-status")
     with gr.Column(visible=False, elem_id="cmp-results") as results:
         headline = gr.Markdown(label="Headline", show_label=False, elem_id="cmp-headline")
         gallery = gr.Gallery(
@@ -140,13 +145,14 @@ def compare_tab(handlers: dict) -> None:
         peak,
         rows,
     ]
-    go.click(
+    wire_job(
+        (go, stop, status),
         handlers["compare"],
+        handlers["reserve"],
+        handlers["cancel_job"],
         inputs_kwargs=inputs,
         outputs=outputs,
         api_name="compare",
-        show_progress_on=[go],
-        **generation_queue(),
     )
     model, custom = fields["model"], fields["custom_model"]
     model.change(presets_for_model, [model, custom, configs], configs, api_visibility="private")
@@ -170,17 +176,21 @@ def ladder_tab(handlers: dict) -> None:
     with gr.Row():
         warmup, rounds = sweep_counts("lad", 5)
         batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="lad-batch")
-    go = gr.Button("Run the ladder", variant="primary", elem_id="ladder-btn")
+    with gr.Row():
+        go = gr.Button("Run the ladder", variant="primary", elem_id="ladder-btn", scale=3)
+        stop = gr.Button("Cancel", elem_id="ladder-cancel-btn", scale=1)
+    status = status_area("ladder-status")
     with gr.Column(visible=False, elem_id="ladder-results") as results:
         md = gr.Markdown(label="Headline", show_label=False, elem_id="ladder-md")
         table = gr.Dataframe(label="Ladder", wrap=True, interactive=False, elem_id="ladder-table")
         with gr.Accordion("Rows as the API returns them", open=False):
             rows = gr.JSON(label="Rows")
-    go.click(
+    wire_job(
+        (go, stop, status),
         handlers["ladder"],
+        handlers["reserve"],
+        handlers["cancel_job"],
         inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},
         outputs=[results, md, table, rows],
         api_name="ladder",
-        show_progress_on=[go],
-        **generation_queue(),
     )

@@ -1,5 +1,6 @@
 """The Profile tab: where the time of one denoising step goes, by kind of operator and by operator, its
-FLOPs and how close it comes to the device's matmul peak (`/profile`)."""
+FLOPs and how close it comes to the device's matmul peak (`/profile`), with its progress and Cancel
+(`studio.ui.progress_views`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from studio.optimizations import availability
 from studio.request import PRECISIONS
 from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import GROUPS, in_form_order, techniques_by_group
-from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder
+from studio.ui.progress_views import status_area, wire_job
+from studio.ui.widgets import model_inputs, settings_placeholder
 
 
 def profile_tab(handlers: dict) -> None:
@@ -37,7 +39,10 @@ def profile_tab(handlers: dict) -> None:
     settings = gr.Textbox(
         "", label="Technique settings (JSON)", elem_id="prof-settings", placeholder=settings_placeholder()
     )
-    go = gr.Button("Profile", variant="primary", elem_id="profile-btn")
+    with gr.Row():
+        go = gr.Button("Profile", variant="primary", elem_id="profile-btn", scale=3)
+        stop = gr.Button("Cancel", elem_id="profile-cancel-btn", scale=1)
+    status = status_area("prof-status")
     with gr.Column(visible=False, elem_id="prof-results") as results:
         summary = gr.Markdown(label="Summary", show_label=False, elem_id="prof-summary")
         chart = gr.BarPlot(
@@ -63,11 +68,12 @@ def profile_tab(handlers: dict) -> None:
         with gr.Accordion("Profile as the API returns it", open=False):
             record = gr.JSON(label="Profile")
     inputs = in_form_order({**fields, "precision": precision, "optimizations": techniques})
-    go.click(
+    wire_job(
+        (go, stop, status),
         handlers["profile"],
+        handlers["profile_reserve"],
+        handlers["profile_cancel"],
         inputs_kwargs={**inputs, "batch": batch, "settings": settings},
         outputs=[summary, chart, ops, kinds, record, results],
         api_name="profile",
-        show_progress_on=[go],
-        **generation_queue(),
     )

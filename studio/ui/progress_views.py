@@ -1,0 +1,205 @@
+"""What a long job (Compare, Ladder, Auto-tune, Profile) shows while it runs and after a Cancel.
+
+While it runs, its progress ("Compare: configuration 2 of 3 (channels_last), round 1 of 3, step 7 of 20")
+shows in a status area under its buttons (`status_area`; `wire_job` connects the buttons). A cancelled sweep
+(`studio.sweeps.runner.SweepCancelled`) shows what it measured until then, in the same tables as a finished
+one (`studio.ui.views`): rows of configurations that finished all their rounds as usual, the others marked
+*partial* (fewer rounds than asked for, no verdict) or cancelled, under a sentence that says where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from studio import report
+from studio.errors import Cancelled, describe
+from studio.sweeps import ladder as ladder_mod
+from studio.sweeps.runner import SweepCancelled
+from studio.ui import exports, views
+from studio.ui.widgets import generation_queue
+
+STAGE_COLUMN = (("Stage", lambda r: r.get("stage", "")),)
+READ_ROWS = (
+    "Rows marked *partial* ran fewer rounds than asked for: their latency and speedup are over those rounds, "
+    "with no verdict. Finished configurations are logged ok, the others cancelled."
+)
+
+
+def status_area(elem_id: str) -> gr.Markdown:
+    """Where a long job's progress shows while it runs (and what its Cancel answers)."""
+    return gr.Markdown("", elem_id=elem_id, min_height=64, container=True, padding=True)
+
+
+def wire_job(
+    buttons: tuple[gr.Button, gr.Button, gr.Markdown],
+    fn: Callable,
+    reserve: Callable,
+    cancel: Callable,
+    **event,
+) -> None:
+    """(run, cancel, status): the run button runs `fn` (`event`: its inputs, outputs, api_name) in the
+    generation queue with its progress in the status area; `reserve` makes the session's cancel flag at the
+    click, outside the queue (a Cancel while the job waits is not lost); the Cancel button runs `cancel`,
+    whose answer shows in the status area, cleared when the job ends."""
+    go, stop, status = buttons
+    job = go.click(reserve, None, None, queue=False, api_visibility="private").then(
+        fn, show_progress_on=[status], **generation_queue(), **event
+    )
+    job.then(lambda: "", None, status, queue=False, api_visibility="private")
+    stop.click(cancel, None, status, queue=False, api_visibility="private")
+
+
+def progress_to(progress: Any, job: str) -> Callable[[float, int, str], None]:
+    """A sweep's progress callback (calls done, calls, where) for `gr.Progress`, each line named by `job`."""
+    return lambda done, calls, where: progress(done / calls if calls else None, desc=f"{job}: {where}")
+
+
+def sentence(exc: Cancelled, job: str, more: str = "") -> str:
+    """The note a cancelled job shows over its partial results (`more`: a sentence after it)."""
+    if not isinstance(exc, SweepCancelled):
+        return f"{job}: {describe(exc)} The run is logged as cancelled." + (f"  \n{more}" if more else "")
+    stage = f", {exc.stage}" if exc.stage else ""
+    lines = [f"**{job}{stage}: {exc.summary()}**"]
+    if any(r.get("partial") for r in exc.records):
+        lines.append(READ_ROWS)
+    note = report.host_note(exc.records)
+    return "  \n".join(lines + ([more] if more else [])) + (f"\n\n{note}" if note else "")
+
+
+def _rounds(record: dict[str, Any]) -> str:
+    return f"partial: {record['rounds']} of {record['rounds_asked']} rounds"
+
+
+def partial_rows(records: list[dict[str, Any]], first: tuple = ()) -> list[dict[str, str]]:
+    """`report.readable_rows` for a cancelled sweep: a partial row shows its figures, its verdict says
+    'partial: 2 of 3 rounds'."""
+    shown = [{**r, "status": "ok"} if r.get("partial") else r for r in records]
+    rows = report.readable_rows(shown, first)
+    for row, record in zip(rows, records, strict=True):
+        if record.get("partial"):
+            row["Verdict"] = _rounds(record)
+    return rows
+
+
+def _markdown(exc: Cancelled, records: list[dict[str, Any]]) -> str:
+    """The cancelled sweep's sentence and its table (as shown) in Markdown, for the download."""
+    rows = partial_rows(records)
+    head = list(rows[0])
+    lines = [sentence(exc, "Compare").replace("  \n", "\n\n"), "", "| " + " | ".join(head) + " |"]
+    lines.append("|" + "---|" * len(head))
+    lines += ["| " + " | ".join(str(row[h]).replace("|", "\\|") for h in head) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _caption(record: dict[str, Any]) -> str:
+    if not record.get("partial"):
+        return report.caption(record)
+    return f"{report.caption({**record, 'status': 'ok'})} · {_rounds(record)}"
+
+
+def _image(result: Any) -> Image.Image:
+    """A result's first image: the saved one of a finished run, else drawn from the last call's pixels."""
+    if result.images:
+        return result.images[0]
+    return Image.fromarray((np.clip(result.arrays[0], 0, 1) * 255).round().astype(np.uint8))
+
+
+def _pictures(exc: Cancelled) -> list[tuple[dict[str, Any], Image.Image]]:
+    """Each configuration of a cancelled Compare that has an image (finished or partial), with its record."""
+    if not isinstance(exc, SweepCancelled):
+        return []
+    results = [e.result or e.partial for e in exc.partial.entries]
+    return [(r, _image(res)) for r, res in zip(exc.records, results, strict=False) if res is not None]
+
+
+def compare_cancelled(exc: Cancelled) -> tuple:
+    """Compare's outputs (those of `views.compare_outputs`) after a Cancel: the sentence, then every
+    configuration so far (finished or partial): images, table, chart, slider and files."""
+    records = exc.records if isinstance(exc, SweepCancelled) else []
+    pictures = _pictures(exc)
+    has_base = bool(pictures) and pictures[0][0] is records[0]
+    pairs = {r["config"]: (pictures[0][1], image) for r, image in pictures[1:]} if has_base else {}
+    choices = list(pairs)
+    measured = [r for r in records if r["latency_s"] is not None]
+    bars = pd.DataFrame([{"configuration": r["config"], "latency (s)": r["latency_s"]} for r in measured])
+    return (
+        gr.update(visible=True),
+        sentence(exc, "Compare"),
+        [(image, _caption(r)) for r, image in pictures],
+        views.styled(pd.DataFrame(partial_rows(records))) if records else None,
+        views.details_table(records) if records else None,
+        bars if measured else None,
+        gr.update(choices=choices, value=choices[0] if choices else None),
+        pairs[choices[0]] if choices else None,
+        pairs,
+        exports.csv_file(records, "compare-cancelled.csv") if records else None,
+        exports.text_file(_markdown(exc, records), "compare-cancelled.md") if records else None,
+        *views.NO_XY,
+        records or None,
+    )
+
+
+def ladder_cancelled(exc: Cancelled) -> tuple:
+    """Ladder's outputs after a Cancel: results shown, the sentence, the rungs so far, their records."""
+    records = exc.records if isinstance(exc, SweepCancelled) else []
+    table = views.styled(pd.DataFrame(partial_rows(records, ladder_mod.STEP_COLUMN))) if records else None
+    return gr.update(visible=True), sentence(exc, "Ladder"), table, records or None
+
+
+def _floor(record: dict[str, Any]) -> str:
+    if record.get("partial"):
+        return "not judged (partial)"
+    if record["status"] != "ok":
+        return record["status"]
+    return record.get("floor") or "met"
+
+
+def _points(rows: list[dict[str, Any]]) -> pd.DataFrame | None:
+    """Auto-tune's plot points (as `views.autotune_outputs` draws them), None without any."""
+    if not rows:
+        return None
+    return pd.DataFrame(
+        [
+            {
+                "config": r["config"],
+                "latency_s": r["latency_s"],
+                "psnr_db": min(r["psnr_db"] or 100.0, 100.0),
+                "peak_memory_mb": r["peak_memory_mb"],
+            }
+            for r in rows
+        ]
+    )
+
+
+def autotune_cancelled(exc: Cancelled) -> tuple:
+    """Auto-tune's outputs (those of `views.autotune_outputs`) after a Cancel: the sentence, every row so
+    far with its stage, latency against quality for the finished rows and against memory for those with
+    rounds too, no winner."""
+    rows = exc.records if isinstance(exc, SweepCancelled) else []
+    table = None
+    if rows:
+        table = pd.DataFrame(partial_rows(rows, STAGE_COLUMN)).drop(columns=["Peak memory"])
+        table["Quality floor"] = [_floor(r) for r in rows]
+        table = views.styled(table)
+    quality = _points([r for r in rows if r["status"] == "ok"])  # a partial row's image was not judged
+    memory = _points([r for r in rows if r["status"] == "ok" or r.get("partial")])
+    said = sentence(exc, "Auto-tune", "Nothing is offered: the search did not finish.")
+    data = {
+        "group_id": exc.partial.group_id if isinstance(exc, SweepCancelled) else None,
+        "winner": None,
+        "winner_label": "baseline",
+        "summary": said,
+        "confirmation": None,
+        "rows": rows,
+        "pareto_quality": [],
+        "pareto_memory": [],
+        "cancelled": True,
+    }
+    apply = gr.update(interactive=False, value="Nothing to apply")
+    return gr.update(visible=True), said, table, quality, memory, data, None, apply

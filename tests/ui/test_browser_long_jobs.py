@@ -1,0 +1,134 @@
+"""Long jobs in a real browser (Debian's chromium driven by Playwright, 1280x900): Compare and Auto-tune show
+where they are while they run, on their own tab, and their own Cancel stops them and shows what was measured.
+
+The runs are sized (256x256, 12 steps: about a second a call on these CPUs) so that each is still running
+when the test has read its progress; the screenshots go to test-artifacts/ (look at them after a change).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.server import ROOT, Server
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed"),
+]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+WIDTH, HEIGHT = 1280, 900
+LONG = 240_000
+STEPS, SIDE = 12, 256
+WHERE = re.compile(r"configuration \d of \d+ \([^)]+\), (warm-up|round) \d of \d")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("long-jobs")).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        page.goto(server.url, wait_until="load")
+        page.locator("#generate-btn").wait_for(timeout=60_000)
+        yield page
+        browser.close()
+
+
+def _size(page, prefix: str) -> None:
+    page.locator(f"#{prefix}-steps input").fill(str(STEPS))
+    for axis in ("width", "height"):
+        page.locator(f"#{prefix}-{axis} input").fill(str(SIDE))
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def _no_horizontal_scroll(page) -> None:
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= WIDTH, f"the page is {width} px wide at a {WIDTH} px window"
+
+
+def _watch_then_cancel(page, prefix: str, job: str, name: str) -> None:
+    """While the job runs its status area says where it is (a step of round 2 of 3 reached); photograph it,
+    then click the tab's own Cancel."""
+    from playwright.sync_api import expect
+
+    status = page.locator(f"#{prefix}-status")
+    expect(status).to_contain_text(f"{job}: ", timeout=LONG)
+    expect(status).to_contain_text(re.compile(rf"round 2 of 3, step \d+ of {STEPS}"), timeout=LONG)
+    assert WHERE.search(status.inner_text()), status.inner_text()
+    status.scroll_into_view_if_needed()
+    _shot(page, f"{name}-progress")
+    page.locator(f"#{prefix}-cancel-btn").click()
+
+
+def _cancelled(page, note: str, table: str, name: str) -> str:
+    """The tab shows the cancelled sentence over a table of what was measured; no error."""
+    from playwright.sync_api import expect
+
+    expect(page.locator(note)).to_contain_text("Cancelled by the user", timeout=LONG)
+    text = page.locator(note).inner_text()
+    assert re.search(r"after \d+ of \d+ calls: \d of \d configurations finished \(3 rounds each\)\.", text)
+    rows = page.locator(table).inner_text()
+    assert "partial: " in rows and " of 3 rounds" in rows, rows
+    assert "baseline" in rows and (" s" in rows or " ms" in rows)
+    assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
+    _no_horizontal_scroll(page)
+    page.locator(note).scroll_into_view_if_needed()
+    _shot(page, f"{name}-cancelled")
+    return text
+
+
+def test_compare_shows_its_progress_and_its_cancel_keeps_what_was_measured(page):
+    page.get_by_role("tab", name="Compare").click()
+    _size(page, "cmp")
+    boxes = page.locator("#cmp-configs")
+    assert boxes.get_by_label("bf16", exact=True).is_checked(), "the baseline and two configurations"
+    assert boxes.get_by_label("channels_last", exact=True).is_checked()
+    page.locator("#cmp-rounds input").fill("3")
+    page.locator("#compare-btn").click()
+    _watch_then_cancel(page, "cmp", "Compare", "compare")
+    _cancelled(page, "#cmp-headline", "#cmp-table", "compare")
+    assert page.locator("#cmp-status").inner_text().strip() == "", "the status is cleared when the job ends"
+
+
+def test_autotune_shows_its_stage_and_progress_and_its_cancel_offers_nothing(page):
+    page.get_by_role("tab", name="Auto-tune").click()
+    _size(page, "tune")
+    picked = page.get_by_role("combobox", name="Techniques to search", exact=False)
+    picked.fill("channels_last")  # a user narrows the search to one technique
+    picked.press("Enter")
+    page.locator("#tune-rounds input").fill("3")
+    page.locator("#tune-confirm input").fill("3")
+    page.locator("#tune-btn").click()
+    _watch_then_cancel(page, "tune", "Auto-tune", "autotune")
+    text = _cancelled(page, "#tune-md", "#tune-table", "autotune")
+    assert "measuring each technique alone" in text and "Nothing is offered" in text
+    assert page.locator("#tune-apply").is_disabled()
