@@ -7,9 +7,12 @@ and the run log's export all speak in `KEYS`; `docs/api.md` lists them with thei
 - `studio.report.vocabulary`: `KEYS`, the keys with their units and meanings;
 - `studio.report.records`: runs, failures and run-log rows as records;
 - `studio.report.text`: records as words, Markdown and CSV;
+- `studio.report.notes`: sentences that explain a sweep's table (what Latency and Speedup are, rows where the
+  two disagree);
 - `studio.report.system`: this machine in words.
 """
 
+from studio.report.notes import disagreements, figures_legend, point_name, speedup_title
 from studio.report.records import (
     MEMORY_RESOLUTION_MB,
     failed_record,
@@ -21,6 +24,7 @@ from studio.report.records import (
 from studio.report.system import machine_rows
 from studio.report.text import (
     TABLE,
+    breakable,
     caption,
     emit,
     host_note,
@@ -29,6 +33,7 @@ from studio.report.text import (
     quality,
     ratio,
     readable_rows,
+    run_memory,
     seconds,
     to_csv,
 )
@@ -38,21 +43,27 @@ __all__ = [
     "KEYS",
     "MEMORY_RESOLUTION_MB",
     "TABLE",
+    "breakable",
     "caption",
+    "disagreements",
     "docs_table",
     "emit",
     "failed_record",
+    "figures_legend",
     "host_note",
     "log_record",
     "machine_rows",
     "markdown",
     "memory",
     "pays_off_after",
+    "point_name",
     "quality",
     "ratio",
     "readable_rows",
+    "run_memory",
     "run_record",
     "seconds",
     "single_record",
+    "speedup_title",
     "to_csv",
 ]

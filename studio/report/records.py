@@ -30,6 +30,17 @@ def _footprints(m: dict[str, Any], resident: bool) -> list[int]:
     return [a + (m["memory_resident"] if resident else 0) for a in added]
 
 
+def _run_memory(m: dict[str, Any]) -> dict[str, float | None]:
+    """What a run itself needed (`_footprints`, the median call) and its pipeline's weights within it, in MB:
+    none for a run without the figures (failed, or logged before the resident weights were recorded)."""
+    if m.get("memory_resident") is None or (m.get("memory_added") is None and not m.get("memory_added_all")):
+        return {"run_memory_mb": None, "weights_mb": None}
+    return {
+        "run_memory_mb": _num(statistics.median(_footprints(m, resident=True)) / 2**20, 1),
+        "weights_mb": _num(m["memory_resident"] / 2**20, 1),
+    }
+
+
 def _memory_change(m: dict[str, Any], base: dict[str, Any] | None) -> tuple[float | None, str | None]:
     """Change of the memory a configuration needs (`_footprints`) against the baseline, when the probe can
     resolve it. Not the peaks: in a sweep the peak also holds the other configurations' copies of the model.
@@ -76,6 +87,7 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
         "first_call_s": _num(m.get("first_call_seconds"), 3),
         "recompiles": graph_builds(stats) or None,
         "peak_memory_mb": None if m.get("peak_memory") is None else _num(m["peak_memory"] / 2**20, 1),
+        **_run_memory(m),
         "memory_kind": m.get("memory_kind"),
         "psnr_db": None if psnr is None or math.isinf(psnr) else _num(psnr, 2),
         "ssim": _num(m.get("ssim"), 4),

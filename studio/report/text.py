@@ -39,6 +39,20 @@ def memory(record: dict[str, Any]) -> str:
     return text
 
 
+def run_memory(record: dict[str, Any]) -> str:
+    """What a run itself needed: '1,650 MB (weights 1,620 MB + 30 MB during the call)', or '–'."""
+    total, weights = record.get("run_memory_mb"), record.get("weights_mb")
+    if total is None or weights is None:
+        return "–"
+    return f"{total:,.0f} MB (weights {weights:,.0f} MB + {total - weights:,.0f} MB during the call)"
+
+
+def breakable(text: str) -> str:
+    """Text as a narrow table cell shows it: a configuration may break after each '+' or ',' and a range
+    ('(1.01–1.30)') stays whole (zero-width spaces and word joiners; the cell's value is unchanged)."""
+    return text.replace("+", "+\u200b").replace(",", ",\u200b").replace("–", "\u2060–\u2060")
+
+
 def quality(record: dict[str, Any]) -> str:
     if record.get("verdict") == "baseline":
         return "reference"

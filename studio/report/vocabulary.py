@@ -30,8 +30,17 @@ KEYS: dict[str, tuple[str, str]] = {
     "recompiles": ("", "graphs traced or compiled for this pipeline so far"),
     "peak_memory_mb": (
         "MB",
-        "peak memory of the process during a call: CUDA allocator peak, or peak RSS on CPU",
+        "peak memory of the process during a call: CUDA allocator peak, or peak RSS on CPU (all the process "
+        "holds, the other pipelines it keeps loaded included)",
     ),
+    "run_memory_mb": (
+        "MB",
+        "memory this run itself needed: its pipeline's weights on the device when the call started plus the "
+        "median of what its calls added above the memory in use (activations); unlike peak_memory_mb it "
+        "leaves out the other pipelines the process holds; null for runs logged before the weights were "
+        "recorded",
+    ),
+    "weights_mb": ("MB", "of run_memory_mb, its pipeline's weights on the device when the call started"),
     "memory_kind": ("", "cuda_allocated (exact) or cpu_rss (process resident set, coarse)"),
     "memory_change_mb": (
         "MB",

@@ -28,6 +28,17 @@ from studio.ui.tabs.profile import profile_tab
 from studio.ui.tabs.system import shard_tab, system_tab
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
+# Every table fits a 1280 px page: Gradio sizes a table's columns from its longest cells laid out on one line,
+# so cells wrap (at spaces, and a configuration after each '+': `views.styled`) when measured and when shown.
+# Compare's and the Ladder's tables show all their rows (wrapped rows are taller than the 500 px Gradio
+# scrolls within); History's and Auto-tune's long ones scroll. Compare's gallery grows with its rows (Gradio
+# caps it at 55% of the window and scrolls inside, which hid the last captions of an X/Y sweep).
+SWEEP_TABLES = ("#ladder-table", "#cmp-table", "#cmp-details")  # Auto-tune's dozens of rows scroll
+CSS = f"""
+.table-wrap td .cell-wrap {{ white-space: normal; overflow-wrap: break-word; }}
+{", ".join(f"{t} .virtual-table-viewport" for t in SWEEP_TABLES)} {{ max-height: none !important; }}
+#cmp-gallery .grid-wrap.fixed-height {{ max-height: none; }}
+"""
 
 
 def queue_size() -> int:
@@ -68,14 +79,15 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
 def launch_kwargs() -> dict[str, Any]:
     """Launch settings: where the server listens (STUDIO_HOST and STUDIO_PORT, else Gradio's own
     GRADIO_SERVER_NAME and GRADIO_SERVER_PORT, which a Hugging Face Space sets to 0.0.0.0 and 7860; else
-    127.0.0.1:7860), theme and css (they live here in Gradio 6), the upload limit, and the MCP server (at
-    /gradio_api/mcp/, unless STUDIO_MCP=0)."""
+    127.0.0.1:7860), theme and css (they live here in Gradio 6: `CSS`, then assets/studio.css), the upload
+    limit, and the MCP server (at /gradio_api/mcp/, unless STUDIO_MCP=0)."""
     env = os.environ.get
     auth = env("STUDIO_AUTH")
     return {
         "server_name": env("STUDIO_HOST") or env("GRADIO_SERVER_NAME") or "127.0.0.1",
         "server_port": int(env("STUDIO_PORT") or env("GRADIO_SERVER_PORT") or 7860),
         "theme": gr.themes.Soft(),
+        "css": CSS,
         "css_paths": [CSS_PATH] if CSS_PATH.exists() else None,
         "max_file_size": "10mb",
         "auth": tuple(auth.split(":", 1)) if auth and ":" in auth else None,

@@ -3,14 +3,17 @@ tables that fit 1280 px, details one click away, nothing shown before there are 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gradio as gr
 import pandas as pd
+from pandas.io.formats.style import Styler
 from PIL import Image
 
 from studio import report
 from studio.sweeps import autotune as autotune_mod
+from studio.sweeps import ladder as ladder_mod
 from studio.ui import exports
 
 MEMORY_NOTE = {
@@ -29,6 +32,13 @@ DETAILS = (
     ("Host busy (%)", "host_busy_pct"),
     ("Run", "run_id"),
 )
+
+
+RUN_MEMORY_NOTE = (
+    "This run: its pipeline's weights on the device plus what its call added (activations). The process's "
+    "peak also counts every other pipeline the process keeps loaded"
+)
+BREAKABLE = ("Configuration", "Speedup")  # columns (by how their titles start) that wrap where they may
 
 
 # Compare's X/Y outputs when a sweep has no second axis: the X/Y column, grid, two heat maps, two plots hidden
@@ -50,8 +60,9 @@ def batch_image(images: list[Image.Image]) -> Image.Image:
     return sheet
 
 
-def generate_card(m: dict[str, Any]) -> str:
-    """The metrics card under Generate's image."""
+def generate_card(m: dict[str, Any], note: str | None = None) -> str:
+    """The metrics card under Generate's image; `note` first (what the model's images are, for a model whose
+    weights are random)."""
     fidelity = "" if m["fidelity"] is None else f" · prompt fidelity **{m['fidelity']:.0%}**"
     first = "" if m["first_call_s"] is None else f" · first call {report.seconds(m['first_call_s'])}"
     if m["batch"] == 1:
@@ -63,12 +74,16 @@ def generate_card(m: dict[str, Any]) -> str:
         )
     estimate = m.get("memory_estimate") or {}
     estimated = f" (estimated {estimate['peak']:,} MB)" if estimate.get("known") else ""
+    total, _, parts = report.run_memory(m).partition(" (")
+    mine = f"**{total}**" + (f" ({parts}" if parts else "")
     lines = [
-        f"{speed} · {m['steps_per_s']:.1f} steps/s · peak {report.memory(m)}{estimated}{fidelity}",
+        *([note] if note else []),
+        f"{speed} · {m['steps_per_s']:.1f} steps/s{fidelity}",
+        f"Memory: this run {mine} · the process's peak {report.memory(m)}{estimated}",
         f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed "
         f"{m['seed']}"
         f" · load {report.seconds(m['load_s'])}{first}",
-        f"<small>{MEMORY_NOTE.get(m['memory_kind'], '')}</small>",
+        f"<small>{'; '.join(filter(None, (RUN_MEMORY_NOTE, MEMORY_NOTE.get(m['memory_kind']))))}.</small>",
     ]
     if m.get("device_map"):
         lines.append(f"Device map: `{', '.join(f'{k} → {v}' for k, v in m['device_map'].items())}`")
@@ -82,30 +97,60 @@ def generate_card(m: dict[str, Any]) -> str:
 
 
 def headline(records: list[dict[str, Any]]) -> str:
-    """One paragraph over a sweep's tables: what was measured, and the busy-host warning when there is one."""
+    """A sweep's paragraphs over its tables: what was measured, what won, what Latency and Speedup are, rows
+    whose two figures disagree, and the busy-host warning when there is one."""
     ok = [r for r in records if r["status"] == "ok"]
-    rounds = max((r["rounds"] or 0 for r in ok), default=0)
-    faster = [r["config"] for r in ok if r["verdict"] == "faster"]
-    text = (
-        f"{len(ok)} configuration(s) timed in {rounds} interleaved rounds; speedups are the median of "
-        "per-round "
-        f"ratios against the baseline, with their range. "
-    )
+    faster = [report.point_name(r) for r in ok if r["verdict"] == "faster"]
+    xs = {r["x"] for r in ok if r.get("x") is not None}
+    what = f"{len(ok)} configuration(s)"
+    if xs:
+        what = f"{len({r['config'] for r in ok})} configuration(s), each at {len(xs)} {ok[0]['axis']} values,"
+    rounds = report.notes.sweep_rounds(records)
+    text = f"{what} timed in interleaved rounds against the baseline ({rounds} round{'s' * (rounds != 1)}). "
     text += (
         f"Faster beyond noise: **{', '.join(faster)}**."
         if faster
         else "Nothing was faster than the baseline beyond noise."
     )
+    text += f"\n\n<small>{report.figures_legend(records)}"
     kind = next((r["memory_kind"] for r in ok if r.get("memory_kind")), None)
     if kind:
-        text += (
-            f"  \n<small>{MEMORY_NOTE[kind]}; smaller differences read 'no measurable difference'.</small>"
-        )
-    note = report.host_note(records)
-    return text + (f"\n\n{note}" if note else "")
+        note = MEMORY_NOTE[kind]
+        text += f" {note[0].upper()}{note[1:]}; smaller differences read 'no measurable difference'."
+    text += "</small>"
+    notes = [*report.disagreements(records), report.host_note(records)]
+    return "\n\n".join([text, *(n for n in notes if n)])
 
 
-def details_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+def _cell(value: Any, wrap: bool = False) -> str:
+    """A value as a table shows it: '–' when missing, a whole float without its '.0' (a run id a row without
+    one turned into floats), a configuration or a range `report.breakable` when `wrap`."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return report.breakable(str(value)) if wrap else str(value)
+
+
+def styled(table: pd.DataFrame) -> Styler:
+    """A table as the browser shows it: configurations break after a '+' and speedup ranges stay whole when a
+    column is narrow (display only: the values clients read are unchanged)."""
+    wrap = [c for c in table.columns if str(c).startswith(BREAKABLE)]
+    return table.style.format(_cell).format(lambda v: _cell(v, wrap=True), subset=wrap)
+
+
+def sweep_table(records: list[dict[str, Any]], first: tuple = ()) -> Styler:
+    """A sweep's rows (`report.readable_rows`), the Speedup column titled with the rounds behind it."""
+    table = pd.DataFrame(report.readable_rows(records, first))
+    return styled(table.rename(columns={report.notes.SPEEDUP: report.speedup_title(records)}))
+
+
+def ladder_table(records: list[dict[str, Any]]) -> Styler:
+    """The Ladder's rows: its step first, then the sweep's columns."""
+    return sweep_table(records, ladder_mod.STEP_COLUMN)
+
+
+def details_table(records: list[dict[str, Any]]) -> Styler:
     def cell(r: dict[str, Any], key: str) -> Any:
         value = r.get(key)
         if key == "first_call_s":
@@ -114,7 +159,7 @@ def details_table(records: list[dict[str, Any]]) -> pd.DataFrame:
             return f"{value:.0%}"
         return "–" if value is None else value
 
-    return pd.DataFrame([{title: cell(r, key) for title, key in DETAILS} for r in records])
+    return styled(pd.DataFrame([{title: cell(r, key) for title, key in DETAILS} for r in records]))
 
 
 def compare_outputs(result) -> tuple:
@@ -131,7 +176,7 @@ def compare_outputs(result) -> tuple:
         gr.update(visible=True),
         headline(records),
         gallery,
-        pd.DataFrame(report.readable_rows(records)),
+        sweep_table(records),
         details_table(records),
         bars,
         gr.update(choices=choices, value=choices[0] if choices else None),
@@ -181,6 +226,7 @@ def autotune_outputs(result) -> tuple:
     table["Quality floor"] = [
         ("met" if r.get("meets_floor") else r.get("floor") or r["status"]) for r in rows
     ]
+    table = styled(table)
     data = autotune_mod.as_json(result)
     winner = data["winner"]
     label = f"Apply {result.winner_label} in Generate" if winner else "Nothing to apply: keep the baseline"
@@ -218,9 +264,7 @@ def history_outputs(records: list[dict[str, Any]], csv_path: str) -> tuple:
         ("Model", lambda r: r["model"]),
     )
     table = pd.DataFrame(report.readable_rows(records, first))
-    table = table.drop(
-        columns=["Image vs baseline", "Peak memory"], errors="ignore"
-    )  # in the CSV; 7 columns fit
+    table = styled(table.drop(columns=["Image vs baseline", "Peak memory"], errors="ignore"))  # in the CSV
     ok = [r for r in records if r["status"] == "ok" and r["latency_s"] is not None]
     times = pd.to_datetime([r["created_at"] for r in ok], utc=True)
     plot = pd.DataFrame(

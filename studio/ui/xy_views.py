@@ -67,7 +67,7 @@ def heat_map(result: xy.XYResult, key: str) -> Any:
     else:  # identical (None) is as good as it gets; 20 dB and below is a different image
         colours = [[_shade(60.0 if v is None else v, 20.0, 30.0, 60.0) for v in row] for row in values]
     styles = pd.DataFrame([["", *row] for row in colours], columns=columns)
-    return frame.style.apply(lambda _: styles, axis=None)
+    return frame.style.apply(lambda _: styles, axis=None).format(report.breakable)
 
 
 def throughput_frames(result: xy.XYResult) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -105,7 +105,7 @@ def xy_outputs(result: xy.XYResult) -> tuple:
         gr.update(visible=True),
         views.headline(records) + "\n\n" + xy.summary(result),
         gallery,
-        pd.DataFrame(report.readable_rows(records, first)),
+        views.sweep_table(records, first),
         views.details_table(records),
         bars,
         gr.update(choices=list(pairs), value=next(iter(pairs), None)),

@@ -301,6 +301,16 @@ def test_the_served_png_carries_its_run_and_read_image_reads_it(client, tmp_path
     assert plain["found"] is False and "carries no generation settings" in plain["message"]
 
 
+def test_an_images_settings_outside_what_a_request_may_ask_are_not_loaded(client, tmp_path):
+    """A PNG naming a model file outside the allowed roots, a pickle VAE and 10^9 steps: /read_image says why
+    and hands back no settings (the form's Load from image fills nothing)."""
+    from tests.faults.files import outside_png
+
+    found = client.predict(handle_file(str(outside_png(tmp_path))), api_name="/read_image")
+    assert found["found"] is False and found["settings"] is None
+    assert "Its settings were not loaded" in found["message"]
+
+
 def test_a_single_file_checkpoint_and_a_vae_override_over_the_api(client, server):
     """What people have: the bundled model as one original-layout .safetensors file, and a VAE folder."""
     import torch

@@ -11,13 +11,16 @@ from collections.abc import Callable
 
 import gradio as gr
 
+from pipelines.spec import PipelineSpec
 from studio import report
 from studio.engine import Studio
-from studio.errors import Cancelled, OutOfMemory
+from studio.errors import Cancelled, OutOfMemory, StudioError, UnavailableError, describe
 from studio.report import image_metadata
+from studio.request import build_request
 from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
+    DEFAULT_MODEL,
     cancelled_note,
     engine_errors,
     form_request,
@@ -26,6 +29,32 @@ from studio.ui.handlers.common import (
     session_of,
     stop_check,
 )
+
+
+def model_note(spec: PipelineSpec) -> str | None:
+    """What a model's images are, where that is not a picture: a random-weight architecture draws noise by
+    design (it is there to measure speed)."""
+    if not spec.source.startswith("arch:"):
+        return None
+    return (
+        f"**Noise by design:** {spec.id} has random weights, so its images are noise; it is there to measure "
+        "speed, and the studio is working. For a picture, use tiny-shapes or a trained model."
+    )
+
+
+def checked_image_settings(found: image_metadata.ImageSettings) -> tuple[dict | None, str]:
+    """An image's settings checked as a typed request (`build_request`): every value but the techniques must
+    pass, else nothing is loaded and the sentence says why; techniques this machine cannot run are loaded with
+    the reason (the user may switch machine or untick them)."""
+    fields = image_metadata.request_fields(found.settings, DEFAULT_MODEL)
+    try:
+        build_request(**{**fields, "optimizations": []})  # a bad path or value cannot hide behind a technique
+        build_request(**fields)
+    except UnavailableError as exc:
+        return found.settings, f"{found.message} {describe(exc)}"
+    except StudioError as exc:
+        return None, f"{found.message} Its settings were not loaded: {describe(exc)}"
+    return found.settings, found.message
 
 
 def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
@@ -49,7 +78,8 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         for warning in result.warnings:
             gr.Warning(warning)
         metrics = report.single_record(result)
-        return views.batch_image(result.images), views.generate_card(metrics), metrics
+        card = views.generate_card(metrics, model_note(result.request.spec))
+        return views.batch_image(result.images), card, metrics
 
     @optional_fields
     @engine_errors
@@ -82,23 +112,28 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         return estimate(**fields)["sentence"]
 
     def load_image(path):
-        """A PNG's settings into Generate's form, and a sentence on what was found (never an error)."""
+        """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found
+        (never an error)."""
         found = image_metadata.read(path) if path else None
-        if found is None or found.settings is None:
-            message = found.message if found else "Drop a PNG file to load its settings."
+        settings, message = None, (found.message if found else "Drop a PNG file to load its settings.")
+        if found is not None and found.settings is not None:
+            settings, message = checked_image_settings(found)
+        if settings is None:
             return (*[gr.update()] * len(form_values({})), message)
-        return (*form_values(found.settings), found.message)
+        return (*form_values(settings), message)
 
     def read_image(path):
-        """The API's `/read_image`: the settings a PNG carries, as run-log column names."""
+        """The API's `/read_image`: the settings a PNG carries, as run-log column names, once they pass the
+        same checks as a typed request."""
         if not path:
             raise gr.Error("Give a PNG file (gradio_client: handle_file(path)).", print_exception=False)
         found = image_metadata.read(path)
+        settings, message = (None, found.message) if found.settings is None else checked_image_settings(found)
         return {
-            "found": found.settings is not None,
+            "found": settings is not None,
             "source": found.source,
-            "message": found.message,
-            "settings": found.settings,
+            "message": message,
+            "settings": settings,
         }
 
     def reserve(request: gr.Request):

@@ -1,5 +1,6 @@
-"""History's handlers: `/history` (the run log, filtered, with its CSV), `/load_config` (a logged run back
-into Generate's form), a click on a History row, and `/export_db`."""
+"""History's handlers: `/history` (the run log, filtered, with its CSV; the tab's Refresh answers a bad filter
+with a sentence instead), `/load_config` (a logged run back into Generate's form), a click on a History row,
+and `/export_db`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import gradio as gr
 
 from studio import report
 from studio.engine import Studio
+from studio.errors import StudioError, describe
 from studio.request import validate_history, validate_run_id
 from studio.ui import exports, views
 from studio.ui.handlers.common import engine_errors, form_values
@@ -19,10 +21,23 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
 
     @engine_errors
     def history(model, device, status, technique, since, limit):
+        """The run log, newest first, filtered by model, device, status, technique, since (an ISO date or
+        time) and a row limit: the table, the latency plot and a CSV of the runs."""
         f = validate_history(model, device, status, technique, since, None, limit or 200)
         rows = studio.history(f)
         records = [report.log_record(r) for r in rows]
         return views.history_outputs(records, exports.csv_file(records))
+
+    def history_form(model, device, status, technique, since, limit):
+        """History's Refresh and the tab opening: as `/history`, with a sentence under the filters where a
+        filter is wrong (a bad date), the table, plot and CSV left as they were."""
+        try:
+            validate_history(model, device, status, technique, since, None, limit or 200)
+        except StudioError as exc:
+            why = describe(exc)
+            note = f"⚠ {why[:1].upper()}{why[1:]} The table below is still the last view."
+            return gr.update(), gr.update(), gr.update(), note
+        return (*history(model, device, status, technique, since, limit), "")
 
     @engine_errors
     def load_config(run_id):
@@ -37,6 +52,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
 
     return {
         "history": history,
+        "history_form": history_form,
         "load_config": load_config,
         "load_selected": load_selected,
         "export_db": lambda: exports.database_copy(studio),

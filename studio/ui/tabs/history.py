@@ -11,6 +11,11 @@ from studio.optimizations import REGISTRY
 from studio.ui.fields import RawNumber
 
 STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
+READ_ME = (
+    "Click a row to load that run's configuration into Generate. <small>Latency: the median of the run's "
+    "timed calls. Speedup: in a sweep, the median of its per-round ratios against the sweep's baseline, "
+    "lowest–highest in brackets.</small>"
+)
 
 
 def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.Tab) -> None:
@@ -23,13 +28,14 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
         since = gr.Textbox("", label="Since (ISO date)", placeholder="2026-11-01")
         limit = RawNumber(200, label="Rows", precision=0, minimum=1, maximum=5000)
     refresh = gr.Button("Refresh", elem_id="history-btn")
-    gr.Markdown("Click a row to load that run's configuration into Generate.")
+    note = gr.Markdown("", elem_id="history-note")
+    gr.Markdown(READ_ME)
     table = gr.Dataframe(label="Runs", wrap=True, max_height=360, interactive=False, elem_id="history-table")
     plot = gr.LinePlot(
         x="time",
         y="latency (s)",
         color="configuration",
-        title="Latency per image over time",
+        title="Latency per call over time",
         label="Latency over time",
         show_label=False,
         x_axis_format="%m-%d %H:%M",
@@ -40,8 +46,11 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
         csv_file = gr.File(label="CSV of these runs")
         db_btn = gr.DownloadButton("Download the database")
     filters = [model, device, status, technique, since, limit]
-    refresh.click(handlers["history"], filters, [table, plot, csv_file], api_name="history")
-    tab.select(handlers["history"], filters, [table, plot, csv_file], api_visibility="private")
+    shown = [table, plot, csv_file]
+    # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
+    refresh.click(handlers["history_form"], filters, [*shown, note], api_visibility="private")
+    tab.select(handlers["history_form"], filters, [*shown, note], api_visibility="private")
+    gr.Button(visible=False).click(handlers["history"], filters, shown, api_name="history")
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
     run_id = RawNumber(visible=False, precision=0, label="run_id")
     gr.Button(visible=False).click(
