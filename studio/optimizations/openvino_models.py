@@ -273,15 +273,15 @@ def decoder_quantize(model: Any, calibration: list[tuple[Any, ...]], overflow_fi
     )
 
 
-def compile_for_cpu(model: Any, precision: str, profile: bool = False) -> Any:
-    """Compile for the CPU with torch's thread count, one stream, latency first. `precision` "f32" keeps
-    fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16, f32 elsewhere).
-    `profile`: keep the plugin's per-node counters (a request's `profiling_info`)."""
+def compile_for_cpu(model: Any, precision: str, profile: bool = False, threads: int | None = None) -> Any:
+    """Compile for the CPU with `threads` (default: torch's thread count), one stream, latency first.
+    `precision` "f32" keeps fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with AMX or
+    AVX512-BF16, f32 elsewhere). `profile`: keep the plugin's per-node counters (`profiling_info`)."""
     ov = openvino()
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
         "NUM_STREAMS": "1",
-        "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+        "INFERENCE_NUM_THREADS": threads or torch.get_num_threads(),
     }
     if precision == "f32":
         config["INFERENCE_PRECISION_HINT"] = "f32"

@@ -744,3 +744,42 @@ def test_it_says_why_when_it_cannot_run(monkeypatch):
         importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a)
     )
     assert "needs the openvino package" in unavailable_reason(REGISTRY["openvino"], hw, "cpu")
+
+
+def test_a_compiled_part_follows_the_runs_thread_count(monkeypatch):
+    """OpenVINO fixes a compiled model's threads: a run on a busy host (one thread) gets a model compiled for
+    one thread, once; the last two counts stay compiled."""
+    from studio.optimizations import openvino_parts
+
+    compiled: list[int] = []
+
+    class Request:
+        def __init__(self, threads):
+            self.threads = threads
+
+        def infer(self, arrays, share_inputs=False):
+            return [np.full((1,), self.threads, dtype=np.float32)]
+
+    class Compiled:
+        def __init__(self, threads):
+            compiled.append(threads)
+            self.threads = threads
+
+        def create_infer_request(self):
+            return Request(self.threads)
+
+    monkeypatch.setattr(
+        openvino_parts.ovm, "compile_for_cpu", lambda model, precision, threads=None: Compiled(threads)
+    )
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        run = openvino_parts._runner(object(), "f32")
+        answers = []
+        for threads in (2, 1, 1, 2, 3, 1):
+            torch.set_num_threads(threads)
+            answers.append(int(run(torch.zeros(1)).item()))
+    finally:
+        torch.set_num_threads(before)
+    assert answers == [2, 1, 1, 2, 3, 1], "each call runs with the threads of its run"
+    assert compiled == [2, 1, 3, 1], "compiled once per count; the two most recent counts are kept"
