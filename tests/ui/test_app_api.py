@@ -82,7 +82,12 @@ def test_a_client_passes_only_what_it_cares_about_by_name(client):
         ("baseline", "ok", 1),
         ("channels_last", "ok", 1),
     ]
-    table, _plot, _csv = client.predict(api_name="/history")
+    table, _plot, _csv, records = client.predict(api_name="/history")
+    assert [(r["run_id"], r["config"]) for r in records[:2]] == [
+        (rows[1]["run_id"], "channels_last"),
+        (rows[0]["run_id"], "baseline"),
+    ], "the same runs as records in the shared vocabulary"
+    assert {"latency_s", "speedup", "peak_memory_mb"} <= set(records[0])
     newest = [dict(zip(table["headers"], row, strict=True)) for row in table["data"][:3]]
     assert [(run["Run"], run["Model"], run["Configuration"]) for run in newest] == [
         (rows[1]["run_id"], "tiny-shapes", "channels_last"),
@@ -212,7 +217,9 @@ def test_every_face_shares_the_vocabulary(client, server, tmp_path):
     compared = compare_out(client, ["channels_last"], rounds=2)[-1]
     laddered = client.predict(**ladder_args(), api_name="/ladder")[-1]
     tuned = client.predict(**autotune_args(rounds=2, confirm_rounds=2), api_name="/autotune")[4]["rows"]
-    history, _plot, csv_path = client.predict(model="tiny-shapes", status="ok", limit=20, api_name="/history")
+    history, _plot, csv_path, _records = client.predict(
+        model="tiny-shapes", status="ok", limit=20, api_name="/history"
+    )
     env = {**os.environ, "STUDIO_HOME": str(server.home), "HF_HUB_OFFLINE": "1"}
     cli = json.loads(
         subprocess.run(
@@ -243,7 +250,9 @@ def test_every_face_shares_the_vocabulary(client, server, tmp_path):
 
 def test_history_and_system(client):
     client.predict(**generate_args(steps=2), api_name="/generate")
-    table, _plot, _csv = client.predict(model="tiny-shapes", status="ok", limit=50, api_name="/history")
+    table, _plot, _csv, _records = client.predict(
+        model="tiny-shapes", status="ok", limit=50, api_name="/history"
+    )
     assert table["data"] and "Latency" in table["headers"]
     latency = table["data"][0][table["headers"].index("Latency")]
     assert latency.endswith(" s") or latency.endswith(" ms")

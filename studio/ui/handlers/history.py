@@ -19,14 +19,23 @@ from studio.ui.handlers.common import engine_errors, form_values
 def build_history_handlers(studio: Studio) -> dict[str, Callable]:
     """History's event functions, closed over one Studio (its run log)."""
 
+    def records_of(model, device, status, technique, since, limit) -> list[dict]:
+        f = validate_history(model, device, status, technique, since, None, limit or 200)
+        return [report.log_record(r) for r in studio.history(f)]
+
     @engine_errors
     def history(model, device, status, technique, since, limit):
         """The run log, newest first, filtered by model, device, status, technique, since (an ISO date or
         time) and a row limit: the table, the latency plot and a CSV of the runs."""
-        f = validate_history(model, device, status, technique, since, None, limit or 200)
-        rows = studio.history(f)
-        records = [report.log_record(r) for r in rows]
+        records = records_of(model, device, status, technique, since, limit)
         return views.history_outputs(records, exports.csv_file(records))
+
+    @engine_errors
+    def history_api(model="", device="", status="", technique="", since="", limit=200):
+        """The API's `/history`: the table, plot and CSV the browser shows, and the runs as records in the
+        shared vocabulary (JSON: the keys docs/api.md lists), newest first."""
+        records = records_of(model, device, status, technique, since, limit)
+        return (*views.history_outputs(records, exports.csv_file(records)), records)
 
     def history_form(model, device, status, technique, since, limit):
         """History's Refresh and the tab opening: as `/history`, with a sentence under the filters where a
@@ -52,6 +61,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
 
     return {
         "history": history,
+        "history_api": history_api,
         "history_form": history_form,
         "load_config": load_config,
         "load_selected": load_selected,

@@ -50,7 +50,8 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
     refresh.click(handlers["history_form"], filters, [*shown, note], api_visibility="private")
     tab.select(handlers["history_form"], filters, [*shown, note], api_visibility="private")
-    gr.Button(visible=False).click(handlers["history"], filters, shown, api_name="history")
+    records = gr.JSON(visible=False, label="records")  # the API's: the runs in the shared vocabulary
+    gr.Button(visible=False).click(handlers["history_api"], filters, [*shown, records], api_name="history")
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
     run_id = RawNumber(visible=False, precision=0, label="run_id")
     gr.Button(visible=False).click(
