@@ -45,6 +45,11 @@ class Services:
         """The peak memory `request` should reach, before it runs, and whether it fits."""
         return memory_estimate.estimate(self.manager, request, self.runlog)
 
+    def check_fits(self, request: GenerationRequest) -> memory_estimate.Estimate:
+        """The estimate, or a `ValidationError` naming the memory techniques that would bring a request that
+        would not fit under (what a run of it would be refused with)."""
+        return memory_estimate.check_fits(self.manager, request, self.runlog)
+
     def system_facts(self) -> dict[str, Any]:
         """Devices, capabilities, versions, techniques, loaded pipelines and the run log (System's view)."""
         return {

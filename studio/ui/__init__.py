@@ -68,7 +68,7 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
             with gr.Tab("Profile", id="profile"):
                 profile_tab(handlers)
             with gr.Tab("Big models", id="shard"):
-                shard_tab(handlers)
+                shard_tab(handlers, generate, tabs)
             with gr.Tab("System", id="system") as system:
                 system_tab(handlers, system)
     hide_form_endpoints(demo, mcp_tools)

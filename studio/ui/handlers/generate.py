@@ -14,7 +14,14 @@ import gradio as gr
 from pipelines.spec import PipelineSpec
 from studio import report
 from studio.engine import Studio
-from studio.errors import Cancelled, OutOfMemory, StudioError, UnavailableError, describe
+from studio.errors import (
+    Cancelled,
+    OutOfMemory,
+    StudioError,
+    UnavailableError,
+    ValidationError,
+    describe,
+)
 from studio.report import image_metadata
 from studio.request import build_request
 from studio.ui import views
@@ -107,9 +114,14 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         (`studio.engine.memory_estimate`)."""
         return studio.estimate(form_request(fields)).as_json()
 
+    @engine_errors
     def estimate_form(**fields):
-        """Generate's "Will it fit?": the estimate as a sentence, from the form as it is."""
-        return estimate(**fields)["sentence"]
+        """Generate's "Will it fit?": the estimate as a sentence, from the form as it is; where it would not
+        fit, with the memory techniques that would bring it under (what Generate would answer)."""
+        try:
+            return studio.check_fits(form_request(fields)).as_json()["sentence"]
+        except ValidationError as exc:
+            return f"⚠ {describe(exc)}"
 
     def load_image(path):
         """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found

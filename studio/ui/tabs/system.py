@@ -24,11 +24,19 @@ def system_tab(handlers: dict, tab: gr.Tab) -> None:
     tab.select(handlers["system"], None, [info, md, techniques], api_visibility="private")
 
 
-def shard_tab(handlers: dict) -> None:
+def use_in_generate(report: dict | None):
+    """The sharded folder just written, in Generate's model field, and Generate shown."""
+    if not report or not report.get("out"):
+        return gr.update(), gr.update()
+    return report["out"], gr.Tabs(selected="generate")
+
+
+def shard_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
+    """Build the tab; **Use in Generate** puts the folder just written in `generate["custom"]`."""
     gr.Markdown(
-        "Save a model's components as sharded safetensors (seed: *Working with big models*). The folder is "
-        "created under the studio's home, in `sharded/<name>`; load it back by typing its path in Generate's "
-        "model field (its parent must be in `STUDIO_MODEL_ROOTS`, which the report says)."
+        "Save a model's components as sharded safetensors, as diffusers' *Working with big models* guide "
+        "describes. The folder is created under the studio's home, in `sharded/<name>`, where the studio "
+        "loads it from: **Use in Generate** puts it in Generate's model field."
     )
     with gr.Row():
         model = gr.Dropdown(list(SPECS), value=DEFAULT_MODEL, label="Model", allow_custom_value=True)
@@ -38,6 +46,7 @@ def shard_tab(handlers: dict) -> None:
     go = gr.Button("Save sharded", variant="primary", elem_id="shard-btn")
     table = gr.Dataframe(label="Shards", wrap=True, elem_id="shard-table")
     report = gr.JSON(label="Report (as the API returns it)")
+    use = gr.Button("Use in Generate", elem_id="shard-use-btn")
     go.click(
         handlers["shard"],
         [model, custom, name, size],
@@ -45,3 +54,4 @@ def shard_tab(handlers: dict) -> None:
         api_name="shard",
         **generation_queue(),
     )
+    use.click(use_in_generate, report, [generate["custom"], tabs], queue=False, api_visibility="private")
