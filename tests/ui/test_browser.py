@@ -7,55 +7,23 @@ from __future__ import annotations
 
 import multiprocessing
 import re
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.server import ROOT, Server
+from tests.ui.browser import ARTIFACTS, LONG, MARKS, WIDTH, open_page, serve
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = ROOT / "test-artifacts"
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed"),
-]
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-WIDTH, HEIGHT = 1280, 900
-LONG = 240_000
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("browser")).start()
-    yield srv
-    srv.stop()
+    yield from serve(tmp_path_factory, "browser")
 
 
 @pytest.fixture(scope="module")
 def page(server):
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
-        page.goto(server.url, wait_until="load")
-        page.locator("#generate-btn").wait_for(timeout=60_000)
-        yield page
-        browser.close()
+    yield from open_page(server)
 
 
 def _spin() -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.server import Server
-from tests.ui.test_browser import ARGS, ARTIFACTS, CHROMIUM, HEIGHT, LONG, WIDTH, _small, _tab
-from tests.ui.test_browser import pytestmark as browser_marks
+from tests.ui.browser import ARTIFACTS, HEIGHT, LONG, MARKS, WIDTH, open_page, serve
+from tests.ui.test_browser import _small, _tab
 
-pytestmark = browser_marks
+pytestmark = MARKS
 FITS = """id => {
   const block = document.getElementById(id);
   const scroller = block.querySelector('.virtual-table-viewport');
@@ -37,23 +36,12 @@ LAST_CAPTION = """() => {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("browser-views")).start()
-    yield srv
-    srv.stop()
+    yield from serve(tmp_path_factory, "browser-views")
 
 
 @pytest.fixture(scope="module")
 def page(server):
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
-        page.goto(server.url, wait_until="load")
-        page.locator("#generate-btn").wait_for(timeout=60_000)
-        yield page
-        browser.close()
+    yield from open_page(server)
 
 
 def _fits(page, elem_id: str) -> None:

@@ -1,0 +1,54 @@
+"""What the real-browser tests share: Debian's chromium driven by Playwright at 1280x900 against the app as a
+user runs it, one server and one page per test module, screenshots into test-artifacts/."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server import ROOT, Server
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+MARKS = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed"),
+]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+WIDTH, HEIGHT = 1280, 900
+LONG = 240_000
+
+
+def serve(tmp_path_factory, name: str) -> Iterator[Server]:
+    """A module's own server (its own STUDIO_HOME), stopped after the module."""
+    srv = Server(tmp_path_factory.mktemp(name)).start()
+    yield srv
+    srv.stop()
+
+
+def open_page(server: Server) -> Iterator:
+    """A 1280x900 page on `server`'s app, once the Generate form is there."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        page.goto(server.url, wait_until="load")
+        page.locator("#generate-btn").wait_for(timeout=60_000)
+        yield page
+        browser.close()
