@@ -280,6 +280,15 @@ class RunLog:
                     "computing this run stopped before it finished' where id = ? and status = 'running'",
                     [now(), run_id],
                 )
+            # a sweep whose process is gone: its runs are all over, some interrupted; its finished rows stay
+            self.db.execute(
+                "update groups set status = 'interrupted', finished_at = ?, error = 'the studio process "
+                "running this sweep stopped before it finished; its finished runs are kept' "
+                "where status = 'running' and exists (select 1 from runs r where r.group_id = groups.id and "
+                "r.status = 'interrupted') and not exists (select 1 from runs r where r.group_id = groups.id "
+                "and r.status = 'running')",
+                [now()],
+            )
         return len(dead)
 
     def backup(self, destination: str | Path) -> Path:
