@@ -178,9 +178,10 @@ def _call(
             # a library's own error (torch, torchao, OpenVINO) drops only this configuration
             if is_baseline:
                 raise
-            entry.error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
-            # logged now: a later cancel must not overwrite why this one stopped
+            # logged now: a later cancel must not overwrite why this one stopped (an out-of-memory gains the
+            # memory techniques to try as it is logged)
             studio.fail(entry.pending, exc)
+            entry.error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
             raise protocol.Dropped(entry.error) from exc
         entry.calls.append(computed)
         return computed.measured.runs[-1].seconds
