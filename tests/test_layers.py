@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pipeline manager", ("studio.manager",)),
     ("engine", ("studio.engine",)),
     ("sweeps", ("studio.sweeps",)),
+    ("benchmark", ("studio.benchmark",)),
     ("faces", ("studio.cli", "studio.distributed", "studio.ui", "studio.__main__")),
 )
 

@@ -10,6 +10,7 @@ import sys
 
 from studio import settings
 from studio.cli.arguments import request_args, rounds_arg
+from studio.cli.benchmark import add_benchmark_parser, cmd_benchmark
 from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.shard import add_shard_parser, cmd_shard
 from studio.errors import StudioError, describe
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("image", help="a PNG file")
     show.add_argument("--json", action="store_true")
     add_shard_parser(sub)
+    add_benchmark_parser(sub)
     return parser
 
 
@@ -245,6 +247,7 @@ COMMANDS = {
     "show": cmd_show,
     "estimate": cmd_estimate,
     "shard": cmd_shard,
+    "benchmark": cmd_benchmark,
 }
 
 

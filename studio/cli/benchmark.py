@@ -1,0 +1,110 @@
+"""`python -m studio benchmark`: the fixed benchmark suite on this machine, written as a card; `--machines`
+prints the cards of many machines side by side instead, running nothing.
+
+Registered in `studio/cli/__init__.py` with `add_benchmark_parser(sub)` and `COMMANDS["benchmark"]`.
+Nothing is imported here until the command runs: `--help` loads no model library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+
+def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `benchmark` command to the CLI's subparsers.
+
+    Args:
+        subparsers: what `ArgumentParser.add_subparsers()` returned.
+    """
+    p = subparsers.add_parser(
+        "benchmark", help="the fixed benchmark suite on this machine, written as a card"
+    )
+    p.add_argument(
+        "--models", nargs="+", help="a subset of the suite (default: all its models on this device)"
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=900.0,
+        help="the auto-tuner's time per model, in seconds (default 900)",
+    )
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        metavar="CONFIG",
+        help="measure these configurations instead of searching ('openvino[mode=full_int8]', 'bf16+sdpa')",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="interleaved timed rounds per Compare (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls per configuration first (default 1)")
+    p.add_argument("--device", default="auto", help="auto (the first GPU, else the CPU), cpu or cuda:N")
+    p.add_argument("--out", help="the folder the card goes to (default: cards/ in the studio's home)")
+    p.add_argument("--publish", metavar="OWNER/DATASET", help="also upload the card (needs HF_TOKEN)")
+    p.add_argument(
+        "--machines",
+        nargs="?",
+        const="",
+        metavar="FOLDER|OWNER/DATASET",
+        help="run nothing: print one table per model from the cards here (--out, docs/cards) and in this "
+        "folder or dataset repository",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def _progress() -> Any:
+    """Progress lines on stderr, at most one every two seconds (and each new model's first)."""
+    last = {"at": 0.0, "model": ""}
+
+    def report(fraction: float, message: str) -> None:
+        model = message.split(":", 1)[0]
+        now = time.monotonic()
+        if now - last["at"] >= 2.0 or model != last["model"]:
+            print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+            last.update(at=now, model=model)
+
+    return report
+
+
+def cmd_machines(args: argparse.Namespace) -> int:
+    """`--machines`: this studio's cards (--out), docs/cards and the source given, one table per model."""
+    from studio.benchmark import cards, hub
+    from studio.cli.output import emit
+
+    found = hub.machines(args.machines, args.out)
+    for sentence in [*found.refused, *([found.note] if found.note else [])]:
+        print(f"warning: {sentence}", file=sys.stderr)
+    data = {"tables": found.tables, "refused": found.refused, "note": found.note}
+    emit(data, args.json, cards.machines_markdown(found.tables))
+    return 0
+
+
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    """Run the suite, write the card (and publish it), print its summary (StudioError exits 2 in cli.main)."""
+    if args.machines is not None:
+        return cmd_machines(args)
+    from studio.benchmark import card, hub
+    from studio.benchmark.options import validate_options
+    from studio.benchmark.runner import run_benchmark
+    from studio.cli.output import emit
+
+    options = validate_options(
+        args.models, args.budget_s, args.configs, args.rounds, args.warmup, args.device
+    )
+    if args.publish:
+        hub.check_publish(args.publish)  # refused before an hour of measuring, not after
+    done = run_benchmark(options, progress=_progress())
+    files = card.save(done, args.out)
+    published = hub.publish([files["card"]], args.publish) if args.publish else None
+    if published is not None:
+        print(published.message, file=sys.stderr)
+    listing = "\n".join(f"{kind}: {path}" for kind, path in files.items())
+    data = {
+        "card": done.card,
+        "files": {k: str(v) for k, v in files.items()},
+        "published": None if published is None else published.uploaded,
+    }
+    emit(data, args.json, f"{card.summary(done.card)}\n{listing}")
+    return 0 if published is None or len(published.uploaded) == 1 else 1
