@@ -10,6 +10,7 @@ record is null.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,14 @@ def _cell(entry: dict[str, Any], kind: str, gpu: bool) -> str:
     return text.pick(first, gpu) if first else "–"
 
 
+def _size(shape: str) -> tuple[int, ...]:
+    """'sd15-arch 512x512, 50 steps, ...' -> (512, 512, 50): one shape's rows together, smallest first."""
+    return tuple(int(n) for n in re.findall(r"\d+", shape.split(" ", 1)[-1])[:3])
+
+
 def machine_tables(cards: list[dict[str, Any]], here: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """One table per model: a row per card that measured it, fastest baseline first.
+    """One table per model: a row per card that measured it, by shape (smallest first), then fastest baseline
+    first.
 
     Args:
         cards: loaded cards (`load_folder`).
@@ -171,7 +178,9 @@ def machine_tables(cards: list[dict[str, Any]], here: str | None = None) -> dict
                 }
             )
     for rows in tables.values():
-        rows.sort(key=lambda r: (r["seconds_per_image"] is None, r["seconds_per_image"] or 0.0))
+        rows.sort(
+            key=lambda r: (_size(r["shape"]), r["seconds_per_image"] is None, r["seconds_per_image"] or 0.0)
+        )
     return tables
 
 
