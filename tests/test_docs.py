@@ -72,39 +72,32 @@ def test_the_readme_is_for_users():
     assert README.startswith("# Diffusion Studio\n\n```bash\nmake run")
 
 
-def test_no_diary_lines_in_the_tree():
+def _lines_matching(pattern: re.Pattern[str], checked) -> list[str]:
+    """'file:line: text' for every tracked file `checked(name, path)` keeps whose line `pattern` finds."""
     files = subprocess.run(
         ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
-    offenders = []
+    found = []
     for name in files:
         path = ROOT / name
-        if (
-            path.suffix not in {".py", ".md", ".txt", ".toml", ".css", ".yml", ".yaml", ""}
-            or name == "tests/test_docs.py"
-        ):
-            continue
-        if not path.is_file():
+        if name == "tests/test_docs.py" or not checked(name, path) or not path.is_file():
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            if DIARY.search(line):
-                offenders.append(f"{name}:{number}: {line.strip()[:100]}")
+            if pattern.search(line):
+                found.append(f"{name}:{number}: {line.strip()[:100]}")
+    return found
+
+
+def test_no_diary_lines_in_the_tree():
+    suffixes = {".py", ".md", ".txt", ".toml", ".css", ".yml", ".yaml", ""}
+    offenders = _lines_matching(DIARY, lambda name, path: path.suffix in suffixes)
     assert not offenders, "\n".join(offenders)
 
 
 def test_docs_and_code_speak_of_the_project_and_its_users_only():
-    files = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
-    offenders = []
-    for name in files:
-        path = ROOT / name
-        checked = path.suffix == ".md" or (
-            path.suffix == ".py" and name.split("/", 1)[0] in {"studio", "pipelines", "benchmarks"}
-        )
-        if not checked or not path.is_file():
-            continue
-        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            if WORKPLACE.search(line):
-                offenders.append(f"{name}:{number}: {line.strip()[:100]}")
+    def checked(name: str, path: Path) -> bool:
+        top = name.split("/", 1)[0]
+        return path.suffix == ".md" or (path.suffix == ".py" and top in {"studio", "pipelines", "benchmarks"})
+
+    offenders = _lines_matching(WORKPLACE, checked)
     assert not offenders, "\n".join(offenders)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from studio.benchmark.picks import CHANGES, KEEPS
+from studio.report.text import ratio as report_ratio
 
 
 def number(value: float, most: int) -> str:
@@ -24,12 +25,8 @@ def seconds(value: float | None) -> str:
 
 
 def ratio(p: dict[str, Any]) -> str:
-    """'×1.49 (1.48–1.56)', '×0.76' without a range, '' without a speedup."""
-    if p.get("speedup") is None:
-        return ""
-    low, high = p.get("speedup_min"), p.get("speedup_max")
-    spread = f" ({low:.2f}–{high:.2f})" if low is not None and high is not None else ""
-    return f"×{p['speedup']:.2f}{spread}"
+    """'×1.49 (1.48–1.56)', '×0.76' without a range (as `report.ratio` words it); '' without a speedup."""
+    return report_ratio(p) if p.get("speedup") is not None else ""
 
 
 def shape(entry: dict[str, Any]) -> str:
