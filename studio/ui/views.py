@@ -80,8 +80,9 @@ def generate_card(m: dict[str, Any], note: str | None = None) -> str:
         *([note] if note else []),
         f"{speed} · {m['steps_per_s']:.1f} steps/s{fidelity}",
         f"Memory: this run {mine} · the process's peak {report.memory(m)}{estimated}",
-        f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}, seed "
-        f"{m['seed']}"
+        f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}"
+        + (f" ({m['cpu_threads']} CPU thread{'s' * (m['cpu_threads'] > 1)})" if m.get("cpu_threads") else "")
+        + f", seed {m['seed']}"
         f" · load {report.seconds(m['load_s'])}{first}",
         f"<small>{'; '.join(filter(None, (RUN_MEMORY_NOTE, MEMORY_NOTE.get(m['memory_kind']))))}.</small>",
     ]

@@ -75,6 +75,8 @@ def test_a_client_passes_only_what_it_cares_about_by_name(client):
     assert Image.open(image).size == (64, 64)
     assert (metrics["config"], metrics["status"], metrics["applied"]) == ("baseline", "ok", [])
     assert f"run #{metrics['run_id']} on cpu" in card
+    threads = metrics["cpu_threads"]
+    assert threads >= 1 and f"({threads} CPU thread" in card, "the card says the threads the run used"
     rows = client.predict(
         prompt="a red circle", steps=2, presets=["channels_last"], warmup=0, rounds=1, api_name="/compare"
     )[-1]
