@@ -1,10 +1,12 @@
 """Hostile files and real faults: what a user sees of each, how fast, and what the run log keeps.
 
 Runs every case of tests/faults (the same hostile files and injected faults the tests use:
-tests/faults/cases.py and tests/faults/runs.py) in one process, on the bundled model, and prints one table:
-the fault or input, the sentence the user saw (shortened; the case's folder is written $TMP), the seconds to
-answer, the runs lost from the run log (for a database handed over: 1 if the file changed at all), whether
-the studio answered a normal request right after, and whether the log got a traceback.
+tests/faults/cases.py, runs.py, caches.py, sweeps.py and flood.py) in one process, on the bundled model, and
+prints one table: the fault or input, the sentence the user saw (shortened; the case's folder is written
+$TMP), the seconds to answer (for the flood: the slowest refusal), the runs lost from the run log (for a
+database handed over: 1 if the file changed at all; for the flood: requests neither served nor refused),
+whether the studio answered a normal request right after, and whether the log got a traceback. A few
+minutes on two cores (the flood starts the app; the killed Compare runs in a process of its own).
 
 Run: .venv/bin/python -m benchmarks.faults [--width 110]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import logging
 import os
 import re
@@ -24,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from tests.faults import cases, runs
+from tests.faults import caches, cases, flood, runs, sweeps
 from tests.faults.cases import Outcome, Workspace
 
 
@@ -57,6 +60,16 @@ def every_case(ws: Workspace) -> list[Callable[[], Outcome]]:
         functools.partial(runs.image_disk_full_case, ws),
         functools.partial(runs.locked_case, ws, 1.0, 10.0),
         functools.partial(runs.locked_case, ws, 3.0, 0.5),
+        *(
+            [functools.partial(caches.openvino_cache_unwritable_case, ws)]
+            + [functools.partial(caches.openvino_cache_truncated_case, ws)]
+            if importlib.util.find_spec("openvino") and importlib.util.find_spec("nncf")
+            else []
+        ),
+        functools.partial(caches.compile_cache_unwritable_case, ws),
+        functools.partial(sweeps.killed_compare_case, ws),
+        functools.partial(sweeps.out_of_memory_case, ws),
+        functools.partial(flood.flood_case, ws),
     ]
 
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import functools
+import getpass
+import logging
 import os
+import re
 import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 PACKAGES = (
     "torch",
@@ -73,3 +78,40 @@ def scratch(kind: str) -> Path:
         if old.is_dir() and pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=root))
+
+
+def _writable_folder(path: Path) -> OSError | None:
+    """None when `path` is (or can be made) a folder this process can write a file in, else the error."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            return None
+    except OSError as exc:
+        return exc
+
+
+def usable_compile_cache() -> str | None:
+    """Point `TORCHINDUCTOR_CACHE_DIR` at a folder this process can write when the one torch would use cannot
+    be written, and say so (a warning, and the sentence returned; None when nothing changed).
+
+    torch 2.13 creates that folder when `torch._dynamo` is first imported (diffusers imports it), so one that
+    cannot be created stops every command before it starts, and one that exists read-only fails every
+    `torch.compile`. Its default is torch's: `torchinductor_<user>` in the temporary folder. The folder used
+    instead is `inductor/` in the studio's home, else a new temporary one: kernels are built again there."""
+    configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    wanted = Path(configured) if configured else Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+    problem = _writable_folder(wanted)
+    if problem is None:
+        return None
+    fallback = home() / "inductor"
+    if _writable_folder(fallback) is not None:
+        fallback = Path(tempfile.mkdtemp(prefix="torchinductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(fallback)
+    said = (
+        f"torch.compile's cache folder {wanted} cannot be written ({problem.strerror or problem}): its kernels "
+        f"go to {fallback} instead and are built again there. Set TORCHINDUCTOR_CACHE_DIR to a writable "
+        "folder to keep them."
+    )
+    log.warning(said)
+    return said

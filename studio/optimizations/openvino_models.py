@@ -129,8 +129,18 @@ def cached_model(key: str, build: Callable[[], Any], stats: dict[str, Any]) -> A
     with quiet_build():
         model = build()
     stats["openvino_builds"] = stats.get("openvino_builds", 0) + 1
-    path.parent.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=path.parent.parent))
+    try:
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=path.parent.parent))
+    except OSError as exc:  # the cache folder is not a folder this process can write
+        log.warning(
+            "The OpenVINO cache folder %s cannot be written (%s): this conversion is used without being "
+            "stored, and the next call converts again.",
+            path.parent.parent,
+            exc,
+        )
+        stats["openvino_not_cached"] = stats.get("openvino_not_cached", 0) + 1
+        return model
     try:
         # compress_to_fp16=False: the stored model computes exactly what the converted one does.
         ov.save_model(model, scratch / "model.xml", compress_to_fp16=False)

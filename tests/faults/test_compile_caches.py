@@ -1,0 +1,63 @@
+"""Compile caches that cannot be written or were cut short: the configuration is built again and runs, the
+user is told in a sentence where the cache went, and nothing of the run is lost."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from studio import settings
+from tests.faults import caches
+from tests.faults.cases import Workspace
+
+needs_openvino = pytest.mark.skipif(
+    importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
+    reason="openvino and nncf are optional (requirements-extras.txt) and not installed here",
+)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return Workspace(tmp_path_factory.mktemp("caches"))
+
+
+@needs_openvino
+def test_an_openvino_cache_folder_that_cannot_be_written_converts_and_says_so(workspace):
+    outcome = caches.openvino_cache_unwritable_case(workspace)
+    assert outcome.alive, outcome.facts
+    assert "cannot be written" in outcome.said and "converts again" in outcome.said
+    assert outcome.facts["difference"] <= 1.0 and outcome.runs_lost == 0
+
+
+@needs_openvino
+def test_a_truncated_openvino_cache_entry_is_rebuilt(workspace):
+    outcome = caches.openvino_cache_truncated_case(workspace)
+    assert outcome.facts["entries"] == 1 and outcome.alive, outcome.facts
+    assert "unreadable" in outcome.said and "rebuilding" in outcome.said
+    assert outcome.facts["rewritten"], "the entry was written again, whole"
+
+
+def test_a_compile_cache_folder_that_cannot_be_created_moves_to_the_studio_home(workspace):
+    outcome = caches.compile_cache_unwritable_case(workspace)
+    assert outcome.alive, outcome.facts["stderr"][-2000:]
+    assert outcome.facts["used"] == outcome.facts["home"] / "inductor"
+    assert outcome.said.startswith("torch.compile's cache folder") and "Not a directory" in outcome.said
+
+
+def test_with_the_home_unwritable_too_the_compile_cache_is_a_new_temporary_folder(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(blocker / "inductor"))
+    monkeypatch.setenv("STUDIO_HOME", str(blocker / "home"))
+    said = settings.usable_compile_cache()
+    used = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert said and used in said and os.path.isdir(used) and os.access(used, os.W_OK)
+    assert settings.usable_compile_cache() is None, "the folder it moved to is used from then on"
+
+
+def test_a_writable_compile_cache_folder_is_left_as_the_user_set_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert settings.usable_compile_cache() is None
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
