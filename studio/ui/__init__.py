@@ -1,9 +1,11 @@
-"""The Gradio Blocks app: Generate, Compare, Ladder, Auto-tune, History, Profile, Big models and System.
+"""The Gradio Blocks app: Generate, Compare, Ladder, Auto-tune, Benchmark, History, Profile, Big models and
+System.
 
 `build_demo()` returns the Blocks; `launch_kwargs()` the launch settings (theme, css,
 queue sizes and file limits live there in Gradio 6). Endpoints: `/generate`, `/cancel`, `/read_image`,
-`/compare`, `/ladder`, `/autotune`, `/history`, `/load_config`, `/export_db`, `/profile`, `/shard`,
-`/system`.
+`/compare`, `/ladder`, `/autotune`, `/benchmark` (the suite measured here, written as a card), `/machines`
+(the cards of many machines, one table per model), `/history`, `/load_config`, `/export_db`, `/profile`,
+`/shard`, `/system`.
 Each tab is built in `studio.ui.tabs`, its events handled in `studio.ui.handlers`. The MCP tools
 (`generate`, `compare`, `autotune`, `history`, `system`; endpoints `/mcp_*`) are in `studio.ui.mcp_tools`.
 """
@@ -21,6 +23,7 @@ from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
 from studio.ui.mcp_tools import hide_form_endpoints, mcp_enabled, register_mcp_tools
 from studio.ui.tabs.autotune import autotune_tab
+from studio.ui.tabs.benchmark import benchmark_tab
 from studio.ui.tabs.compare import compare_tab, ladder_tab
 from studio.ui.tabs.generate import generate_tab
 from studio.ui.tabs.history import history_tab
@@ -34,10 +37,20 @@ CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 # scrolls within); History's and Auto-tune's long ones scroll. Compare's gallery grows with its rows (Gradio
 # caps it at 55% of the window and scrolls inside, which hid the last captions of an X/Y sweep).
 SWEEP_TABLES = ("#ladder-table", "#cmp-table", "#cmp-details")  # Auto-tune's dozens of rows scroll
+# The Machines tables are Markdown (one per model, as many as the cards measured): fixed columns (the
+# machine's name and the two winners get the room), words wrap whole, a long configuration anywhere. A card's
+# summary: words wrap whole, its headings no larger than the page's.
+MACHINE_COLUMNS = (18, 12, 7, 5, 6, 26, 26)  # % of the width: device, shape, s/image, it/s, MB, winners
 CSS = f"""
 .table-wrap td .cell-wrap {{ white-space: normal; overflow-wrap: break-word; }}
 {", ".join(f"{t} .virtual-table-viewport" for t in SWEEP_TABLES)} {{ max-height: none !important; }}
 #cmp-gallery .grid-wrap.fixed-height {{ max-height: none; }}
+#machines-md table {{ table-layout: fixed; width: 100%; }}
+#machines-md th, #machines-md td {{ word-break: normal; overflow-wrap: break-word; vertical-align: top; }}
+#machines-md td code {{ overflow-wrap: anywhere; }}
+{" ".join(f"#machines-md th:nth-child({i}) {{ width: {w}%; }}" for i, w in enumerate(MACHINE_COLUMNS, 1))}
+#bench-summary h1 {{ font-size: 1.5rem; }} #bench-summary h2 {{ font-size: 1.2rem; }}
+#bench-summary th, #bench-summary td {{ word-break: normal; overflow-wrap: break-word; }}
 """
 
 
@@ -63,6 +76,8 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
                 ladder_tab(handlers)
             with gr.Tab("Auto-tune", id="autotune"):
                 autotune_tab(handlers, generate, tabs)
+            with gr.Tab("Benchmark", id="benchmark") as benchmark:
+                benchmark_tab(handlers, generate, tabs, benchmark)
             with gr.Tab("History", id="history") as history:
                 history_tab(handlers, generate, tabs, history)
             with gr.Tab("Profile", id="profile"):

@@ -1,0 +1,129 @@
+"""The Benchmark tab: the fixed suite measured on this machine and written as a card (`/benchmark`), its
+progress and Cancel (`studio.ui.progress_views`), a winner of the card into Generate, and the Machines view:
+the cards of many machines, one table per model (`/machines`), loaded when the tab opens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from studio import devices
+from studio.benchmark.options import DEFAULT_BUDGET_S, DEFAULT_ROUNDS, MIN_BUDGET_S
+from studio.ui.fields import RawNumber
+from studio.ui.handlers.benchmark import suite_models
+from studio.ui.progress_views import status_area, wire_job
+from studio.ui.widgets import sweep_counts
+
+INTRO = (
+    "The studio's fixed benchmark suite on this machine: for each model, the baseline (PyTorch fp32), the "
+    "best configuration that **keeps the math** and the best that **changes the image**, measured in "
+    "interleaved rounds and written as a card (JSON, a Markdown summary and a contact sheet) into the "
+    "studio's `cards/` folder. Without configurations, the auto-tuner searches the suite's techniques "
+    "within the time budget per model; with them, those are measured instead. The cards compare across "
+    "machines below (docs/cards.md)."
+)
+MACHINES = (
+    "## Machines\nOne table per model: this studio's cards, the project's own (docs/cards) and those of a "
+    "folder or a Hugging Face dataset (OWNER/DATASET). Seconds, it/s and memory are the baseline's; compare "
+    "rows of the same shape, and read the speedups, steadier across machines than the seconds."
+)
+
+
+def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.Tab) -> None:
+    """Build the tab; a winner fills `generate["targets"]`, and the Machines view loads whenever `tab` is
+    selected."""
+    gr.Markdown(INTRO)
+    with gr.Row():
+        device = gr.Dropdown(
+            ["auto", *devices.detect().device_names],
+            value="auto",
+            label="Device",
+            elem_id="bench-device",
+            allow_custom_value=True,
+        )
+        names = suite_models("auto")
+        models = gr.Dropdown(
+            names,
+            value=names[:1],
+            multiselect=True,
+            label="Models of the suite",
+            elem_id="bench-models",
+            scale=2,
+            allow_custom_value=True,  # a model outside the suite is refused with the suite's models named
+        )
+        budget = RawNumber(
+            DEFAULT_BUDGET_S,
+            label=f"Search budget per model (s, at least {MIN_BUDGET_S:g})",
+            minimum=MIN_BUDGET_S,
+            elem_id="bench-budget",
+        )
+        warmup, rounds = sweep_counts("bench", DEFAULT_ROUNDS)
+    configs = gr.Textbox(
+        "",
+        lines=2,
+        label="Configurations to measure instead of searching, one per line (empty: the suite's)",
+        placeholder="channels_last\nopenvino[winograd=true]",
+        elem_id="bench-configs",
+    )
+    with gr.Row():
+        go = gr.Button("Run the benchmark", variant="primary", elem_id="bench-btn", scale=2)
+        stop = gr.Button("Cancel", elem_id="bench-cancel-btn", scale=1)
+    status = status_area("bench-status")
+    with gr.Column(visible=False, elem_id="bench-results") as results:
+        summary = gr.Markdown(label="Card summary", show_label=False, elem_id="bench-summary")
+        sheet = gr.Image(
+            label="Contact sheet: each model's baseline and winners",
+            show_label=False,
+            type="pil",
+            format="png",
+            interactive=False,
+            elem_id="bench-sheet",
+        )
+        files = gr.Textbox(label="Files written", lines=3, interactive=False, elem_id="bench-files")
+        with gr.Row():
+            chosen = gr.Dropdown([], label="Winner", elem_id="bench-winner", scale=3)
+            use = gr.Button("Use in Generate", interactive=False, elem_id="bench-use", scale=1)
+        with gr.Accordion("The card as the API returns it", open=False):
+            data = gr.JSON(label="Card")
+    inputs = {"models": models, "device": device, "budget_s": budget, "configs": configs}
+    inputs.update(warmup=warmup, rounds=rounds)
+    wire_job(
+        (go, stop, status),
+        handlers["benchmark"],
+        handlers["reserve"],
+        handlers["cancel_benchmark"],
+        inputs_kwargs=inputs,
+        outputs=[results, summary, sheet, files, data],
+        api_name="benchmark",
+    )
+    device.change(
+        handlers["benchmark_models"], [device, models], models, queue=False, api_visibility="private"
+    )
+    use.click(
+        handlers["use_card_winner"],
+        [data, chosen],
+        [*generate["targets"], tabs],
+        queue=False,
+        api_visibility="private",
+    )
+    gr.Markdown(MACHINES)
+    with gr.Row():
+        source = gr.Textbox(
+            "",
+            label="More cards: a folder, or a dataset as OWNER/DATASET (empty: this studio's and the "
+            "project's)",
+            elem_id="machines-source",
+            scale=4,
+        )
+        load = gr.Button("Load", elem_id="machines-btn", scale=1)
+    notes = gr.Markdown(label="Not read", show_label=False, elem_id="machines-notes")
+    tables = gr.Markdown(label="Machines", show_label=False, elem_id="machines-md")
+    with gr.Accordion("As the API returns it", open=False):
+        found = gr.JSON(label="Machines")
+    shown = [tables, notes, found]
+    load.click(handlers["machines"], source, shown, api_name="machines")
+    tab.select(handlers["machines"], source, shown, api_visibility="private")
+    # A new card: its winners to choose from, and its row in the Machines tables.
+    data.change(handlers["winners_menu"], data, [chosen, use], queue=False, api_visibility="private")
+    data.change(handlers["machines"], source, shown, api_visibility="private")

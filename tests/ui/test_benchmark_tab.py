@@ -1,0 +1,140 @@
+"""The Benchmark tab's endpoints over HTTP (gradio_client against the app as a user runs it): `/benchmark`
+writes a card into the studio's home and answers its summary, bad options are one sentence before anything
+runs, `/machines` shows this machine's row beside the project's cards; and a card's winner sent to Generate
+the way the tab's **Use in Generate** does runs that same configuration."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+from PIL import Image
+
+from studio.request import parse_config
+from studio.runlog import RunLog
+from studio.ui.cancel import Cancellations
+from studio.ui.handlers import build_handlers
+from studio.ui.handlers.common import FORM_ORDER
+from tests.server import ROOT, Server
+
+V0 = ROOT / "tests" / "benchmark" / "fixtures"  # a folder with a schema-0 card
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("bench-app")
+    srv = Server(home, STUDIO_MODEL_ROOTS=str(home)).start()  # folders of cards: inside the home only
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.url, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def benchmarked(client):
+    """/benchmark on tiny-shapes with one configuration, one round: (summary, sheet, files, card)."""
+    args = {"models": ["tiny-shapes"], "configs": "channels_last", "warmup": 0, "rounds": 1, "budget_s": 10}
+    return client.predict(**args, api_name="/benchmark")
+
+
+def _cards(server) -> list[Path]:
+    return sorted((server.home / "cards").glob("*"))
+
+
+def test_benchmark_writes_a_card_into_the_studio_home_and_answers_its_summary(benchmarked, server):
+    summary, sheet, files, card = benchmarked
+    written = dict(line.split(": ", 1) for line in files.splitlines())
+    assert set(written) == {"card", "summary", "sheet"}
+    assert sorted(Path(p) for p in written.values()) == _cards(server), "the three files, in <home>/cards"
+    assert Path(written["summary"]).read_text().strip() == summary.strip()
+    assert summary.startswith("# Benchmark card: ") and "## tiny-shapes 64x64, 20 steps" in summary
+    assert "| `channels_last` |" in summary
+    (entry,) = card["models"]
+    assert [r["config"] for r in entry["rows"]] == ["baseline", "channels_last"]
+    assert card["options"]["configs"] == ["channels_last"] and card["options"]["rounds"] == 1
+    assert card["files"]["sheet"] == Path(written["sheet"]).name
+    with Image.open(sheet) as shown:
+        assert shown.width >= 2 * 192, "the contact sheet: the baseline and the winner side by side"
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"rounds": 0}, "rounds"),
+        ({"budget_s": 1}, "budget"),
+        ({"models": ["sdxl-arch"]}, "is not in this device's benchmark suite"),
+        ({"configs": "channels_last\nwarp_drive"}, "warp_drive"),
+        ({"device": "cuda:7"}, "cuda:7"),
+    ],
+)
+def test_bad_options_are_one_sentence_before_anything_runs(benchmarked, client, server, kw, message):
+    def state():
+        return _cards(server), len(RunLog(server.home / "runs.db").runs())
+
+    before = state()
+    args = {"models": ["tiny-shapes"], "configs": "", "rounds": 1, "budget_s": 10, **kw}
+    with pytest.raises(AppError, match=message):
+        client.predict(**args, api_name="/benchmark")
+    assert state() == before, "nothing ran or was written"
+
+
+def test_machines_shows_this_machines_row_beside_the_projects_and_a_folders(benchmarked, client, server):
+    card = benchmarked[3]
+    tables, notes, data = client.predict(api_name="/machines")
+    mine = [r for r in data["tables"]["tiny-shapes"] if r["this_machine"]]
+    baseline = card["models"][0]["baseline"]
+    assert len(mine) == 1 and mine[0]["seconds_per_image"] == baseline["seconds_per_image"]
+    assert "**(this machine)**" in tables and "## sd15-arch" in tables and "NVIDIA H100" in tables
+    assert (notes, data["refused"], data["note"]) == ("", [], None)
+    more = server.home / "more"
+    more.mkdir()
+    shutil.copy(V0 / "card-v0.json", more)
+    (more / "notes.json").write_text("{}")
+    _, notes, found = client.predict(source=str(more), api_name="/machines")
+    assert len(found["tables"]["sd15-arch"]) == len(data["tables"]["sd15-arch"]) + 1, "the folder's card too"
+    assert notes.startswith("Not read as cards: 1 file.") and "notes.json is not a benchmark card" in notes
+    with pytest.raises(AppError, match="nor a dataset repository"):
+        client.predict(source="no/such/folder", api_name="/machines")
+    with pytest.raises(AppError, match="outside the allowed roots"):
+        client.predict(source=str(V0), api_name="/machines")
+
+
+def test_a_cards_winner_applied_to_generate_runs_the_same_configuration(benchmarked, studio):
+    """The card's winner through the tab's Use in Generate handler into Generate's form, then the form's
+    Generate: the run log's record of that run has the winner's configuration at the card's shape."""
+    card = benchmarked[3]
+    (entry,) = card["models"]
+    winner = entry["winners"][0]
+    handlers = build_handlers(studio, Cancellations())
+    (chosen,) = handlers["winners_menu"](card)[0]["choices"]
+    *values, tabs = handlers["use_card_winner"](card, chosen)
+    assert tabs["selected"] == "generate"
+    targets = [name for name in FORM_ORDER if name not in ("device", "optimizations")]  # Generate's form
+    form = dict(zip(targets, values, strict=True))
+    _, _, metrics = handlers["generate"](**form)
+    logged = studio.logged_run(metrics["run_id"])
+    assert metrics["config"] == logged["config_label"] == winner["config"]
+    assert logged["requested"] == parse_config(winner["config"])[0]
+    shape = ("model", "steps", "width", "height", "seed", "prompt", "guidance")
+    assert {k: logged[k] for k in shape} == {k: entry[k] for k in shape}
+
+
+def test_a_cancelled_benchmark_writes_nothing_and_says_where_it_stopped(studio, tmp_path, monkeypatch):
+    """The tab's Cancel, clicked while the run waits in the queue: it stops at its first denoising step, says
+    where, and leaves no card."""
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))
+    cancels = Cancellations()
+    handlers = build_handlers(studio, cancels)
+    cancels.reserve("api")  # what the Run click does (a client without a session is "api")
+    cancels.cancel("api")
+    _, said, sheet, files, card = handlers["benchmark"](["tiny-shapes"], "auto", 10, "channels_last", 0, 1)
+    assert said.startswith("**Benchmark: Cancelled by the user during round 1 of 1, configuration 1 of 2")
+    assert "Nothing was written" in said and (sheet, files, card) == (None, "", None)
+    assert not (tmp_path / "home" / "cards").exists()
+    assert {r["status"] for r in studio.runlog.runs()} == {"cancelled"}, "its runs are logged cancelled"

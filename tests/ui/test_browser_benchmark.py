@@ -1,0 +1,76 @@
+"""The Benchmark tab in a real browser (Debian's chromium driven by Playwright, 1280x900): the Machines view
+shows this studio's and the project's cards when the tab opens, a folder's cards once loaded, every table
+within the page; a run shows its card and **Use in Generate** ticks its winner in Generate's form.
+
+Screenshots go to test-artifacts/ (look at them after a change): machines-1280, benchmark-card.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.server import ROOT
+from tests.ui.browser import LONG, MARKS, WIDTH, open_page, serve
+from tests.ui.test_browser_views import _shot
+
+pytestmark = MARKS
+V0 = ROOT / "tests" / "benchmark" / "fixtures"  # a folder with a schema-0 card
+TABLES = """() => {
+  const block = document.getElementById('machines-md');
+  const tables = [...block.querySelectorAll('table')];
+  const cells = [...block.querySelectorAll('td, th')];
+  return {block: block.clientWidth, count: tables.length, page: document.documentElement.scrollWidth,
+          widest: Math.max(...tables.map(t => t.scrollWidth)),
+          spilled: cells.filter(c => c.scrollWidth > c.clientWidth).map(c => c.innerText),
+          tallest: Math.max(...[...block.querySelectorAll('tr')].map(r => r.getBoundingClientRect().height))};
+}"""
+TALLEST = 200  # px: a row of at most eight lines (squeezed columns wrap a name a letter a line)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from serve(tmp_path_factory, "browser-benchmark")
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    yield from open_page(server)
+
+
+def test_the_machines_view_shows_every_machine_in_tables_that_fit_the_page(page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Benchmark").click()
+    tables = page.locator("#machines-md")
+    expect(tables).to_contain_text("NVIDIA H100", timeout=LONG)  # docs/cards, loaded as the tab opens
+    page.locator("#machines-source textarea").fill(str(V0))
+    page.locator("#machines-btn").click()
+    expect(tables).to_contain_text("AMD EPYC (family 25 model 1), 2 cores", timeout=LONG)
+    for model in ("sd15-arch", "tiny-shapes", "sdxl-arch"):
+        expect(tables.get_by_role("heading", name=model)).to_be_visible()
+    size = page.evaluate(TABLES)
+    assert size["count"] == 3 and not size["spilled"], f"text runs out of its cell: {size}"
+    assert size["widest"] <= size["block"] <= WIDTH and size["page"] <= WIDTH, size
+    assert size["tallest"] <= TALLEST, f"a row is {size['tallest']} px tall: its columns are squeezed"
+    assert page.locator("#machines-notes").inner_text().strip() == ""
+    _shot(page, "machines-1280", "#machines-source", "#machines-md")
+
+
+def test_a_run_shows_its_card_and_its_winner_fills_generate(page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Benchmark").click()
+    page.locator("#bench-configs textarea").fill("channels_last")
+    page.locator("#bench-warmup input").fill("0")
+    page.locator("#bench-rounds input").fill("1")
+    page.locator("#bench-btn").click()
+    summary = page.locator("#bench-summary")
+    expect(summary).to_contain_text("Benchmark card: ", timeout=LONG)
+    expect(summary).to_contain_text("tiny-shapes 64x64, 20 steps")
+    assert "cards/" in page.locator("#bench-files textarea").input_value()
+    expect(page.locator("#machines-md")).to_contain_text("(this machine)", timeout=LONG)
+    expect(page.locator("#bench-use")).to_be_enabled(timeout=LONG)
+    _shot(page, "benchmark-card", "#bench-btn", "#bench-use")
+    page.locator("#bench-use").click()
+    expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
+    expect(page.locator("#opts-speed").get_by_label("channels_last", exact=False)).to_be_checked()
