@@ -52,9 +52,11 @@ test: $(VENV)/.dev-deps browser
 test-fast: $(VENV)/.dev-deps
 	$(PYTEST) -m "not slow and not browser"
 
-# The README's techniques table, from the registry (tests/test_docs.py fails when it is stale).
+# The README's techniques table, from the registry, and docs/benchmarks.md's "What is fastest where" table, from
+# the cards in docs/cards/ (tests fail while either is stale).
 docs: $(VENV)/.deps
 	$(PY) -m studio.optimizations.table README.md
+	$(PY) -m studio.benchmark.doc_table
 
 # The wheels an offline GPU machine lacks (benchmarks/gpu/kit.txt), for Python 3.12 on x86-64 Linux, into .gpu-kit/:
 # downloaded with `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform ...`, an xformers
