@@ -74,7 +74,9 @@ def model_inputs(prefix: str) -> dict[str, Any]:
         guidance = RawNumber(None, label="Guidance")
         width = RawNumber(None, label="Width", precision=0, step=8, elem_id=f"{prefix}-width")
         height = RawNumber(None, label="Height", precision=0, step=8, elem_id=f"{prefix}-height")
-    model.change(
+    # `input`, not `change`: a user's pick fills in the model's defaults; a run loaded into the form (History,
+    # Load from image, a card's winner) sets the model and keeps its own steps, size and prompt.
+    model.input(
         model_defaults, [model, custom], [steps, guidance, width, height, prompt], api_visibility="private"
     )
     Context.root_block.load(  # what the page shows: the model's own, filled in (the API's default: empty)

@@ -74,3 +74,30 @@ def test_a_run_shows_its_card_and_its_winner_fills_generate(page):
     page.locator("#bench-use").click()
     expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
     expect(page.locator("#opts-speed").get_by_label("channels_last", exact=False)).to_be_checked()
+
+
+def test_a_run_of_another_model_loads_with_its_own_steps_and_size(page, server):
+    """A run loaded into Generate for a model other than the one showing keeps its steps, size and prompt
+    (the model's defaults fill in only when a user picks a model), as a card's winner does."""
+    from playwright.sync_api import expect
+
+    from studio.engine.run_data import run_columns
+    from studio.request import validate_request
+    from studio.runlog import RunLog
+
+    request = validate_request(
+        model="sd15-arch", prompt="a lighthouse at dusk", steps=2, width=64, height=64, opts=["channels_last"]
+    )
+    log = RunLog(server.home / "runs.db")
+    log.finish_run(log.start_run(run_columns(request, 0, 1, None)), "ok")
+    page.get_by_role("tab", name="History").click()
+    page.locator("#history-btn").click()
+    table = page.locator("#history-table")
+    expect(table).to_contain_text("sd15-arch", timeout=LONG)
+    table.locator("[role=gridcell]:visible").filter(has_text="sd15-arch").first.click()
+    expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
+    page.wait_for_timeout(1500)  # any event the load set off has run
+    assert page.locator("#gen-steps input").input_value() == "2"
+    assert page.locator("#gen-width input").input_value() == "64"
+    assert page.locator("#gen-prompt textarea").input_value() == "a lighthouse at dusk"
+    assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()
