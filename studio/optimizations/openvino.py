@@ -36,6 +36,7 @@ from studio.optimizations.openvino_parts import OpenVINODecoder, OpenVINOTextEnc
 
 PRECISIONS = ("f32", "auto")
 OVERFLOW_FIXES = ("auto", *ovm.OVERFLOW_FIXES)
+INT8_LINEARS = ("auto", *ovm.LINEAR_FORMS)
 
 
 @dataclass(frozen=True)
@@ -46,17 +47,20 @@ class OpenVINOSettings(Settings):
     calibration prompts denoise to), not 8-bit weights over float math; `overflow_fix` (int8 activations):
     which int8 convolutions get 7-bit weights, so that the int16 sums of CPUs without VNNI or AMX cannot
     saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable", or "auto"
-    (all on such CPUs, NNCF's default elsewhere); `winograd` (fp32 with f32 inference): the 3x3
-    convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3) or F(2x2, 3x3), over the whole
-    image or (large images) in strips of rows that stay in the CPU's cache, whichever this CPU runs fastest
-    for each shape, timed at the first call (the direct convolution where none gains): fewer multiplies, the
-    same result to fp32 rounding."""
+    (all on such CPUs, NNCF's default elsewhere); `int8_linears` (full_int8): how the UNet's Linear layers
+    run in int8: "matmul" (int8 MatMuls), "convolution" (1x1 int8 convolutions over the tokens) or "auto"
+    (the MatMuls on CPUs with VNNI or AMX, the convolutions elsewhere: each the faster there); `winograd`
+    (fp32 with f32 inference): the 3x3 convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3)
+    or F(2x2, 3x3), over the whole image or (large images) in strips of rows that stay in the CPU's cache,
+    whichever this CPU runs fastest for each shape, timed at the first call (the direct convolution where
+    none gains): fewer multiplies, the same result to fp32 rounding."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"
     vae: bool = True
     text_encoder: bool = True
     overflow_fix: str = "auto"
+    int8_linears: str = "auto"
     vae_int8: bool = False
     winograd: bool = False
 
@@ -69,7 +73,13 @@ class OpenVINOSettings(Settings):
         self._set("vae", checks.boolean("openvino vae", self.vae))
         self._set("text_encoder", checks.boolean("openvino text_encoder", self.text_encoder))
         self._set("overflow_fix", checks.one_of("openvino overflow_fix", self.overflow_fix, OVERFLOW_FIXES))
+        self._set("int8_linears", checks.one_of("openvino int8_linears", self.int8_linears, INT8_LINEARS))
         self._set("vae_int8", checks.boolean("openvino vae_int8", self.vae_int8))
+        if self.int8_linears != "auto" and self.mode != "full_int8":
+            raise ValidationError(
+                "openvino int8_linears says how full_int8 runs the UNet's Linear layers: it needs "
+                f"mode=full_int8, not mode={self.mode}."
+            )
         self._set("winograd", checks.boolean("openvino winograd", self.winograd))
         if self.winograd and (self.mode != "fp32" or self.inference_precision != "f32"):
             raise ValidationError(
@@ -92,6 +102,16 @@ def overflow_fix(setting: str, cpu_flags: frozenset[str]) -> str:
     return "enable" if devices.int8_path(cpu_flags) == "reduced_range" else "first_layer_only"
 
 
+def int8_linears(setting: str, cpu_flags: frozenset[str]) -> str:
+    """How full int8 runs the UNet's Linear layers on a CPU. Measured per UNet call on SD 1.5 at 256x256
+    against optimum-intel's hybrid int8 (whose Linear layers are 8-bit weights over float math): on a VNNI
+    CPU (Zen 5 EPYC) int8 MatMuls x1.23, the 1x1 convolutions x0.65 (one 1x1 image per token starves
+    oneDNN's int8 convolution); without VNNI (AVX2 EPYC) the convolutions x1.24, int8 MatMuls x0.88."""
+    if setting != "auto":
+        return setting
+    return "convolution" if devices.int8_path(cpu_flags) == "reduced_range" else "matmul"
+
+
 def copies(settings: OpenVINOSettings) -> float:
     """The further copies of the pipeline's weights the compiled parts hold: fp32, as many bytes again;
     with `winograd` more, the rewritten convolutions' weights being 16/9 (F(2, 3)) or 4 (F(4, 3)) times as
@@ -104,11 +124,17 @@ def apply(pipe: Any, ctx: Context) -> None:
     ovm.openvino()  # unavailable before anything changes
     if settings.mode != "fp32":
         ovm.nncf()
-    fix = overflow_fix(settings.overflow_fix, (ctx.hw or devices.detect()).cpu_flags)
+    flags = (ctx.hw or devices.detect()).cpu_flags
+    fix = overflow_fix(settings.overflow_fix, flags)
     if settings.mode in ovm.CALIBRATED or settings.vae_int8:  # int8 activations: the fix applies
         ctx.stats["openvino_overflow_fix"] = fix
+    linears = int8_linears(settings.int8_linears, flags) if settings.mode == "full_int8" else None
+    if linears:
+        ctx.stats["openvino_int8_linears"] = linears
     swap_denoiser(
-        lambda unet, _: OpenVINOUNet(unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix)
+        lambda unet, _: OpenVINOUNet(
+            unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix, linears
+        )
     )(pipe, ctx)
     if settings.vae:
         ctx.state["openvino_decoder"] = pipe.vae.decoder
@@ -137,7 +163,8 @@ register(
         description=(
             "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
             "mode fp32, int8_weights (8-bit weights), hybrid_int8 (8-bit weights and calibrated int8 "
-            "convolutions) or full_int8 (the Linear layers too, as 1x1 int8 convolutions); "
+            "convolutions) or full_int8 (the Linear layers too: int8 MatMuls on CPUs with VNNI or AMX, 1x1 "
+            "int8 convolutions elsewhere; int8_linears picks); "
             "inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs with AMX or "
             "AVX512-BF16; vae_int8 makes the VAE decoder static int8 too; winograd (fp32) computes the 3x3 "
             "convolutions with fewer multiplies (Winograd's F(4x4,3x3) or F(2x2,3x3), whole or in strips of "

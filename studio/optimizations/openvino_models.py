@@ -7,9 +7,10 @@ another size, and the CPU plugin runs static shapes fastest), then optionally co
 - "hybrid_int8": the recipe optimum-intel uses for diffusion UNets: 8-bit weights for the Linear layers,
   and static int8 (weights and activations, calibrated) for the convolutions and the attention matmuls,
   the first convolution kept float;
-- "full_int8": hybrid's quantization of a UNet whose Linear layers were first rewritten as 1x1
-  convolutions over the tokens (`linears_as_convolutions`), so that they run in static int8 too, on the
-  CPU plugin's int8 convolution kernels (its int8 matmul is no faster than fp32 on CPUs without VNNI).
+- "full_int8": static int8 for the Linear layers too (`full_quantize`): as int8 MatMuls on CPUs with VNNI
+  or AMX, or, elsewhere, as 1x1 convolutions over the tokens (`linears_as_convolutions`, then hybrid's
+  quantization), on the CPU plugin's int8 convolution kernels (its int8 matmul is no faster than fp32
+  there; the convolutions, one 1x1 image per token, are slower than int8 MatMuls where VNNI is).
 An fp32 model's 3x3 convolutions can be rewritten as Winograd's minimal filtering (`openvino_winograd`).
 Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
 `$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 MODES = ("fp32", "int8_weights", "hybrid_int8", "full_int8")
 CALIBRATED = ("hybrid_int8", "full_int8")  # the modes whose UNet has int8 activations
 OVERFLOW_FIXES = ("enable", "first_layer_only", "disable")  # nncf.OverflowFix's values
+LINEAR_FORMS = ("matmul", "convolution")  # how full int8 runs a UNet's Linear layers
 
 
 def openvino() -> Any:
@@ -232,36 +234,50 @@ def output_name(model: Any, name: str = "prediction") -> str:
     return sorted(tensor.get_names())[0]
 
 
-def hybrid_quantize(model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only") -> Any:
-    """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
-    layers), then static int8 calibrated on `calibration` (a sized iterable of the model's inputs, numpy
-    arrays) for the rest: convolutions and attention's activation-activation MatMuls, SmoothQuant off,
-    `conv_in` float.
-    `overflow_fix` (one of OVERFLOW_FIXES) says which convolutions get 7-bit weights; optimum-intel leaves
-    NNCF's default, "first_layer_only"."""
-    lib = nncf()
-    linear = [
-        op.get_friendly_name()
-        for op in model.get_ops()
-        if op.get_type_name() == "MatMul" and (_constant_behind(op, 0) or _constant_behind(op, 1))
-    ]
-    first_conv = [
+def _first_convolution(model: Any) -> list[str]:
+    return [
         op.get_friendly_name()
         for op in model.get_ops()
         if op.get_type_name() == "Convolution" and "conv_in" in op.get_friendly_name()
     ]
-    compressed = lib.compress_weights(model, ignored_scope=lib.IgnoredScope(types=["Convolution"]))
+
+
+def static_int8(model: Any, calibration: Collection[Any], overflow_fix: str, float_ops: list[str]) -> Any:
+    """NNCF's static int8 of a diffusion UNet `model`, calibrated on `calibration` (a sized iterable of the
+    model's inputs, numpy arrays): convolutions and MatMuls (the transformer model type), SmoothQuant off,
+    `conv_in` and the ops named in `float_ops` left as they are. `overflow_fix` (one of OVERFLOW_FIXES) says
+    which convolutions get 7-bit weights; optimum-intel leaves NNCF's default, "first_layer_only"."""
+    lib = nncf()
     return lib.quantize(
-        compressed,
+        model,
         lib.Dataset(calibration),
         subset_size=len(calibration),
         model_type=lib.ModelType.TRANSFORMER,
-        ignored_scope=lib.IgnoredScope(names=linear + first_conv, validate=False),
+        ignored_scope=lib.IgnoredScope(names=float_ops + _first_convolution(model), validate=False),
         advanced_parameters=lib.AdvancedQuantizationParameters(
             smooth_quant_alphas=lib.AdvancedSmoothQuantParameters(matmul=-1),
             overflow_fix=lib.OverflowFix(overflow_fix),
         ),
     )
+
+
+def hybrid_quantize(model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only") -> Any:
+    """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
+    layers), then static int8 (`static_int8`) for the rest: convolutions and attention's
+    activation-activation MatMuls."""
+    linear = [
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_type_name() == "MatMul" and (_constant_behind(op, 0) or _constant_behind(op, 1))
+    ]
+    lib = nncf()
+    compressed = lib.compress_weights(model, ignored_scope=lib.IgnoredScope(types=["Convolution"]))
+    return static_int8(compressed, calibration, overflow_fix, linear)
+
+
+def full_quantize(model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only") -> Any:
+    """Static int8 for every convolution and MatMul of a UNet, its Linear layers as int8 MatMuls."""
+    return static_int8(model, calibration, overflow_fix, [])
 
 
 def decoder_quantize(model: Any, calibration: list[tuple[Any, ...]], overflow_fix: str) -> Any:

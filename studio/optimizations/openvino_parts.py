@@ -106,11 +106,14 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
 
     part = "unet"
 
-    def __init__(self, unet, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str):
+    def __init__(
+        self, unet, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str, linears: str | None
+    ):
         super().__init__(unet, settings, stats)  # PerShapeUNet's part makes `_plain`
         self._pipe = weakref.ref(pipe)  # no cycle: the part is freed with its pipeline
         self._prompts = prompts
         self._overflow_fix = fix
+        self._linears = linears  # full_int8: "matmul" or "convolution" (`openvino.int8_linears`)
 
     def traced(self) -> torch.nn.Module:
         return self._plain
@@ -132,6 +135,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
                 prompts=list(self._prompts),
                 scheduler=type(scheduler).__name__,
                 overflow_fix=self._overflow_fix,
+                **({"int8_linears": self._linears} if self._linears == "matmul" else {}),  # keys of before
                 samples=ovc.CALIBRATION_SAMPLES,  # how many of the trajectories' inputs NNCF sees
                 denoised_by="nncf",  # each sample's prediction from NNCF's inference of it
             )
@@ -141,10 +145,13 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         if self._settings.mode not in ovm.CALIBRATED:
             return super().compressed(model, inputs)
         calibration = self.calibration(inputs, model)  # before the rewrite below
-        if self._settings.mode == "full_int8":
+        quantize = ovm.hybrid_quantize
+        if self._linears == "convolution":
             self._stats["openvino_linears_as_convolutions"] = ovm.linears_as_convolutions(model)
+        elif self._linears == "matmul":
+            quantize = ovm.full_quantize
         with ovs.listening(calibration.heard):
-            quantized = ovm.hybrid_quantize(model, calibration, self._overflow_fix)
+            quantized = quantize(model, calibration, self._overflow_fix)
         self._stats["openvino_calibration_calls"] = {
             "answered by NNCF's statistics inference": calibration.answered,
             "run through the fp32 UNet": calibration.denoised,

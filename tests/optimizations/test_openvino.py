@@ -374,6 +374,27 @@ def test_the_first_call_benchmark_times_each_phase_in_an_empty_cache(tmp_path):
     assert list(tmp_path.iterdir()) == [], "the benchmark's own cache is removed"
 
 
+def _dequantized_weight(op) -> bool:
+    """Whether `op`'s second input is a constant behind dequantizing ops (Multiply, Subtract, Convert)."""
+    node = op.input_value(1).get_node()
+    while node.get_type_name() in ("Multiply", "Subtract", "Convert"):
+        node = node.input_value(0).get_node()
+    return node.get_type_name() == "Constant"
+
+
+def _behind_layout(node) -> str:
+    """The type of the first node behind `node` that is no Reshape or Transpose."""
+    while node.get_type_name() in ("Reshape", "Transpose"):
+        node = node.input_value(0).get_node()
+    return node.get_type_name()
+
+
+def linear_layers(home: Path) -> int:
+    manager = PipelineManager()
+    with manager.acquire(tiny.request()) as plain:
+        return sum(isinstance(m, torch.nn.Linear) for m in plain.pipe.unet.modules())
+
+
 def weight_element_type(op) -> str:
     """The element type of the constant behind `op`'s weight input (through dequantizing ops)."""
     node = op.input_value(1).get_node()
@@ -383,8 +404,9 @@ def weight_element_type(op) -> str:
 
 
 def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_path, monkeypatch):
-    """hybrid_int8 leaves the Linear layers as MatMuls with 8-bit weights over float math; full_int8 runs
-    each of them as a 1x1 convolution with int8 weights and activations (calibrated on their MatMuls)."""
+    """hybrid_int8 leaves the Linear layers as MatMuls with 8-bit weights over float math; full_int8 with
+    `int8_linears=convolution` (the choice on CPUs without VNNI) runs each of them as a 1x1 convolution with
+    int8 weights and activations (calibrated on their MatMuls)."""
     import torch
 
     from studio.optimizations import openvino_models as ovm
@@ -398,7 +420,7 @@ def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_
         "token_convolutions_as_matmuls",
         lambda model: in_statistics.append(as_matmuls(model)) or in_statistics[-1],
     )
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "convolution"}
     manager = PipelineManager()
     _, prepared = tiny.run(manager, tiny.request(["openvino"], {"openvino": settings}, steps=2))
     rewrites = prepared.ctx.stats["openvino_linears_as_convolutions"]
@@ -415,6 +437,53 @@ def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_
     assert {weight_element_type(op) for op in rewritten} == {"i8"}
     kinds = {op.get_type_name() for op in ops}
     assert "FakeQuantize" in kinds, "int8 activations: calibrated quantizers in front of the convolutions"
+
+
+def test_full_int8_with_int8_matmuls_quantizes_the_linear_layers_where_they_are(
+    tmp_path, monkeypatch, baseline
+):
+    """`int8_linears=matmul` (the choice on CPUs with VNNI or AMX) keeps the Linear layers as MatMuls and
+    quantizes them, weights and activations; the image stays close to fp32's."""
+    from studio.optimizations import openvino_models as ovm
+
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "matmul"}
+    images, prepared = tiny.run(PipelineManager(), openvino(**settings))
+    assert prepared.ctx.stats["openvino_int8_linears"] == "matmul"
+    assert "openvino_linears_as_convolutions" not in prepared.ctx.stats
+    (unet,) = cache_entries(tmp_path)
+    ops = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml").get_ordered_ops()
+    with_weights = [op for op in ops if op.get_type_name() == "MatMul" and _dequantized_weight(op)]
+    assert len(with_weights) == linear_layers(tmp_path) > 0
+    assert not [op for op in ops if op.get_friendly_name().endswith("/as_convolution")]
+    assert {weight_element_type(op) for op in with_weights} == {"i8"}
+    fed = [_behind_layout(op.input_value(0).get_node()) for op in with_weights]
+    assert fed.count("FakeQuantize") == len(fed) - 1, (
+        f"int8 activations in front of the Linear MatMuls: {fed}"
+    )
+    assert fed[0] == "Concat", "the timestep's sinusoids are left float"
+    assert psnr(images, baseline) >= 20.0, psnr(images, baseline)
+
+
+@pytest.mark.parametrize(
+    "flags, form",
+    [
+        ({"avx2"}, "convolution"),
+        ({"avx2", "avx_vnni"}, "matmul"),
+        ({"avx512_vnni"}, "matmul"),
+        ({"amx_int8"}, "matmul"),
+    ],
+)
+def test_int8_linears_auto_picks_the_faster_form_for_the_cpu(flags, form):
+    from studio.optimizations.openvino import int8_linears
+
+    assert int8_linears("auto", frozenset(flags)) == form
+    assert int8_linears("convolution", frozenset(flags)) == "convolution"
+
+
+def test_int8_linears_outside_full_int8_is_a_sentence():
+    with pytest.raises(ValidationError, match="int8_linears .* needs mode=full_int8"):
+        tiny.request(["openvino"], {"openvino": {"mode": "hybrid_int8", "int8_linears": "matmul"}})
 
 
 def int8_weight_peaks(model_xml: Path) -> list[int]:
@@ -604,15 +673,15 @@ def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
     from studio.optimizations import openvino_models as ovm
 
     given: list = []
-    quantize = getattr(ovm.hybrid_quantize, "__wrapped__", ovm.hybrid_quantize)  # not an earlier call's spy
+    quantize = getattr(ovm.static_int8, "__wrapped__", ovm.static_int8)  # not an earlier call's spy
 
-    def spy(model, calibration, fix):
-        quantized = quantize(model, calibration, fix)
+    def spy(model, calibration, fix, float_ops):
+        quantized = quantize(model, calibration, fix, float_ops)
         given.extend(calibration)
         return quantized
 
     spy.__wrapped__ = quantize
-    monkeypatch.setattr(ovm, "hybrid_quantize", spy)
+    monkeypatch.setattr(ovm, "static_int8", spy)
     _, prepared = tiny.run(PipelineManager(), request)
     return given, prepared.ctx.stats["openvino_calibration_calls"], prepared
 
