@@ -138,6 +138,12 @@ def load_folder(*folders: str | Path) -> Loaded:
     return loaded
 
 
+def machine_name(card: dict[str, Any]) -> str:
+    """How tables and menus name the machine a card measured: its `system.name`, else one made of its CPU
+    and GPUs."""
+    return card["system"].get("name") or display_name(card["system"])
+
+
 def _cell(entry: dict[str, Any], kind: str, gpu: bool) -> str:
     first = text.first_of(entry, kind)
     return text.pick(first, gpu) if first else "–"
@@ -164,7 +170,7 @@ def machine_tables(cards: list[dict[str, Any]], here: str | None = None) -> dict
             base = entry.get("baseline") or {}
             tables.setdefault(entry["model"], []).append(
                 {
-                    "device": card["system"].get("name") or display_name(card["system"]),
+                    "device": machine_name(card),
                     "this_machine": here is not None and card["system"].get("fingerprint") == here,
                     "shape": text.shape(entry),
                     "seconds_per_image": base.get("seconds_per_image"),

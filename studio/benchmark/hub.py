@@ -126,18 +126,26 @@ def load_hub(repo_id: str, *local: str | Path) -> tuple[Loaded, str | None]:
 
 @dataclass
 class Machines:
-    """What the Machines view shows: one table per model, and sentences about what could not be read."""
+    """What the Machines view shows: one table per model, sentences about what could not be read, and the
+    cards loaded (whose winners the view offers to Generate)."""
 
     tables: dict[str, list[dict[str, Any]]]
     refused: list[str]  # a sentence per file that is no card this studio reads
     note: str | None  # why a dataset's cards are missing (offline, unreachable), None when they are in
+    cards: list[dict[str, Any]] = field(default_factory=list)  # whole cards: rows, searches, commands
+
+    def data(self) -> dict[str, Any]:
+        """The tables, the refused files and the note: what `/machines` answers and `python -m studio
+        benchmark --machines --json` prints (the cards stay out: their rows and searches would make it
+        many times larger)."""
+        return {"tables": self.tables, "refused": self.refused, "note": self.note}
 
 
 def machines(
     source: str | None = None, folder: str | Path | None = None, here: str | None = None
 ) -> Machines:
     """The cards of this studio (`folder`, default its home's `cards/`), the project's own (docs/cards) and
-    `source` (a folder, or a dataset repository as OWNER/DATASET), as one table per model.
+    `source` (a folder, or a dataset repository as OWNER/DATASET), as one table per model, with the cards.
 
     Args:
         source: more cards: a local folder or OWNER/DATASET; None or "" for none.
@@ -154,4 +162,4 @@ def machines(
     else:
         loaded = load_folder(*local, *([source] if source else []))
     tables = machine_tables(loaded.cards, here if here is not None else this_fingerprint())
-    return Machines(tables, loaded.refused, note)
+    return Machines(tables, loaded.refused, note, loaded.cards)

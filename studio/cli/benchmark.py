@@ -76,8 +76,7 @@ def cmd_machines(args: argparse.Namespace) -> int:
     found = hub.machines(args.machines, args.out)
     for sentence in [*found.refused, *([found.note] if found.note else [])]:
         print(f"warning: {sentence}", file=sys.stderr)
-    data = {"tables": found.tables, "refused": found.refused, "note": found.note}
-    emit(data, args.json, cards.machines_markdown(found.tables))
+    emit(found.data(), args.json, cards.machines_markdown(found.tables))
     return 0
 
 

@@ -156,5 +156,7 @@ def test_the_machines_view_gathers_this_studios_the_projects_and_a_datasets_card
     found = hub.machines("someone/studio-cards", folder=local, here="no machine")
     assert found.note.startswith("Offline (HF_HUB_OFFLINE)") and found.refused == []
     assert len(found.tables["sd15-arch"]) == 6 + 1, "the docs' six machines and the local card"
+    assert [Path(c["path"]).name for c in found.cards][0] == "mine.json" and len(found.cards) == 7
+    assert found.data() == {"tables": found.tables, "refused": [], "note": found.note}, "no cards in it"
     assert not any(r["this_machine"] for rows in found.tables.values() for r in rows)
     assert hub.machines(str(local), folder=local / "none", here="x").note is None

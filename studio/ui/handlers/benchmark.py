@@ -8,7 +8,6 @@ benchmark writes nothing and says where it stopped."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -160,7 +159,7 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         OWNER/DATASET), one table per model: the tables in Markdown, the sentences on what was not read, and
         the data ({"tables", "refused", "note"}, as `python -m studio benchmark --machines --json`)."""
         found = hub.machines(checked_source(source))
-        return cards.machines_markdown(found.tables), machines_notes(found), dataclasses.asdict(found)
+        return cards.machines_markdown(found.tables), machines_notes(found), found.data()
 
     def cancel_benchmark(request: gr.Request):
         """The tab's Cancel: stops the session's benchmark at its next denoising step (and one that waits)."""
