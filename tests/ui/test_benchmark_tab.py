@@ -5,18 +5,22 @@ the way the tab's **Use in Generate** does runs that same configuration."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import gradio as gr
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 from PIL import Image
 
+from studio import devices
 from studio.request import parse_config
 from studio.runlog import RunLog
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
+from studio.ui.handlers.benchmark import machine_labels
 from studio.ui.handlers.common import FORM_ORDER
 from tests.server import ROOT, Server
 
@@ -123,6 +127,55 @@ def test_a_cards_winner_applied_to_generate_runs_the_same_configuration(benchmar
     assert logged["requested"] == parse_config(winner["config"])[0]
     shape = ("model", "steps", "width", "height", "seed", "prompt", "guidance")
     assert {k: logged[k] for k in shape} == {k: entry[k] for k in shape}
+
+
+AMX, H100 = "Intel Xeon with AMX", "NVIDIA H100 80GB HBM3"  # machines of docs/cards, as the menu names them
+
+
+@pytest.fixture
+def machines_view(studio, tmp_path, monkeypatch):
+    """The Machines view's handlers once it loaded this (empty) studio's cards and the project's:
+    (handlers, cards loaded, the winners menu's choices)."""
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))
+    handlers = build_handlers(studio, Cancellations())
+    *_, data, loaded = handlers["machines"]("")
+    assert set(data) == {"tables", "refused", "note"}, "the cards stay out of what /machines answers"
+    menu, use = handlers["machines_menu"](loaded)
+    assert use["interactive"] and use["value"] == "Use in Generate"
+    return handlers, loaded, menu["choices"]
+
+
+def test_a_winner_of_another_machines_card_fills_generate_at_that_cards_shape(machines_view):
+    handlers, loaded, choices = machines_view
+    chosen = f"{AMX} — sd15-arch 256x256, 10 steps, guidance 7.5 — changes the image: " + (
+        "openvino[inference_precision=auto,mode=hybrid_int8]"
+    )
+    assert chosen in choices and any(c.startswith(H100) for c in choices), "every machine's winners"
+    *values, tabs = handlers["use_card_winner"](loaded, chosen)
+    targets = [name for name in FORM_ORDER if name not in ("device", "optimizations")]
+    form = dict(zip(targets, values, strict=True))
+    assert tabs["selected"] == "generate"
+    assert (form["model"], form["steps"], form["width"], form["height"]) == ("sd15-arch", 10, 256, 256)
+    assert (form["guidance"], form["prompt"], form["seed"], form["batch"]) == (7.5, "a photo", 1, 1)
+    assert form["speed_techniques"] == ["openvino"] and form["precision"] == "fp32"
+    settings = {"openvino": {"inference_precision": "auto", "mode": "hybrid_int8"}}
+    assert json.loads(form["settings"]) == settings, "the configuration's settings, as the card wrote them"
+
+
+def test_the_menu_names_a_machine_short_unless_two_would_read_alike():
+    named = [{"system": {"name": n}} for n in ("AMD EPYC (a; avx2)", "AMD EPYC (b)", f"{AMX} (c; amx)")]
+    assert machine_labels(named) == ["AMD EPYC (a; avx2)", "AMD EPYC (b)", AMX]
+
+
+def test_a_gpu_winner_on_this_cpu_is_one_sentence_naming_why(machines_view, monkeypatch):
+    handlers, loaded, choices = machines_view
+    monkeypatch.setattr(devices, "_probe_cuda", lambda: (False, "no CUDA GPU", ()))  # a CPU-only machine
+    devices.detect.cache_clear()
+    (chosen,) = [c for c in choices if c.startswith(H100) and c.endswith("changes the image: fp16+deepcache")]
+    with pytest.raises(gr.Error) as refused:
+        handlers["use_card_winner"](loaded, chosen)
+    why = "fp16 needs a GPU; this run is on cpu. Remove it or choose another device."
+    assert refused.value.message == why, "the request validation's sentence, nothing more"
 
 
 def test_a_cancelled_benchmark_writes_nothing_and_says_where_it_stopped(studio, tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """The Benchmark tab in a real browser (Debian's chromium driven by Playwright, 1280x900): the Machines view
 shows this studio's and the project's cards when the tab opens, a folder's cards once loaded, every table
-within the page; a run shows its card and **Use in Generate** ticks its winner in Generate's form.
+within the page, and another machine's winner fills Generate's form at its card's shape; a run shows its card
+and **Use in Generate** ticks its winner in Generate's form.
 
 Screenshots go to test-artifacts/ (look at them after a change): machines-1280, benchmark-card.
 """
@@ -24,6 +25,7 @@ TABLES = """() => {
           spilled: cells.filter(c => c.scrollWidth > c.clientWidth).map(c => c.innerText),
           tallest: Math.max(...[...block.querySelectorAll('tr')].map(r => r.getBoundingClientRect().height))};
 }"""
+AMX = "Intel Xeon with AMX"  # a machine of docs/cards, as the winners menu names it
 TALLEST = 200  # px: a row of at most eight lines (squeezed columns wrap a name a letter a line)
 
 
@@ -53,7 +55,16 @@ def test_the_machines_view_shows_every_machine_in_tables_that_fit_the_page(page)
     assert size["widest"] <= size["block"] <= WIDTH and size["page"] <= WIDTH, size
     assert size["tallest"] <= TALLEST, f"a row is {size['tallest']} px tall: its columns are squeezed"
     assert page.locator("#machines-notes").inner_text().strip() == ""
-    _shot(page, "machines-1280", "#machines-source", "#machines-md")
+    winner = page.locator("#machines-winner input")  # another machine's winner, at its card's shape
+    winner.fill(f"{AMX} — sd15-arch 256x256, 10 steps, guidance 7.5 — keeps the math: openvino")
+    winner.press("Enter")
+    expect(page.locator("#machines-use")).to_be_enabled()
+    _shot(page, "machines-1280", "#machines-source", "#machines-winner")
+    page.locator("#machines-use").click()
+    expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
+    page.wait_for_timeout(1500)  # any event the load set off has run
+    assert [page.locator(f"#gen-{f} input").input_value() for f in ("steps", "width")] == ["10", "256"]
+    assert page.locator("#opts-speed").get_by_label("(openvino)", exact=False).is_checked()
 
 
 def test_a_run_shows_its_card_and_its_winner_fills_generate(page):

@@ -1,6 +1,8 @@
 """The Benchmark tab's handlers: `/benchmark` (the fixed suite measured here, written as a card into the
-studio's home), the suite's models for a device, a card's winner into Generate's form (the way History loads a
-logged run: `form_values`), and `/machines` (the cards of many machines, one table per model).
+studio's home), the suite's models for a device, `/machines` (the cards of many machines, one table per
+model), and a winner of the card just measured or of any card the Machines view loaded into Generate's form
+(the way History loads a logged run: `form_values`), checked for this machine: another machine's GPU card runs
+here on this machine's device, and a configuration this machine cannot run is one sentence.
 
 Options are checked (`studio.benchmark.options.validate_options`, then every model's request and
 configuration in `run_benchmark`) before anything runs; a bad one is one sentence, as `gr.Error`. A cancelled
@@ -8,6 +10,7 @@ benchmark writes nothing and says where it stopped."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,13 +21,14 @@ from PIL import Image
 from pipelines.sources import inside_roots
 from studio import devices
 from studio.benchmark import card as card_files
-from studio.benchmark import cards, hub, picks
+from studio.benchmark import hub, picks, text
+from studio.benchmark.cards import machine_name, machines_markdown
 from studio.benchmark.options import validate_options
 from studio.benchmark.runner import run_benchmark
-from studio.benchmark.suite import suite_for
+from studio.benchmark.suite import CPU_CASES, GPU_CASES, suite_for
 from studio.engine import Studio
 from studio.engine.run_data import run_columns
-from studio.errors import Cancelled, ValidationError
+from studio.errors import Cancelled, UnavailableError, ValidationError
 from studio.request import validate_request, with_config
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
@@ -34,6 +38,7 @@ NOTHING_WRITTEN = "Nothing was written: a card is written only once every model 
 STOPPING = "Stopping at the next denoising step: a cancelled benchmark writes no card."
 # What a card's model entry ran, as `validate_request` takes it (the entry's `batch` is its `num_images`).
 REQUEST_KEYS = ("model", "prompt", "seed", "steps", "guidance", "width", "height", "scheduler", "device")
+SUITE_CASES = {case.model: case for case in (*GPU_CASES, *CPU_CASES)}  # a model's prompt and seed
 
 
 def suite_models(device: str | None) -> list[str]:
@@ -49,24 +54,67 @@ def config_lines(text: Any) -> list[str] | Any:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def winner_choice(entry: dict[str, Any], winner: dict[str, Any]) -> str:
-    """How the winners' menu names one: 'tiny-shapes, keeps the math: channels_last'."""
-    return f"{entry['model']}, {picks.WORDS[winner['kind']]}: {winner['config']}"
+def as_cards(cards: Any) -> list[dict[str, Any]]:
+    """The card just measured (a dict) or the Machines view's cards (a list) as a list; None: none."""
+    if cards is None:
+        return []
+    return [cards] if isinstance(cards, dict) else list(cards)
 
 
-def winner_choices(card: dict[str, Any]) -> list[str]:
-    return [winner_choice(entry, w) for entry in card["models"] for w in entry.get("winners") or []]
+def winner_choice(entry: dict[str, Any], winner: dict[str, Any], machine: str | None = None) -> str:
+    """How a winners' menu names one: 'tiny-shapes 64x64, 20 steps — keeps the math: channels_last', with
+    the machine in front in the Machines view's menu ('Intel Xeon with AMX — sd15-arch 256x256, ...')."""
+    named = f"{text.shape(entry)} — {picks.WORDS[winner['kind']]}: {winner['config']}"
+    return f"{machine} — {named}" if machine else named
 
 
-def winner_request(card: dict[str, Any] | None, chosen: str | None):
-    """The request the card measured for the chosen winner: its model's shape, prompt and seed, with the
-    winner's configuration (checked for this machine as any request is)."""
-    for entry in (card or {}).get("models") or []:
-        for winner in entry.get("winners") or []:
-            if winner_choice(entry, winner) == chosen:
-                fields = {key: entry[key] for key in REQUEST_KEYS}
-                return with_config(validate_request(**fields, num_images=entry["batch"]), winner["config"])
-    raise ValidationError("Run the benchmark first, then choose one of its winners to use in Generate.")
+def machine_labels(cards: list[dict[str, Any]]) -> list[str]:
+    """Each card's machine as the Machines view's menu names it: the tables' name up to its details in
+    brackets ('Intel Xeon with AMX'), whole where two machines of different names would read alike."""
+    full = [machine_name(card) for card in cards]
+    short = {name: name.split(" (", 1)[0] for name in full}
+    names = Counter(short.values())  # how many different machines each short name stands for
+    return [short[name] if names[short[name]] == 1 else name for name in full]
+
+
+def named_winners(cards: Any, machines: bool = False) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Every winner of `cards` (see `as_cards`) by its name in the menu, with its model entry; `machines`:
+    named with the machine in front (`machine_labels`). Of two with one name (one machine's card loaded
+    twice), the first."""
+    cards = as_cards(cards)
+    labels = machine_labels(cards) if machines else [None] * len(cards)
+    found: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for card, machine in zip(cards, labels, strict=True):
+        for entry in card["models"]:
+            for winner in entry.get("winners") or []:
+                found.setdefault(winner_choice(entry, winner, machine), (entry, winner))
+    return found
+
+
+def here(device: str | None) -> str:
+    """A card's device when this machine has it ('cuda' measured here), else 'auto': a card from another
+    machine runs on this one's device."""
+    try:
+        return devices.resolve(device or "auto")
+    except UnavailableError:  # the card's device is another machine's: this machine's own instead
+        return "auto"
+
+
+def winner_request(cards: Any, chosen: str | None):
+    """The request a card measured for the chosen winner (named as either menu names it): its model entry's
+    model, shape, scheduler, prompt, seed and batch (the suite's prompt and seed, the model's defaults where a
+    transcribed card records none), on its device when this machine has it, with the winner's configuration;
+    checked for this machine as any request is (a GPU's fp16 on a CPU is refused with a sentence)."""
+    named = {**named_winners(cards, machines=True), **named_winners(cards)}
+    if chosen not in named:
+        raise ValidationError("Run the benchmark or load cards first, then choose one of their winners.")
+    entry, winner = named[chosen]
+    case = SUITE_CASES.get(entry["model"])
+    fields = {key: entry.get(key) for key in REQUEST_KEYS}
+    fields.update(device=here(entry.get("device")), num_images=entry.get("batch") or 1)
+    if case is not None:  # a transcribed card records no prompt or seed: the suite's
+        fields.update({key: getattr(case, key) for key in ("prompt", "seed") if fields[key] is None})
+    return with_config(validate_request(**fields), winner["config"])
 
 
 def finished(benchmark: Any) -> tuple:
@@ -84,9 +132,10 @@ def cancelled(exc: Cancelled) -> tuple:
     return gr.update(visible=True), progress_views.sentence(exc, "Benchmark", NOTHING_WRITTEN), None, "", None
 
 
-def winners_menu(card: dict[str, Any] | None) -> tuple:
-    """The card's winners to choose from for Generate, and its button (disabled without a winner)."""
-    choices = winner_choices(card) if card else []
+def winners_menu(cards: Any, machines: bool = False) -> tuple:
+    """The winners of `cards` (see `as_cards`) to choose from for Generate, named as `named_winners` names
+    them, and the menu's button (disabled without a winner)."""
+    choices = list(named_winners(cards, machines))
     use = gr.update(interactive=bool(choices), value="Use in Generate" if choices else "No winner to use")
     return gr.update(choices=choices, value=choices[0] if choices else None), use
 
@@ -148,18 +197,24 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         return gr.update(choices=names, value=[m for m in chosen or [] if m in names] or names[:1])
 
     @engine_errors
-    def use_winner(card, chosen):
-        """The chosen winner in Generate's form, at the model and shape the card measured; Generate shown."""
-        request = winner_request(card, chosen)
+    def use_winner(cards, chosen):
+        """The chosen winner of `cards` (the card just measured, or the Machines view's) in Generate's form,
+        at the model and shape its card measured (`winner_request`); Generate shown."""
+        request = winner_request(cards, chosen)
         return (*form_values(run_columns(request, 0, 0, None)), gr.update(selected="generate"))
 
     @engine_errors
     def machines(source=""):
         """The cards of this studio, of the project (docs/cards) and of `source` (a folder or a dataset as
         OWNER/DATASET), one table per model: the tables in Markdown, the sentences on what was not read, and
-        the data ({"tables", "refused", "note"}, as `python -m studio benchmark --machines --json`)."""
+        the data ({"tables", "refused", "note"}, as `python -m studio benchmark --machines --json`); and the
+        cards, for the view's winners menu (a State: no client sees it)."""
         found = hub.machines(checked_source(source))
-        return cards.machines_markdown(found.tables), machines_notes(found), found.data()
+        return machines_markdown(found.tables), machines_notes(found), found.data(), found.cards
+
+    def machines_menu(cards):
+        """The Machines view's winners: every loaded card's, named with its machine in front."""
+        return winners_menu(cards, machines=True)
 
     def cancel_benchmark(request: gr.Request):
         """The tab's Cancel: stops the session's benchmark at its next denoising step (and one that waits)."""
@@ -172,4 +227,5 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         "winners_menu": winners_menu,
         "use_card_winner": use_winner,
         "machines": machines,
+        "machines_menu": machines_menu,
     }

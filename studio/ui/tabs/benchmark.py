@@ -1,6 +1,7 @@
 """The Benchmark tab: the fixed suite measured on this machine and written as a card (`/benchmark`), its
 progress and Cancel (`studio.ui.progress_views`), a winner of the card into Generate, and the Machines view:
-the cards of many machines, one table per model (`/machines`), loaded when the tab opens."""
+the cards of many machines, one table per model (`/machines`), loaded when the tab opens, and a winner of any
+of them into Generate."""
 
 from __future__ import annotations
 
@@ -119,11 +120,30 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
         load = gr.Button("Load", elem_id="machines-btn", scale=1)
     notes = gr.Markdown(label="Not read", show_label=False, elem_id="machines-notes")
     tables = gr.Markdown(label="Machines", show_label=False, elem_id="machines-md")
+    with gr.Row():  # the menu as wide as the page: a winner's name reads machine first, configuration last
+        pick = gr.Dropdown(
+            [],
+            label="A winner of these cards: machine — model and shape — kind: configuration",
+            elem_id="machines-winner",
+            scale=1,
+        )
+        apply = gr.Button(
+            "No winner to use", interactive=False, elem_id="machines-use", scale=0, min_width=180
+        )
     with gr.Accordion("As the API returns it", open=False):
         found = gr.JSON(label="Machines")
-    shown = [tables, notes, found]
+    loaded = gr.State([])  # the cards behind the tables, for the winners menu
+    shown = [tables, notes, found, loaded]
     load.click(handlers["machines"], source, shown, api_name="machines")
     tab.select(handlers["machines"], source, shown, api_visibility="private")
+    loaded.change(handlers["machines_menu"], loaded, [pick, apply], queue=False, api_visibility="private")
+    apply.click(
+        handlers["use_card_winner"],
+        [loaded, pick],
+        [*generate["targets"], tabs],
+        queue=False,
+        api_visibility="private",
+    )
     # A new card: its winners to choose from, and its row in the Machines tables.
     data.change(handlers["winners_menu"], data, [chosen, use], queue=False, api_visibility="private")
     data.change(handlers["machines"], source, shown, api_visibility="private")
