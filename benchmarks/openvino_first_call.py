@@ -31,7 +31,7 @@ from studio.request import validate_request
 
 PHASES = {  # phase -> (owner, attribute) timed around each call
     "conversion": (ovm, "convert"),
-    "NNCF quantization": (ovm, "static_int8"),  # statistics and bias correction (hybrid's 8-bit weights: ~2 s)
+    "NNCF quantization": (ovm, "static_int8"),  # statistics, bias correction (not hybrid's 8-bit weights)
     "compile": (ovm, "compile_for_cpu"),
 }
 

@@ -108,10 +108,10 @@ def usable_compile_cache() -> str | None:
     if _writable_folder(fallback) is not None:
         fallback = Path(tempfile.mkdtemp(prefix="torchinductor-"))
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(fallback)
+    why = problem.strerror or problem
     said = (
-        f"torch.compile's cache folder {wanted} cannot be written ({problem.strerror or problem}): its kernels "
-        f"go to {fallback} instead and are built again there. Set TORCHINDUCTOR_CACHE_DIR to a writable "
-        "folder to keep them."
+        f"torch.compile's cache folder {wanted} cannot be written ({why}): its kernels go to {fallback} "
+        "instead and are built again there. Set TORCHINDUCTOR_CACHE_DIR to a writable folder to keep them."
     )
     log.warning(said)
     return said
