@@ -64,9 +64,9 @@ def main() -> None:
     samples: list[int] = []
     quantize = ovm.static_int8
 
-    def counted(model: Any, calibration: list[Any], fix: str, float_ops: list[str]) -> Any:
+    def counted(model: Any, calibration: list[Any], fix: str, float_ops: list[str], *ranges: str) -> Any:
         samples.append(len(calibration))
-        return quantize(model, calibration, fix, float_ops)
+        return quantize(model, calibration, fix, float_ops, *ranges)
 
     ovm.static_int8 = counted
     print(cpu_line())

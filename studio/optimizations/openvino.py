@@ -49,7 +49,9 @@ class OpenVINOSettings(Settings):
     saturate: "enable" (all), "first_layer_only" (NNCF's and optimum-intel's default), "disable", or "auto"
     (all on such CPUs, NNCF's default elsewhere); `int8_linears` (full_int8): how the UNet's Linear layers
     run in int8: "matmul" (int8 MatMuls), "convolution" (1x1 int8 convolutions over the tokens) or "auto"
-    (the MatMuls on CPUs with VNNI or AMX, the convolutions elsewhere: each the faster there); `winograd`
+    (the MatMuls on CPUs with VNNI or AMX, the convolutions elsewhere: each the faster there);
+    `activation_ranges` (hybrid_int8, full_int8): "minmax" (NNCF's default) or "quantile" (each sample's
+    0.01%-99.99% range, averaged: outliers clipped, a closer image, a longer first call); `winograd`
     (fp32 with f32 inference): the 3x3 convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3)
     or F(2x2, 3x3), over the whole image or (large images) in strips of rows that stay in the CPU's cache,
     whichever this CPU runs fastest for each shape, timed at the first call (the direct convolution where
@@ -61,6 +63,7 @@ class OpenVINOSettings(Settings):
     text_encoder: bool = True
     overflow_fix: str = "auto"
     int8_linears: str = "auto"
+    activation_ranges: str = "minmax"
     vae_int8: bool = False
     winograd: bool = False
 
@@ -74,7 +77,16 @@ class OpenVINOSettings(Settings):
         self._set("text_encoder", checks.boolean("openvino text_encoder", self.text_encoder))
         self._set("overflow_fix", checks.one_of("openvino overflow_fix", self.overflow_fix, OVERFLOW_FIXES))
         self._set("int8_linears", checks.one_of("openvino int8_linears", self.int8_linears, INT8_LINEARS))
+        self._set(
+            "activation_ranges",
+            checks.one_of("openvino activation_ranges", self.activation_ranges, ovm.ACTIVATION_RANGES),
+        )
         self._set("vae_int8", checks.boolean("openvino vae_int8", self.vae_int8))
+        if self.activation_ranges != "minmax" and self.mode not in ovm.CALIBRATED:
+            raise ValidationError(
+                "openvino activation_ranges says how the UNet's int8 activations are calibrated: it needs "
+                f"mode=hybrid_int8 or full_int8, not mode={self.mode}."
+            )
         if self.int8_linears != "auto" and self.mode != "full_int8":
             raise ValidationError(
                 "openvino int8_linears says how full_int8 runs the UNet's Linear layers: it needs "

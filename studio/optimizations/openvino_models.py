@@ -46,6 +46,10 @@ MODES = ("fp32", "int8_weights", "hybrid_int8", "full_int8")
 CALIBRATED = ("hybrid_int8", "full_int8")  # the modes whose UNet has int8 activations
 OVERFLOW_FIXES = ("enable", "first_layer_only", "disable")  # nncf.OverflowFix's values
 LINEAR_FORMS = ("matmul", "convolution")  # how full int8 runs a UNet's Linear layers
+# How NNCF sets each int8 activation's range from the calibration samples: "minmax", its default for
+# per-tensor activations (the mean over the samples of each one's min and max); "quantile", the mean of each
+# sample's 0.01% and 99.99% quantiles (outliers clipped), computed outside the graph: ~3x the statistics.
+ACTIVATION_RANGES = ("minmax", "quantile")
 
 
 def openvino() -> Any:
@@ -242,12 +246,16 @@ def _first_convolution(model: Any) -> list[str]:
     ]
 
 
-def static_int8(model: Any, calibration: Collection[Any], overflow_fix: str, float_ops: list[str]) -> Any:
+def static_int8(
+    model: Any, calibration: Collection[Any], overflow_fix: str, float_ops: list[str], ranges: str = "minmax"
+) -> Any:
     """NNCF's static int8 of a diffusion UNet `model`, calibrated on `calibration` (a sized iterable of the
     model's inputs, numpy arrays): convolutions and MatMuls (the transformer model type), SmoothQuant off,
     `conv_in` and the ops named in `float_ops` left as they are. `overflow_fix` (one of OVERFLOW_FIXES) says
-    which convolutions get 7-bit weights; optimum-intel leaves NNCF's default, "first_layer_only"."""
+    which convolutions get 7-bit weights; optimum-intel leaves NNCF's default, "first_layer_only".
+    `ranges`: one of ACTIVATION_RANGES."""
     lib = nncf()
+    estimators = importlib.import_module("nncf.quantization.range_estimator").RangeEstimatorParametersSet
     return lib.quantize(
         model,
         lib.Dataset(calibration),
@@ -257,27 +265,60 @@ def static_int8(model: Any, calibration: Collection[Any], overflow_fix: str, flo
         advanced_parameters=lib.AdvancedQuantizationParameters(
             smooth_quant_alphas=lib.AdvancedSmoothQuantParameters(matmul=-1),
             overflow_fix=lib.OverflowFix(overflow_fix),
+            activations_range_estimator_params=estimators.MEAN_QUANTILE if ranges == "quantile" else None,
         ),
     )
 
 
-def hybrid_quantize(model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only") -> Any:
-    """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
-    layers), then static int8 (`static_int8`) for the rest: convolutions and attention's
-    activation-activation MatMuls."""
-    linear = [
-        op.get_friendly_name()
+def _linears(model: Any) -> list[Any]:
+    """The MatMuls by a constant weight: the Linear layers."""
+    return [
+        op
         for op in model.get_ops()
         if op.get_type_name() == "MatMul" and (_constant_behind(op, 0) or _constant_behind(op, 1))
     ]
+
+
+def hybrid_quantize(
+    model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only", ranges: str = "minmax"
+) -> Any:
+    """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
+    layers), then static int8 (`static_int8`) for the rest: convolutions and attention's
+    activation-activation MatMuls."""
+    linear = [op.get_friendly_name() for op in _linears(model)]
     lib = nncf()
     compressed = lib.compress_weights(model, ignored_scope=lib.IgnoredScope(types=["Convolution"]))
-    return static_int8(compressed, calibration, overflow_fix, linear)
+    return static_int8(compressed, calibration, overflow_fix, linear, ranges)
 
 
-def full_quantize(model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only") -> Any:
-    """Static int8 for every convolution and MatMul of a UNet, its Linear layers as int8 MatMuls."""
-    return static_int8(model, calibration, overflow_fix, [])
+def conditioning_linears(model: Any) -> list[str]:
+    """The Linear layers fed by a model input straight (cross-attention's keys and values of the text
+    encoder's states) or with fewer than 16 rows (the timestep embedding's): little to compute, so nothing
+    to gain in int8, and the text states' outlier channels would lose most of their range."""
+    names = []
+    for op in _linears(model):
+        source = op.input_value(0)
+        node = source.get_node()
+        while node.get_type_name() in ("Reshape", "Transpose", "Convert"):
+            node = node.input_value(0).get_node()
+        shape = source.get_partial_shape()
+        rows = math.prod(d.get_length() for d in list(shape)[:-1]) if shape.is_static else None
+        if node.get_type_name() == "Parameter" or (rows is not None and rows < 16):
+            names.append(op.get_friendly_name())
+    return names
+
+
+def full_quantize(
+    model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only", ranges: str = "minmax"
+) -> Any:
+    """Static int8 for every convolution and Linear layer of a UNet, the Linear layers as int8 MatMuls, but
+    the conditioning ones (`conditioning_linears`), which get 8-bit weights over float math as in hybrid."""
+    keep = conditioning_linears(model)
+    others = [op.get_friendly_name() for op in _linears(model) if op.get_friendly_name() not in keep]
+    lib = nncf()
+    ignored = lib.IgnoredScope(types=["Convolution"], names=others, validate=False)
+    compressed = lib.compress_weights(model, ignored_scope=ignored) if keep else model
+    return static_int8(compressed, calibration, overflow_fix, keep, ranges)
 
 
 def decoder_quantize(model: Any, calibration: list[tuple[Any, ...]], overflow_fix: str) -> Any:

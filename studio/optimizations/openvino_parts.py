@@ -135,10 +135,13 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
                 prompts=list(self._prompts),
                 scheduler=type(scheduler).__name__,
                 overflow_fix=self._overflow_fix,
-                **({"int8_linears": self._linears} if self._linears == "matmul" else {}),  # keys of before
                 samples=ovc.CALIBRATION_SAMPLES,  # how many of the trajectories' inputs NNCF sees
                 denoised_by="nncf",  # each sample's prediction from NNCF's inference of it
             )
+            if self._linears == "matmul":  # (the convolutions' entries keep the keys they had)
+                parts.update(int8_linears="matmul", float_conditioning=True)
+            if self._settings.activation_ranges != "minmax":
+                parts.update(activation_ranges=self._settings.activation_ranges)
         return parts
 
     def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
@@ -151,7 +154,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         elif self._linears == "matmul":
             quantize = ovm.full_quantize
         with ovs.listening(calibration.heard):
-            quantized = quantize(model, calibration, self._overflow_fix)
+            quantized = quantize(model, calibration, self._overflow_fix, self._settings.activation_ranges)
         self._stats["openvino_calibration_calls"] = {
             "answered by NNCF's statistics inference": calibration.answered,
             "run through the fp32 UNet": calibration.denoised,

@@ -5,6 +5,7 @@ still shows what was asked); conversions cached on disk; exact revert; no usage 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -443,7 +444,8 @@ def test_full_int8_with_int8_matmuls_quantizes_the_linear_layers_where_they_are(
     tmp_path, monkeypatch, baseline
 ):
     """`int8_linears=matmul` (the choice on CPUs with VNNI or AMX) keeps the Linear layers as MatMuls and
-    quantizes them, weights and activations; the image stays close to fp32's."""
+    quantizes them, weights and activations, but those fed by the text encoder's states or the timestep
+    embedding, which keep 8-bit weights over float math as in hybrid; the image stays close to fp32's."""
     from studio.optimizations import openvino_models as ovm
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
@@ -452,17 +454,36 @@ def test_full_int8_with_int8_matmuls_quantizes_the_linear_layers_where_they_are(
     assert prepared.ctx.stats["openvino_int8_linears"] == "matmul"
     assert "openvino_linears_as_convolutions" not in prepared.ctx.stats
     (unet,) = cache_entries(tmp_path)
-    ops = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml").get_ordered_ops()
+    model = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml")
+    ops = model.get_ordered_ops()
     with_weights = [op for op in ops if op.get_type_name() == "MatMul" and _dequantized_weight(op)]
     assert len(with_weights) == linear_layers(tmp_path) > 0
     assert not [op for op in ops if op.get_friendly_name().endswith("/as_convolution")]
-    assert {weight_element_type(op) for op in with_weights} == {"i8"}
-    fed = [_behind_layout(op.input_value(0).get_node()) for op in with_weights]
-    assert fed.count("FakeQuantize") == len(fed) - 1, (
-        f"int8 activations in front of the Linear MatMuls: {fed}"
-    )
-    assert fed[0] == "Concat", "the timestep's sinusoids are left float"
+    fed = {op.get_friendly_name(): _behind_layout(op.input_value(0).get_node()) for op in with_weights}
+    int8 = [op for op in with_weights if fed[op.get_friendly_name()] == "FakeQuantize"]
+    kept = [op for op in with_weights if op not in int8]
+    assert int8 and kept, "both kinds are there on the bundled model"
+    assert {weight_element_type(op) for op in int8} == {"i8"}
+    for op in kept:  # cross-attention's keys and values (the text states), the timestep embedding's
+        rows = math.prod(d.get_length() for d in list(op.input_value(0).get_partial_shape())[:-1])
+        assert fed[op.get_friendly_name()] == "Parameter" or rows < 16, op.get_friendly_name()
+    assert "Parameter" in {fed[op.get_friendly_name()] for op in kept}
     assert psnr(images, baseline) >= 20.0, psnr(images, baseline)
+
+
+def test_quantile_activation_ranges_calibrate_their_own_entry_and_stay_close(tmp_path, monkeypatch, baseline):
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "matmul"}
+    minmax, _ = tiny.run(PipelineManager(), openvino(**settings))
+    quantile, _ = tiny.run(PipelineManager(), openvino(**settings, activation_ranges="quantile"))
+    assert len(cache_entries(tmp_path)) == 2, "each calibration is its own cache entry"
+    assert not np.array_equal(minmax, quantile), "the ranges changed what the int8 model computes"
+    assert psnr(quantile, baseline) >= 20.0, psnr(quantile, baseline)
+
+
+def test_activation_ranges_without_int8_activations_is_a_sentence():
+    with pytest.raises(ValidationError, match="activation_ranges .* needs mode=hybrid_int8 or full_int8"):
+        tiny.request(["openvino"], {"openvino": {"mode": "int8_weights", "activation_ranges": "quantile"}})
 
 
 @pytest.mark.parametrize(
@@ -675,8 +696,8 @@ def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
     given: list = []
     quantize = getattr(ovm.static_int8, "__wrapped__", ovm.static_int8)  # not an earlier call's spy
 
-    def spy(model, calibration, fix, float_ops):
-        quantized = quantize(model, calibration, fix, float_ops)
+    def spy(model, calibration, fix, float_ops, *ranges):
+        quantized = quantize(model, calibration, fix, float_ops, *ranges)
         given.extend(calibration)
         return quantized
 
@@ -721,7 +742,8 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     from studio.optimizations import openvino_statistics as ovs
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
+    # the Linear layers as convolutions: every weight fp32 in NNCF's statistics model
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "convolution"}
     request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
     given, calls, prepared = calibrated(monkeypatch, request)
     prompts = len(request.spec.calibration_prompts)
