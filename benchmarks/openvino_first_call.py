@@ -26,12 +26,13 @@ from benchmarks.cpu_peers import cpu_line
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import psnr
+from studio.optimizations import openvino_int8 as int8
 from studio.optimizations import openvino_models as ovm
 from studio.request import validate_request
 
 PHASES = {  # phase -> (owner, attribute) timed around each call
     "conversion": (ovm, "convert"),
-    "NNCF quantization": (ovm, "static_int8"),  # statistics, bias correction (not hybrid's 8-bit weights)
+    "NNCF quantization": (int8, "static_int8"),  # statistics, bias correction (not hybrid's 8-bit weights)
     "compile": (ovm, "compile_for_cpu"),
 }
 
@@ -62,13 +63,13 @@ def main() -> None:
     for phase, (owner, name) in PHASES.items():
         setattr(owner, name, timed(spent, phase, getattr(owner, name)))
     samples: list[int] = []
-    quantize = ovm.static_int8
+    quantize = int8.static_int8
 
     def counted(model: Any, calibration: list[Any], fix: str, float_ops: list[str], *ranges: str) -> Any:
         samples.append(len(calibration))
         return quantize(model, calibration, fix, float_ops, *ranges)
 
-    ovm.static_int8 = counted
+    int8.static_int8 = counted
     print(cpu_line())
     size = f"{args.side}x{args.side}"
     print(f"{args.model} {size}, {args.steps} steps, openvino[mode={args.mode}] (the UNet only)")

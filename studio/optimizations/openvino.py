@@ -18,7 +18,7 @@ the bundled model: 25.1 dB against fp32, 23.6 dB with the first layer only), and
 
 This module is the technique: its settings, apply and revert, and its facts. The stand-ins it swaps in are
 `openvino_parts`, their calibration samples `openvino_calibration`, the conversion, compression and disk cache
-`openvino_models` (with `openvino_statistics` and `openvino_winograd`).
+`openvino_models` (with `openvino_statistics` and `openvino_winograd`), the int8 recipes `openvino_int8`.
 """
 
 from __future__ import annotations

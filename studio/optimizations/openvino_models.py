@@ -7,10 +7,10 @@ another size, and the CPU plugin runs static shapes fastest), then optionally co
 - "hybrid_int8": the recipe optimum-intel uses for diffusion UNets: 8-bit weights for the Linear layers,
   and static int8 (weights and activations, calibrated) for the convolutions and the attention matmuls,
   the first convolution kept float;
-- "full_int8": static int8 for the Linear layers too (`full_quantize`): as int8 MatMuls on CPUs with VNNI
-  or AMX, or, elsewhere, as 1x1 convolutions over the tokens (`linears_as_convolutions`, then hybrid's
-  quantization), on the CPU plugin's int8 convolution kernels (its int8 matmul is no faster than fp32
-  there; the convolutions, one 1x1 image per token, are slower than int8 MatMuls where VNNI is).
+- "full_int8": static int8 for the Linear layers too: as int8 MatMuls on CPUs with VNNI or AMX, or,
+  elsewhere, as 1x1 convolutions over the tokens, on the CPU plugin's int8 convolution kernels (its int8
+  matmul is no faster than fp32 there; the convolutions, one 1x1 image per token, are slower than int8
+  MatMuls where VNNI is). The recipes are in `openvino_int8`.
 An fp32 model's 3x3 convolutions can be rewritten as Winograd's minimal filtering (`openvino_winograd`).
 Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
 `$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
@@ -24,13 +24,12 @@ import hashlib
 import importlib
 import json
 import logging
-import math
 import os
 import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,48 +186,6 @@ def compress_weights(model: Any) -> Any:
     return nncf().compress_weights(model)
 
 
-def _constant_behind(op: Any, port: int) -> bool:
-    """Whether `op`'s input `port` is fed by a Constant (through Convert, FakeQuantize or Reshape)."""
-    node = op.input_value(port).get_node()
-    while node.get_type_name() in ("Convert", "FakeQuantize", "Reshape") and node.inputs():
-        node = node.input_value(0).get_node()
-    return node.get_type_name() == "Constant"
-
-
-def linears_as_convolutions(model: Any) -> int:
-    """Rewrites, in place, every MatMul by a constant weight matrix (a Linear layer: `x @ W.T`, x of static
-    shape [..., in]) as Reshape to [tokens, in, 1, 1] -> 1x1 Convolution -> Reshape back: the same
-    products and sums, one image of 1x1 pixels per token, so no transpose (NCHW and NHWC are the same
-    memory there). Returns how many were rewritten."""
-    ops = opset()
-    count = 0
-    for op in model.get_ordered_ops():
-        if op.get_type_name() != "MatMul":
-            continue
-        transposed = op.get_attributes()
-        weight = op.input_value(1).get_node()
-        if transposed["transpose_a"] or weight.get_type_name() != "Constant" or _constant_behind(op, 0):
-            continue  # activations by activations (attention), a compressed weight, or W @ x
-        matrix = weight.get_data()
-        matrix = matrix if transposed["transpose_b"] else matrix.T  # [out, in]
-        source = op.input_value(0)
-        shape = source.get_partial_shape()
-        if shape.is_dynamic or shape.rank.get_length() < 2:
-            continue
-        dims = [d.get_length() for d in shape]
-        name = op.get_friendly_name()
-        tokens = ops.reshape(source, [math.prod(dims[:-1]), dims[-1], 1, 1], False)
-        conv = ops.convolution(
-            tokens, ops.constant(matrix[:, :, None, None].copy()), [1, 1], [0, 0], [0, 0], [1, 1]
-        )
-        conv.set_friendly_name(f"{name}/as_convolution")
-        back = ops.reshape(conv, [*dims[:-1], matrix.shape[0]], False)
-        op.output(0).replace(back.output(0))
-        count += 1
-    model.validate_nodes_and_infer_types()
-    return count
-
-
 def output_name(model: Any, name: str = "prediction") -> str:
     """The name of `model`'s first output tensor, which is given `name` if it has none (NNCF's engine returns
     a model's outputs by tensor name and leaves out those without one)."""
@@ -236,108 +193,6 @@ def output_name(model: Any, name: str = "prediction") -> str:
     if not tensor.get_names():
         tensor.set_names({name})
     return sorted(tensor.get_names())[0]
-
-
-def _first_convolution(model: Any) -> list[str]:
-    return [
-        op.get_friendly_name()
-        for op in model.get_ops()
-        if op.get_type_name() == "Convolution" and "conv_in" in op.get_friendly_name()
-    ]
-
-
-def static_int8(
-    model: Any, calibration: Collection[Any], overflow_fix: str, float_ops: list[str], ranges: str = "minmax"
-) -> Any:
-    """NNCF's static int8 of a diffusion UNet `model`, calibrated on `calibration` (a sized iterable of the
-    model's inputs, numpy arrays): convolutions and MatMuls (the transformer model type), SmoothQuant off,
-    `conv_in` and the ops named in `float_ops` left as they are. `overflow_fix` (one of OVERFLOW_FIXES) says
-    which convolutions get 7-bit weights; optimum-intel leaves NNCF's default, "first_layer_only".
-    `ranges`: one of ACTIVATION_RANGES."""
-    lib = nncf()
-    estimators = importlib.import_module("nncf.quantization.range_estimator").RangeEstimatorParametersSet
-    return lib.quantize(
-        model,
-        lib.Dataset(calibration),
-        subset_size=len(calibration),
-        model_type=lib.ModelType.TRANSFORMER,
-        ignored_scope=lib.IgnoredScope(names=float_ops + _first_convolution(model), validate=False),
-        advanced_parameters=lib.AdvancedQuantizationParameters(
-            smooth_quant_alphas=lib.AdvancedSmoothQuantParameters(matmul=-1),
-            overflow_fix=lib.OverflowFix(overflow_fix),
-            activations_range_estimator_params=estimators.MEAN_QUANTILE if ranges == "quantile" else None,
-        ),
-    )
-
-
-def _linears(model: Any) -> list[Any]:
-    """The MatMuls by a constant weight: the Linear layers."""
-    return [
-        op
-        for op in model.get_ops()
-        if op.get_type_name() == "MatMul" and (_constant_behind(op, 0) or _constant_behind(op, 1))
-    ]
-
-
-def hybrid_quantize(
-    model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only", ranges: str = "minmax"
-) -> Any:
-    """optimum-intel's hybrid int8 for diffusion UNets: 8-bit weights for the MatMuls with weights (Linear
-    layers), then static int8 (`static_int8`) for the rest: convolutions and attention's
-    activation-activation MatMuls."""
-    linear = [op.get_friendly_name() for op in _linears(model)]
-    lib = nncf()
-    compressed = lib.compress_weights(model, ignored_scope=lib.IgnoredScope(types=["Convolution"]))
-    return static_int8(compressed, calibration, overflow_fix, linear, ranges)
-
-
-def conditioning_linears(model: Any) -> list[str]:
-    """The Linear layers fed by a model input straight (cross-attention's keys and values of the text
-    encoder's states) or with fewer than 16 rows (the timestep embedding's): little to compute, so nothing
-    to gain in int8, and the text states' outlier channels would lose most of their range."""
-    names = []
-    for op in _linears(model):
-        source = op.input_value(0)
-        node = source.get_node()
-        while node.get_type_name() in ("Reshape", "Transpose", "Convert"):
-            node = node.input_value(0).get_node()
-        shape = source.get_partial_shape()
-        rows = math.prod(d.get_length() for d in list(shape)[:-1]) if shape.is_static else None
-        if node.get_type_name() == "Parameter" or (rows is not None and rows < 16):
-            names.append(op.get_friendly_name())
-    return names
-
-
-def full_quantize(
-    model: Any, calibration: Collection[Any], overflow_fix: str = "first_layer_only", ranges: str = "minmax"
-) -> Any:
-    """Static int8 for every convolution and Linear layer of a UNet, the Linear layers as int8 MatMuls, but
-    the conditioning ones (`conditioning_linears`), which get 8-bit weights over float math as in hybrid."""
-    keep = conditioning_linears(model)
-    others = [op.get_friendly_name() for op in _linears(model) if op.get_friendly_name() not in keep]
-    lib = nncf()
-    ignored = lib.IgnoredScope(types=["Convolution"], names=others, validate=False)
-    compressed = lib.compress_weights(model, ignored_scope=ignored) if keep else model
-    return static_int8(compressed, calibration, overflow_fix, keep, ranges)
-
-
-def decoder_quantize(model: Any, calibration: list[tuple[Any, ...]], overflow_fix: str) -> Any:
-    """Static int8 for a VAE decoder, calibrated on `calibration` (its inputs, a tuple of numpy arrays each):
-    weights and activations of its convolutions and matmuls, the first and last convolutions kept float."""
-    lib = nncf()
-    ends = [
-        op.get_friendly_name()
-        for op in model.get_ops()
-        if op.get_type_name() == "Convolution"
-        and any(k in op.get_friendly_name() for k in ("conv_in", "conv_out"))
-    ]
-    return lib.quantize(
-        model,
-        lib.Dataset(calibration),
-        subset_size=len(calibration),
-        ignored_scope=lib.IgnoredScope(names=ends, validate=False),
-        advanced_parameters=lib.AdvancedQuantizationParameters(overflow_fix=lib.OverflowFix(overflow_fix)),
-    )
 
 
 def compile_for_cpu(model: Any, precision: str, profile: bool = False, threads: int | None = None) -> Any:

@@ -15,6 +15,7 @@ import torch
 
 from studio import devices
 from studio.optimizations import openvino_calibration as ovc
+from studio.optimizations import openvino_int8 as int8
 from studio.optimizations import openvino_models as ovm
 from studio.optimizations import openvino_statistics as ovs
 from studio.optimizations import openvino_winograd as owg
@@ -148,11 +149,11 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         if self._settings.mode not in ovm.CALIBRATED:
             return super().compressed(model, inputs)
         calibration = self.calibration(inputs, model)  # before the rewrite below
-        quantize = ovm.hybrid_quantize
+        quantize = int8.hybrid_quantize
         if self._linears == "convolution":
-            self._stats["openvino_linears_as_convolutions"] = ovm.linears_as_convolutions(model)
+            self._stats["openvino_linears_as_convolutions"] = int8.linears_as_convolutions(model)
         elif self._linears == "matmul":
-            quantize = ovm.full_quantize
+            quantize = int8.full_quantize
         with ovs.listening(calibration.heard):
             quantized = quantize(model, calibration, self._overflow_fix, self._settings.activation_ranges)
         self._stats["openvino_calibration_calls"] = {
@@ -199,7 +200,7 @@ class OpenVINODecoder(OpenVINOPart):
     def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
         if not self._settings.vae_int8:
             return super().compressed(model, inputs)
-        return ovm.decoder_quantize(model, self.calibration(inputs), self._overflow_fix)
+        return int8.decoder_quantize(model, self.calibration(inputs), self._overflow_fix)
 
     def calibration(self, inputs: tuple[torch.Tensor, ...]) -> list[tuple[Any, ...]]:
         """The decoder's inputs for the latents of each calibration trajectory, one image each."""

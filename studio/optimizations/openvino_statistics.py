@@ -9,7 +9,7 @@ is about to compile (`install` wraps NNCF's OpenVINO engine):
   against 4 s with them folded here with numpy (1 s). min, max and abs are exact: every statistic, and
   the quantized model, is the same to the bit.
 - `token_convolutions_as_matmuls`: full int8 runs the Linear layers as 1x1 convolutions over [tokens, in,
-  1, 1] (`openvino_models.linears_as_convolutions`), fast in int8 but, in fp32, half the speed of the
+  1, 1] (`openvino_int8.linears_as_convolutions`), fast in int8 but, in fp32, half the speed of the
   MatMul they came from: the statistics model of SD 1.5's UNet ran 4.1 s per sample, 2.1 s with them back
   as MatMuls. The same products and sums (statistics within 5e-6 relative); the quantized model keeps
   its convolutions.

@@ -21,6 +21,7 @@ from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, unavailable_reason
+from studio.optimizations import openvino_int8 as ov_int8
 from tests import tiny
 
 pytestmark = pytest.mark.skipif(
@@ -181,7 +182,7 @@ def test_linears_as_convolutions_computes_what_the_linear_layers_did():
     torch.manual_seed(0)
     block, x = Block().eval(), torch.randn(2, 5, 8)
     model = ovm.convert(block, (x,))
-    assert ovm.linears_as_convolutions(model) == 2
+    assert ov_int8.linears_as_convolutions(model) == 2
     kinds = [op.get_type_name() for op in model.get_ordered_ops()]
     assert kinds.count("Convolution") == 2 and kinds.count("MatMul") == 2, kinds
     out = ovm.compile_for_cpu(model, "f32").create_infer_request().infer([x.numpy()])[0]
@@ -432,7 +433,7 @@ def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_
     (unet,) = cache_entries(tmp_path)
     model = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml")
     ops = model.get_ordered_ops()
-    assert not [op for op in ops if op.get_type_name() == "MatMul" and ovm._constant_behind(op, 1)]
+    assert not [op for op in ops if op.get_type_name() == "MatMul" and ov_int8._constant_behind(op, 1)]
     rewritten = [op for op in ops if op.get_friendly_name().endswith("/as_convolution")]
     assert len(rewritten) == linears
     assert {weight_element_type(op) for op in rewritten} == {"i8"}
@@ -691,10 +692,9 @@ def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
     """Run `request` (a calibrated openvino mode) in an empty cache: the samples NNCF was given (iterated
     again after quantizing: the dataset replays them), the calibration's call counts, the prepared
     pipeline."""
-    from studio.optimizations import openvino_models as ovm
 
     given: list = []
-    quantize = getattr(ovm.static_int8, "__wrapped__", ovm.static_int8)  # not an earlier call's spy
+    quantize = getattr(ov_int8.static_int8, "__wrapped__", ov_int8.static_int8)  # not an earlier call's spy
 
     def spy(model, calibration, fix, float_ops, *ranges):
         quantized = quantize(model, calibration, fix, float_ops, *ranges)
@@ -702,7 +702,7 @@ def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
         return quantized
 
     spy.__wrapped__ = quantize
-    monkeypatch.setattr(ovm, "static_int8", spy)
+    monkeypatch.setattr(ov_int8, "static_int8", spy)
     _, prepared = tiny.run(PipelineManager(), request)
     return given, prepared.ctx.stats["openvino_calibration_calls"], prepared
 
