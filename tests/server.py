@@ -14,6 +14,14 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
+GENERATE_PROMPT = "a big purple triangle at the bottom, on a white background"
+
+
+def generate_args(steps: int = 4, seed: int = 1, model: str = "tiny-shapes") -> tuple:
+    """`/generate`'s inputs for a `gradio_client` call, in the order of the Generate form."""
+    return (model, "", "auto", "fp32", [], GENERATE_PROMPT, "", seed, steps, 6.0, 64, 64, "default", "")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ from unittest import mock
 import numpy as np
 
 from studio.request import validate_request
-from tests.faults.cases import Outcome, Workspace, serves
+from tests.faults.cases import Outcome, Workspace, lost, serves, snapshot
 from tests.faults.files import PROMPT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,24 +55,24 @@ def _pixels(result: Any) -> np.ndarray:
     return np.asarray(result.images[0], dtype=np.float32)
 
 
-def _openvino_run(ws: Workspace, home: Path, db: str) -> tuple[list[str], float, Any, Any]:
-    """A plain tiny-shapes run, then the same with OpenVINO's UNet, on a studio whose home is `home`."""
+def _openvino_outcome(ws: Workspace, home: Path, db: str, case: str) -> Outcome:
+    """A plain tiny-shapes run, then the same with OpenVINO's UNet, on a studio whose home is `home`: the
+    warnings logged, the seconds of the OpenVINO run, the runs logged before it that it lost, and whether it
+    drew the plain run's image."""
     fields = {"model": "tiny-shapes", "prompt": PROMPT, "steps": 2, "seed": 5}
     with mock.patch.dict(os.environ, {"STUDIO_HOME": str(home)}):
         studio = ws.studio(db)
         plain = studio.generate(validate_request(**fields))
+        before = snapshot(studio.runlog)
         with warnings_logged() as logged:
             start = perf_counter()
             converted = studio.generate(validate_request(opts=["openvino"], settings=UNET_ONLY, **fields))
             seconds = perf_counter() - start
-    return logged.said, seconds, plain, converted
-
-
-def _outcome(case: str, said: list[str], seconds: float, plain: Any, converted: Any) -> Outcome:
     difference = float(np.abs(_pixels(plain) - _pixels(converted)).max())
-    facts = {"difference": difference, "metrics": converted.metrics, "run_id": converted.run_id}
+    facts = {"difference": difference, "run_id": converted.run_id}
     alive = converted.run_id is not None and difference <= 1.0  # at most 1 of 255: fp32 on both sides
-    return Outcome(case, " ".join(said) or "(no warning)", seconds, 0, alive, facts)
+    said = " ".join(logged.said) or "(no warning)"
+    return Outcome(case, said, seconds, lost(studio.runlog, before), alive, facts)
 
 
 def openvino_cache_unwritable_case(ws: Workspace) -> Outcome:
@@ -80,20 +80,18 @@ def openvino_cache_unwritable_case(ws: Workspace) -> Outcome:
     home = ws.root / "openvino-unwritable"
     home.mkdir(exist_ok=True)
     (home / "openvino").write_text("not a folder")
-    said, seconds, plain, converted = _openvino_run(ws, home, "openvino-unwritable.db")
-    return _outcome("OpenVINO cache folder not writable", said, seconds, plain, converted)
+    return _openvino_outcome(ws, home, "openvino-unwritable.db", "OpenVINO cache folder not writable")
 
 
 def openvino_cache_truncated_case(ws: Workspace) -> Outcome:
     """Every entry of the OpenVINO cache cut short (its model.xml truncated), then the same run again."""
     home = ws.root / "openvino-truncated"
-    _openvino_run(ws, home, "openvino-truncated.db")  # fills the cache
+    _openvino_outcome(ws, home, "openvino-truncated.db", "")  # fills the cache
     entries = [p for p in (home / "openvino").iterdir() if (p / "model.xml").is_file()]
     for entry in entries:
         xml = entry / "model.xml"
         xml.write_text(xml.read_text()[:200])
-    said, seconds, plain, converted = _openvino_run(ws, home, "openvino-truncated.db")
-    outcome = _outcome("OpenVINO cache entry truncated", said, seconds, plain, converted)
+    outcome = _openvino_outcome(ws, home, "openvino-truncated.db", "OpenVINO cache entry truncated")
     outcome.facts["entries"] = len(entries)
     outcome.facts["rewritten"] = all((e / "model.xml").stat().st_size > 200 for e in entries)
     return outcome
@@ -134,4 +132,5 @@ def compile_cache_unwritable_case(ws: Workspace) -> Outcome:
         done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "(no warning)",
     )
     alive = used is not None and facts["same"] and serves(lambda: any(used.iterdir()))
-    return Outcome("torch.compile cache folder not writable", said, seconds, 0, alive, facts)
+    case = "torch.compile cache folder not writable"
+    return Outcome(case, said, seconds, ws.ledger_lost(), alive, facts)

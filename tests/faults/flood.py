@@ -9,15 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 
 from tests.faults.cases import Outcome, Workspace
-from tests.server import Server
+from tests.server import Server, generate_args
 
 QUEUE = 2
-PROMPT = "a big purple triangle at the bottom, on a white background"
-
-
-def generate_args(seed: int, steps: int = 20) -> tuple:
-    """/generate's inputs, in the order of the Generate form."""
-    return ("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", seed, steps, 6.0, 64, 64, "default", "")
 
 
 def flood_case(ws: Workspace, clients: int = 12) -> Outcome:
@@ -29,7 +23,10 @@ def flood_case(ws: Workspace, clients: int = 12) -> Outcome:
     try:
         client = Client(server.url, verbose=False)
         start = perf_counter()
-        jobs = [client.submit(*generate_args(seed), api_name="/generate") for seed in range(clients)]
+        jobs = [
+            client.submit(*generate_args(steps=20, seed=seed), api_name="/generate")
+            for seed in range(clients)
+        ]
 
         def outcome(job) -> tuple[str, float]:
             try:
@@ -43,7 +40,7 @@ def flood_case(ws: Workspace, clients: int = 12) -> Outcome:
             answers = list(pool.map(outcome, jobs))
         served = [s for s, _ in answers if s == "served"]
         refused = [(s, t) for s, t in answers if s != "served" and "Queue is full" in s]
-        healthy = client.predict(*generate_args(99, steps=4), api_name="/generate")[2]["latency_s"] > 0
+        healthy = client.predict(*generate_args(seed=99), api_name="/generate")[2]["latency_s"] > 0
     finally:
         server.stop()
     with sqlite3.connect(server.home / "runs.db") as db:

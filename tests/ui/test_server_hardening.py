@@ -15,10 +15,9 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from PIL import Image
 
-from tests.server import Server
+from tests.server import Server, generate_args
 
 TOKEN = "hf_fakeSECRETtoken123"
-PROMPT = "a big purple triangle at the bottom, on a white background"
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +25,6 @@ def server(tmp_path_factory):
     srv = Server(tmp_path_factory.mktemp("hard"), STUDIO_QUEUE_MAX="2", HF_TOKEN=TOKEN).start()
     yield srv
     srv.stop()
-
-
-def gen_args(steps=4, seed=1, model="tiny-shapes"):
-    return (model, "", "auto", "fp32", [], PROMPT, "", seed, steps, 6.0, 64, 64, "default", "")
 
 
 @pytest.mark.parametrize(
@@ -54,14 +49,14 @@ def test_file_routes_refuse_everything_but_outputs(server, path):
 
 def test_generated_outputs_are_served(server):
     client = Client(server.url, verbose=False)
-    image_path, _, metrics = client.predict(*gen_args(), api_name="/generate")
+    image_path, _, metrics = client.predict(*generate_args(), api_name="/generate")
     assert image_path.endswith(".png") and metrics["run_id"] >= 1
 
 
 def test_secrets_stay_out_of_api_info_logs_errors_and_database(server):
     client = Client(server.url, verbose=False)
     with pytest.raises(AppError) as info:
-        client.predict(*gen_args(model="nobody/private-model"), api_name="/generate")
+        client.predict(*generate_args(model="nobody/private-model"), api_name="/generate")
     assert "Could not load" in str(info.value) and TOKEN not in str(info.value)
     texts = [httpx.get(server.url + p, timeout=10).text for p in ("gradio_api/info", "config")]
     texts.append(str(client.predict(api_name="/system")))
@@ -92,7 +87,7 @@ def test_concurrent_clients_get_the_images_they_would_get_alone(tmp_path):
 
         def pixels(c: Client, seed: int) -> bytes:
             """The image's pixels (each PNG also carries its own run id and timings as text)."""
-            return Image.open(c.predict(*gen_args(seed=seed), api_name="/generate")[0]).tobytes()
+            return Image.open(c.predict(*generate_args(seed=seed), api_name="/generate")[0]).tobytes()
 
         alone = {s: pixels(client, s) for s in range(8)}
         with ThreadPoolExecutor(8) as pool:
@@ -123,7 +118,7 @@ def test_client_disconnect_mid_run_is_logged_cancelled_and_frees_the_slot(server
     seed = 4242
     script = (
         f"from gradio_client import Client\n"
-        f"Client({server.url!r}, verbose=False).predict(*{gen_args(steps=200, seed=seed)!r}, "
+        f"Client({server.url!r}, verbose=False).predict(*{generate_args(steps=200, seed=seed)!r}, "
         "api_name='/generate')"
     )
     client_proc = subprocess.Popen(
@@ -145,7 +140,7 @@ def test_client_disconnect_mid_run_is_logged_cancelled_and_frees_the_slot(server
     status, error = _run_row(server.home, seed)
     assert status == "cancelled" and "the client disconnected" in error, (status, error)
     start = time.monotonic()
-    health = Client(server.url, verbose=False).predict(*gen_args(), api_name="/generate")
+    health = Client(server.url, verbose=False).predict(*generate_args(), api_name="/generate")
     assert health[2]["latency_s"] > 0 and time.monotonic() - start < 60, "the slot must be free again"
 
 
