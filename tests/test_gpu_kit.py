@@ -107,21 +107,54 @@ def rung(step: str, seconds: float, speedup: float | None) -> dict:
 
 
 def test_floors_are_judged_only_under_their_own_conditions():
-    rows = [rung("fp32", 3.0, None), rung("SDPA", 0.5, 6.0)]
+    rows = [rung("fp32", 3.0, None), rung("SDPA", 0.3, 10.0)]
     judged = {f["target"]: f for f in floors.judged(results_with(rows))}
-    seconds, speedup, sdxl = judged.values()
-    assert (seconds["met"], seconds["value"], seconds["config"]) == (True, 0.5, "SDPA")
-    assert (speedup["met"], speedup["value"]) == (True, 6.0)
+    seconds, speedup, sdxl, *flux = judged.values()
+    assert (seconds["met"], seconds["value"], seconds["config"]) == (True, 0.3, "SDPA")
+    assert (speedup["met"], speedup["value"]) == (True, 10.0)
     assert sdxl["met"] is None and sdxl["note"] == "not measured in this run"
+    assert [f["met"] for f in flux] == [None, None]
     slower = floors.judged(results_with([rung("fp32", 3.0, None), rung("SDPA", 0.7, 4.3)]))
-    assert [f["met"] for f in slower] == [False, False, None]
+    assert [f["met"] for f in slower] == [False, False, None, None, None]
     for elsewhere in (results_with(rows, device="cpu"), results_with(rows, side=256)):
-        assert [f["met"] for f in floors.judged(elsewhere)] == [None, None, None]
+        assert [f["met"] for f in floors.judged(elsewhere)] == [None] * 5
+
+
+def test_a_floor_for_any_configuration_takes_those_that_change_the_image_and_says_so():
+    def row(technique: str, applied: list[str], seconds: float, psnr: float) -> dict:
+        return {
+            "technique": technique,
+            "config": "+".join(applied),
+            "status": "ok",
+            "applied": applied,
+            "seconds_per_image": seconds,
+            "psnr_db": psnr,
+        }
+
+    section = {
+        "model": "flux-arch",
+        "side": 1024,
+        "steps": 28,
+        "rows": [
+            row("baseline", ["bf16"], 5.0, None),
+            row("combination", ["bf16", "fused_qkv", "torch_compile"], 3.5, 48.0),
+            row("fast", ["bf16", "fp8", "first_block_cache", "torch_compile"], 2.2, 31.5),
+        ],
+    }
+    data = {**results_with([]), "techniques": {"flux": section}}
+    keep, fast = [f for f in floors.judged(data) if f["role"] == "flux"]
+    assert (keep["met"], keep["value"], keep["note"]) == (True, 3.5, "")
+    assert (fast["met"], fast["value"], fast["config"]) == (
+        True,
+        2.2,
+        "bf16+fp8+first_block_cache+torch_compile",
+    )
+    assert "changes the image: PSNR 31.5 dB" in fast["note"]
 
 
 def test_runs_merge_and_their_floors_are_judged_again():
     first = results_with([rung("fp32", 3.0, None)])
-    second = results_with([rung("fp32", 3.0, None), rung("SDPA", 0.5, 6.0)])
+    second = results_with([rung("fp32", 3.0, None), rung("SDPA", 0.3, 10.0)])
     second["notes"] = ["ladder on sdxl-arch (sdxl): not run (out of time)"]
     merged = merge.merge([first, second])
     assert merged["ladder"]["sd15"]["rows"][-1]["step"] == "SDPA"
@@ -153,7 +186,7 @@ def test_a_run_picks_its_models_in_order_its_techniques_and_the_ladders_compile_
     )
     steps = [s.rung.label for s, _ in ladder.plan_rungs(chosen, request)]
     assert steps[-2:] == ["torch.compile default", "CUDA graphs (reduce-overhead)"]
-    for wrong in (["--models", "sd3"], ["--techniques", "warp_drive"]):
+    for wrong in (["--models", "sd4"], ["--techniques", "warp_drive"]):
         with pytest.raises(SystemExit, match="unknown"):
             plan.from_args(plan.parser().parse_args([*args, *wrong]))
 
@@ -224,8 +257,8 @@ def test_techniques_are_measured_against_the_plans_baseline_not_against_no_techn
     chosen = plan.from_args(
         plan.parser().parse_args(["--dry-run", "--out", str(tmp_path), "--work", str(tmp_path)])
     )
-    chosen = dataclasses.replace(chosen, baseline=("channels_last",), rounds=1, warmup=0)
-    model = dataclasses.replace(chosen.models[0], steps=2)
+    chosen = dataclasses.replace(chosen, own_precision=True, rounds=1, warmup=0)
+    model = dataclasses.replace(chosen.models[0], steps=2, baseline=("channels_last",))
     request = common.base_request(chosen, model)
     studio = common.new_studio(chosen, "baseline")
     rows = techniques.measure_group(
@@ -346,5 +379,5 @@ def test_the_dry_run_climbs_the_ladder_and_judges_no_floor(dry_run):
     )
     per_image = limit["unet_gflops_per_call"] * limit["unet_calls"]
     assert limit["gflops_per_image"] == pytest.approx(per_image, abs=0.005 * limit["unet_calls"])  # rounding
-    assert [f["met"] for f in data["floors"]] == [None, None, None]
+    assert [f["met"] for f in data["floors"]] == [None] * len(floors.FLOORS)
     assert all(f["value"] > 0 for f in data["floors"])

@@ -54,7 +54,8 @@ def new_studio(plan: Plan, name: str) -> Studio:
 
 
 def base_request(plan: Plan, model: ModelPlan, **changes: Any) -> GenerationRequest:
-    """The model plan's baseline request (fp16 on a GPU), with `changes` (steps, num_images)."""
+    """The model plan's baseline request (its own precision on a GPU: fp16, bf16; fp32 in the dry run), with
+    `changes` (steps, num_images)."""
     args = {
         "model": model.model,
         "prompt": plan.prompt,
@@ -63,7 +64,7 @@ def base_request(plan: Plan, model: ModelPlan, **changes: Any) -> GenerationRequ
         "width": model.side,
         "height": model.side,
         "device": plan.device,
-        "opts": list(plan.baseline),
+        "opts": list(model.baseline) if plan.own_precision else [],
         **changes,
     }
     return validate_request(**args)

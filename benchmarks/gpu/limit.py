@@ -20,11 +20,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.gpu.common import base_request
 from benchmarks.gpu.plan import ModelPlan, Plan
-from benchmarks.gpu.results import Results
+from benchmarks.gpu.results import PEAK, Results
 from pipelines.schedulers import denoiser_calls
 from studio.engine import Studio
 from studio.measure import bench
 from studio.optimizations import get
+from studio.optimizations.denoiser import denoiser
 from studio.request import GenerationRequest
 
 REPEATS = 5
@@ -46,9 +47,10 @@ def matmul_peak(device: str, dtype: torch.dtype, n: int, repeats: int = REPEATS)
     return 2 * n**3 / best
 
 
-def unet_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int, int]:
-    """(FLOPs of one UNet call, the batch of that call, the UNet calls in one image of `request`) with the
-    inputs of `request`'s own first step and the scheduler it runs with."""
+def denoiser_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int, int]:
+    """(FLOPs of one denoiser call, the batch of that call, the denoiser calls in one image of `request`) with
+    the inputs of `request`'s own first step and the scheduler it runs with (flow matching, whose timesteps
+    need the pipeline's shift: one call per step)."""
     one_step = dataclasses.replace(request, steps=1)
     captured: list[tuple[tuple, dict]] = []
 
@@ -57,38 +59,44 @@ def unet_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int, in
             captured.append((args, kwargs))
 
     with studio.manager.acquire(one_step) as prepared:
-        unet = prepared.pipe.unet
-        handle = unet.register_forward_pre_hook(keep, with_kwargs=True)
+        model = denoiser(prepared.pipe)
+        handle = model.register_forward_pre_hook(keep, with_kwargs=True)
         try:
             bench.run_once(prepared, one_step)
         finally:
             handle.remove()
         args, kwargs = captured[0]
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            unet(*args, **kwargs)
-        calls = denoiser_calls(prepared.pipe.scheduler, request.steps)
-    sample = args[0] if args else kwargs["sample"]
+            model(*args, **kwargs)
+        try:
+            calls = denoiser_calls(prepared.pipe.scheduler, request.steps)
+        except (ValueError, TypeError):  # FlowMatchEulerDiscreteScheduler with dynamic shifting wants `mu`
+            calls = request.steps
+    sample = args[0] if args else next(iter(kwargs.values()))
     return counter.get_total_flops(), int(sample.shape[0]), calls
 
 
-def measure_peak(plan: Plan, results: Results) -> float:
-    """The device's matmul peak in the baseline's dtype, once per run."""
-    dtype = next((get(o).dtype for o in plan.baseline if get(o).dtype is not None), torch.float32)
+def measure_peak(plan: Plan, request: GenerationRequest, results: Results) -> float:
+    """The device's matmul peak in the dtype of `request`'s baseline, once per run and dtype."""
+    dtype = next((get(o).dtype for o in request.opts if get(o).dtype is not None), torch.float32)
+    name = str(dtype).removeprefix("torch.")
+    known = results.data["compute-limit"].get(f"{PEAK}-{name}", {}).get("tflops")
+    if known:
+        return known * 1e12
     flops = matmul_peak(plan.device, dtype, plan.matmul_n)
     results.put(
         "compute-limit",
-        "matmul",
-        {"dtype": str(dtype).removeprefix("torch."), "n": plan.matmul_n, "tflops": round(flops / 1e12, 3)},
+        f"{PEAK}-{name}",
+        {"dtype": name, "n": plan.matmul_n, "tflops": round(flops / 1e12, 3)},
     )
     return flops
 
 
 def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> dict[str, Any]:
     """The FLOPs of one model plan and the seconds an image would take at the measured peak."""
-    peak = results.data["compute-limit"].get("matmul", {}).get("tflops")
-    peak = peak * 1e12 if peak else measure_peak(plan, results)
     request = base_request(plan, model)
-    flops, batch, calls = unet_flops(studio, request)
+    peak = measure_peak(plan, request, results)
+    flops, batch, calls = denoiser_flops(studio, request)
     entry = {
         "model": model.model,
         "side": model.side,

@@ -8,6 +8,7 @@ run there is recorded as unavailable with the registry's reason, like any techni
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import tempfile
 import time
@@ -31,18 +32,37 @@ DRY_SKIP = {
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """One model at one size and step count; `role` names the floors it is held to ('sd15', 'sdxl')."""
+    """One model at one size and step count; `role` names the floors it is held to ('sd15', 'sdxl', 'flux',
+    'sd3'). `combinations` are whole configurations measured with the techniques, by name: "combination" keeps
+    the math, "fast" may change the image (fp8, a step cache). `baseline` is the precision every figure of the
+    model is against on a GPU (fp16 for the UNets, bf16 for the transformers, as they were trained)."""
 
     role: str
     model: str
     side: int
     steps: int
     sections: tuple[str, ...]
-    combination: tuple[str, ...] = ()  # a configuration that keeps the math, measured with the techniques
+    combinations: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    baseline: tuple[str, ...] = ("fp16",)
 
 
 # The best of sd15-arch's ladder on an H100 (CUDA graphs: 0.54 s against 1.56 s for the default mode)
 COMBINATION = ("channels_last", "cudnn_benchmark", "torch_compile[mode=reduce-overhead]")
+# The transformers': fused QKV projections, cuDNN's attention through diffusers' dispatcher (Flux only), each
+# repeated block compiled (a compile of seconds, not minutes); "fast" adds fp8 matmuls and a step cache.
+REGIONAL = "torch_compile[regional=true]"
+FLUX_KEEP = ("fused_qkv", "attention_backend[backend=_native_cudnn]", REGIONAL)
+FLUX_FAST = ("fp8", "first_block_cache", *FLUX_KEEP)
+SD3_KEEP = ("fused_qkv", REGIONAL)
+COMBINATIONS = ("combination", "fast")  # the names a combination may have (--techniques takes them)
+TRANSFORMER_SECTIONS = ("compute-limit", "techniques")
+
+
+def _transformer(role: str, model: str, side: int, steps: int, keep: tuple, fast: tuple = ()) -> ModelPlan:
+    combos = (("combination", keep),) + ((("fast", fast),) if fast else ())
+    return ModelPlan(role, model, side, steps, TRANSFORMER_SECTIONS, combos, ("bf16",))
+
+
 GPU_MODELS = (
     ModelPlan("sd15", "sd15-arch", 512, 50, SECTIONS),
     ModelPlan(
@@ -51,12 +71,16 @@ GPU_MODELS = (
         1024,
         30,
         ("memory", "compute-limit", "techniques"),
-        COMBINATION,
+        (("combination", COMBINATION),),
     ),
+    _transformer("flux", "flux-arch", 1024, 28, FLUX_KEEP, FLUX_FAST),
+    _transformer("sd3", "sd3-arch", 1024, 28, SD3_KEEP),
 )
 DRY_MODELS = (
     ModelPlan("sd15", "tiny-shapes", 64, 3, SECTIONS),
-    ModelPlan("sdxl", "tiny-shapes", 64, 2, ("techniques",), COMBINATION),
+    ModelPlan("sdxl", "tiny-shapes", 64, 2, ("techniques",), (("combination", COMBINATION),)),
+    _transformer("flux", "flux-tiny", 64, 2, FLUX_KEEP, FLUX_FAST),
+    _transformer("sd3", "sd3-tiny", 64, 2, SD3_KEEP),
 )
 
 
@@ -66,7 +90,7 @@ class Plan:
 
     dry_run: bool
     device: str
-    baseline: tuple[str, ...]  # ("fp16",) on a GPU; fp32 (no technique) in the dry run
+    own_precision: bool  # each model's own precision (fp16, bf16) on a GPU; fp32 in the dry run
     models: tuple[ModelPlan, ...]
     warmup: int
     rounds: int
@@ -83,7 +107,8 @@ class Plan:
     skip: dict[str, str] = field(default_factory=dict)  # technique -> why it is not measured in this run
     compile_mode: str = "max-autotune"  # the ladder's compiled rung
     rungs: str = "all"  # the ladder's rungs: all, or compiled (each beside the fp32 rung)
-    techniques: tuple[str, ...] = ()  # the techniques section measures only these ("combination" too); () all
+    reverts: bool = True  # check that reverting each measured technique gives back the baseline's image
+    techniques: tuple[str, ...] = ()  # the techniques section measures only these (COMBINATIONS too); () all
 
     def left(self) -> float:
         """Seconds left before the deadline."""
@@ -97,7 +122,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("gpu-out"), help="results.json, results.md, images.png")
     p.add_argument("--work", type=Path, default=None, help="run log and images (default: a temporary folder)")
     p.add_argument(
-        "--models", default="", help="roles to run, comma-separated, in that order: sd15, sdxl (default: all)"
+        "--models",
+        default="",
+        help="roles to run, comma-separated, in that order: sd15, sdxl, flux, sd3 (default: all)",
     )
     p.add_argument(
         "--sections", default="", help=f"comma-separated, from {', '.join(SECTIONS)} (default: all)"
@@ -120,11 +147,17 @@ def parser() -> argparse.ArgumentParser:
         help="the ladder's rungs: all, or the compiled ones only (each beside the fp32 rung)",
     )
     p.add_argument(
+        "--no-reverts",
+        dest="reverts",
+        action="store_false",
+        help="skip the check that reverting each technique gives back the baseline's image",
+    )
+    p.add_argument(
         "--techniques",
         default="",
         help="the techniques section measures only these, comma-separated, each with settings if given "
-        "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination); default: "
-        "every technique",
+        "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination; 'fast': its "
+        "fastest, which may change the image); default: every technique",
     )
     return p
 
@@ -142,7 +175,7 @@ def _chosen(models: tuple[ModelPlan, ...], roles: str, sections: str) -> tuple[M
     chosen = []
     for m in (by_role[r] for r in dict.fromkeys(wanted_roles)):
         kept = tuple(s for s in m.sections if not wanted or s in wanted)
-        chosen.append(ModelPlan(m.role, m.model, m.side, m.steps, kept, m.combination))
+        chosen.append(dataclasses.replace(m, sections=kept))
     return tuple(chosen)
 
 
@@ -151,7 +184,7 @@ def _techniques(names: str) -> tuple[str, ...]:
     registry (commas inside brackets separate settings, not techniques)."""
     chosen = tuple(n.strip() for n in re.split(r",(?![^\[]*\])", names) if n.strip())
     unknown = []
-    for entry in (n for n in chosen if n != "combination"):
+    for entry in (n for n in chosen if n not in COMBINATIONS):
         try:
             parsed = parse_config(entry)[0]
         except ValidationError as exc:
@@ -171,7 +204,7 @@ def from_args(args: argparse.Namespace) -> Plan:
     return Plan(
         dry_run=dry,
         device="cpu" if dry else "cuda:0",
-        baseline=() if dry else ("fp16",),
+        own_precision=not dry,
         models=_chosen(DRY_MODELS if small else GPU_MODELS, args.models, args.sections),
         warmup=args.warmup if args.warmup is not None else 1,
         rounds=args.rounds or (1 if small else 3),
@@ -187,5 +220,6 @@ def from_args(args: argparse.Namespace) -> Plan:
         skip=dict(DRY_SKIP) if small and not args.with_compile else {},
         compile_mode=args.compile_mode,
         rungs=args.rungs,
+        reverts=args.reverts,
         techniques=_techniques(args.techniques),
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu.contact_sheet import sheet
-from benchmarks.gpu.results import load
+from benchmarks.gpu.results import is_peak, load
 from studio import report
 
 DRY = (
@@ -56,14 +56,14 @@ def floors(rows: list[dict[str, Any]]) -> str:
 
 
 def compute_limit(section: dict[str, Any]) -> str:
-    peak = section.get("matmul") or {}
+    peaks = [e for role, e in section.items() if is_peak(role)]
     lines = [
-        f"Measured matmul peak: {_value(peak.get('tflops'))} TFLOP/s "
-        f"({peak.get('dtype')}, n={peak.get('n')})."
-    ]
+        f"Measured matmul peak: {_value(p.get('tflops'))} TFLOP/s ({p.get('dtype')}, n={p.get('n')})."
+        for p in peaks
+    ] or ["Measured matmul peak: –"]
     head = [
         "Model",
-        "UNet GFLOP per call (batch)",
+        "Denoiser GFLOP per call (batch)",
         "GFLOP per image",
         "s at peak",
         "Best config",
@@ -72,7 +72,7 @@ def compute_limit(section: dict[str, Any]) -> str:
     body = [
         [
             f"{e['model']} {e['side']}x{e['side']}, {e['steps']} steps"
-            + (f" ({e['unet_calls']} UNet calls)" if e.get("unet_calls") else ""),
+            + (f" ({e['unet_calls']} denoiser calls)" if e.get("unet_calls") else ""),
             f"{e['unet_gflops_per_call']} ({e['unet_batch']})",
             e["gflops_per_image"],
             e["seconds_at_peak"],
@@ -81,9 +81,10 @@ def compute_limit(section: dict[str, Any]) -> str:
         ]
         + [f"{e['fraction_of_peak']:.1%}" if e.get("fraction_of_peak") is not None else "–"]
         for role, e in section.items()
-        if role != "matmul"
+        if not is_peak(role)
     ]
-    return "\n".join(lines) + "\n\n" + table([*head, "Fraction of peak"], body) if body else lines[0]
+    text = "\n".join(lines)
+    return text + "\n\n" + table([*head, "Fraction of peak"], body) if body else text
 
 
 def _revert(r: dict[str, Any]) -> str:

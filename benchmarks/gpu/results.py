@@ -14,6 +14,12 @@ from studio import report
 
 SECTIONS = ("environment", "techniques", "memory", "ladder", "compute-limit", "floors")
 RESULTS = "results.json"
+PEAK = "matmul"  # compute-limit's entries of the device's matmul peak: "matmul-<dtype>" ("matmul": fp16's)
+
+
+def is_peak(role: str) -> bool:
+    """Whether a compute-limit entry is a matmul peak rather than a model's."""
+    return role == PEAK or role.startswith(PEAK + "-")
 
 
 def _plain(value: Any) -> Any:

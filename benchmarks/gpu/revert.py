@@ -1,6 +1,6 @@
 """Whether reverting a technique gives back exactly the baseline: on one shared pipeline (its own studio, the
 way a user's requests switch configurations), baseline, technique, baseline again, at a few steps; the last
-image must equal the first bit for bit, and the UNet must be back on the device.
+image must equal the first bit for bit, and the denoiser must be back on the device (`--no-reverts` skips it).
 
 Plain techniques are checked first, then compiled ones (a compile costs minutes), then those that place
 modules themselves (offload): the manager rebuilds the pipeline after them, and whatever that leaves behind
@@ -21,6 +21,7 @@ from benchmarks.gpu.plan import ModelPlan, Plan
 from studio.engine import Studio
 from studio.measure import bench
 from studio.optimizations import REGISTRY
+from studio.optimizations.denoiser import denoiser
 from studio.request import GenerationRequest, with_config
 
 log = logging.getLogger(__name__)
@@ -28,10 +29,10 @@ RESERVE_S = 45.0  # seconds kept back for the sections' records and the report
 
 
 def _images(studio: Studio, request: GenerationRequest) -> tuple[np.ndarray | None, str]:
-    """One call of `request` through the manager, and where its UNet was; no call (None) when the UNet is not
-    on the request's device (a call on the wrong device can take minutes)."""
+    """One call of `request` through the manager, and where its denoiser (UNet, transformer) was; no call
+    (None) when it is not on the request's device (a call on the wrong device can take minutes)."""
     with studio.manager.acquire(request) as prepared:
-        where = str(next(prepared.pipe.unet.parameters()).device)
+        where = str(next(denoiser(prepared.pipe).parameters()).device)
         if where != request.device and not any(o.places_modules for o in map(REGISTRY.get, request.opts)):
             return None, where
         return bench.run_once(prepared, request).images, where
@@ -54,7 +55,8 @@ def _check(studio: Studio, base: GenerationRequest, row: dict[str, Any], referen
         return
     if after is None:
         row.update(
-            revert_exact=False, revert_note=f"after the revert the UNet was on {where}, not {base.device}"
+            revert_exact=False,
+            revert_note=f"after the revert the denoiser was on {where}, not {base.device}",
         )
         return
     row["revert_exact"] = bool(np.array_equal(after, reference))
@@ -72,7 +74,7 @@ def check_reverts(
     """Fill `revert_exact` (and `revert_note` when there is something to say) in the measured rows, calling
     `save` after each."""
     todo = [r for r in rows if r.get("status") == "ok" and r.get("technique") != "baseline"]
-    if not todo:
+    if not todo or not plan.reverts:
         return
     studio = new_studio(plan, f"{model.role}-revert")
     base = dataclasses.replace(request, steps=plan.revert_steps)

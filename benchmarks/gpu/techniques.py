@@ -1,7 +1,7 @@
-"""The techniques section: every technique of the registry that can run on the device, against the baseline
-(fp16 on a GPU), through the engine's Compare: latency, speedup with its range over interleaved rounds, PSNR
-against the baseline's image; then, on a pipeline of its own, whether reverting each one gives back exactly
-the baseline's image.
+"""The techniques section: every technique of the registry that can run on the device, and the model plan's
+combinations, against the baseline (the model's own fp16 or bf16 on a GPU), through the engine's Compare:
+latency, speedup with its range over interleaved rounds, PSNR against the baseline's image; then, on a
+pipeline of its own, whether reverting each one gives back exactly the baseline's image.
 
 Configurations are compared in groups (`Plan.group`, and no more than the device's memory holds: a sweep keeps
 one copy of the model per configuration that changes the pipeline); each group repeats the baseline, and each
@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from benchmarks.gpu.common import base_request, baseline_label, cpu_only, release
-from benchmarks.gpu.plan import ModelPlan, Plan
+from benchmarks.gpu.plan import COMBINATIONS, ModelPlan, Plan
 from benchmarks.gpu.results import Results, not_run
 from benchmarks.gpu.revert import check_reverts
 from studio import devices
@@ -55,10 +55,19 @@ def configure(request: GenerationRequest, names: list[str]) -> GenerationRequest
     return with_config(request, "+".join(dict.fromkeys([*kept, *names])))
 
 
+def _refusal(request: GenerationRequest, entry: str) -> str | None:
+    """Why the request refuses technique `entry` on its own (its settings on this device), or None."""
+    try:
+        configure(request, [entry])
+    except StudioError as exc:
+        return str(exc)
+    return None
+
+
 def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tuple[list, list[dict]]:
     """(technique, configured request) pairs to measure, and the records of the techniques that are not."""
     todo, rows = [], []
-    chosen = [t for t in plan.techniques if t != "combination"] if plan.techniques else list(REGISTRY)
+    chosen = [t for t in plan.techniques if t not in COMBINATIONS] if plan.techniques else list(REGISTRY)
     for entry in chosen:  # a name, or a name with settings ('torch_compile[regional=true]')
         name = parse_config(entry)[0][0]
         if entry in request.opts:
@@ -71,12 +80,21 @@ def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tupl
             todo.append((entry, configure(request, [entry])))
         except StudioError as exc:
             rows.append(not_run(entry, str(exc), "unavailable", technique=entry))
-    members = [n for n in model.combination if not reason(plan, request, parse_config(n)[0][0])]
-    if members and (not plan.techniques or "combination" in plan.techniques):
-        dropped = [n for n in model.combination if n not in members]
-        todo.append(("combination", configure(request, members)))
+    for label, combination in model.combinations:
+        if plan.techniques and label not in plan.techniques:
+            continue
+        members = [n for n in combination if not reason(plan, request, parse_config(n)[0][0])]
+        refused = [n for n in members if _refusal(request, n)]  # an attention backend this device lacks
+        kept = [n for n in members if n not in refused]
+        dropped = [n for n in combination if n not in kept]
         if dropped:
-            log.info("combination without %s (not measured here)", ", ".join(dropped))
+            log.info("%s without %s (not measured here)", label, ", ".join(dropped))
+        if not kept:
+            continue
+        try:
+            todo.append((label, configure(request, kept)))
+        except StudioError as exc:  # members that run alone but not together
+            rows.append(not_run("+".join(kept), str(exc), "unavailable", technique=label))
     return todo, rows
 
 
