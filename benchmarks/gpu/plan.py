@@ -55,7 +55,7 @@ FLUX_KEEP = ("fused_qkv", "attention_backend[backend=_native_cudnn]", REGIONAL)
 FLUX_FAST = ("fp8", "first_block_cache", *FLUX_KEEP)
 SD3_KEEP = ("fused_qkv", REGIONAL)
 COMBINATIONS = ("combination", "fast")  # the names a combination may have (--techniques takes them)
-TRANSFORMER_SECTIONS = ("compute-limit", "techniques")
+TRANSFORMER_SECTIONS = ("memory", "compute-limit", "techniques")
 
 
 def _transformer(role: str, model: str, side: int, steps: int, keep: tuple, fast: tuple = ()) -> ModelPlan:

@@ -52,3 +52,31 @@ def open_page(server: Server) -> Iterator:
         page.locator("#generate-btn").wait_for(timeout=60_000)
         yield page
         browser.close()
+
+
+def small(page, prefix: str, steps: int = 4, side: int = 64) -> None:
+    """Small numbers in a tab's form, kept once the page's load has filled in the model's own: typed while the
+    load was still writing, "4" became "204" (over the 200-step limit, so the run was refused) or went back to
+    "20". Each value is typed again until it has stayed for half a second."""
+    for name, value in (("steps", steps), ("width", side), ("height", side)):
+        box = page.locator(f"#{prefix}-{name} input")
+        for _ in range(20):
+            box.fill(str(value))
+            page.wait_for_timeout(500)
+            if box.input_value() == str(value):
+                break
+        else:
+            raise AssertionError(f"{prefix}-{name} would not keep {value}: it shows {box.input_value()!r}")
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def no_horizontal_scroll(page) -> None:
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= WIDTH, f"the page is {width} px wide at a {WIDTH} px window"
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()

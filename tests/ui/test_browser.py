@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.ui.browser import ARTIFACTS, LONG, MARKS, WIDTH, open_page, serve
+from tests.ui.browser import LONG, MARKS, no_horizontal_scroll, open_page, serve, shot, small, tab
 
 pytestmark = MARKS
 
@@ -31,32 +31,13 @@ def _spin() -> None:
         pass
 
 
-def _small(page, prefix: str, steps: int = 4, side: int = 64) -> None:
-    page.locator(f"#{prefix}-steps input").fill(str(steps))
-    for axis in ("width", "height"):
-        page.locator(f"#{prefix}-{axis} input").fill(str(side))
-
-
-def _shot(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def _no_horizontal_scroll(page) -> None:
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= WIDTH, f"the page is {width} px wide at a {WIDTH} px window"
-
-
-def _tab(page, name: str) -> None:
-    page.get_by_role("tab", name=name).click()
-
-
 def test_what_you_tick_is_what_runs_on_a_loaded_host(page):
     """Tick a technique and click Generate at once, while another process keeps a core busy."""
     busy = multiprocessing.Process(target=_spin, daemon=True)
     busy.start()
     try:
         page.locator("#gen-prompt textarea").fill("a big blue square at the top, on a white background")
-        _small(page, "gen")
+        small(page, "gen")
         page.locator("#opts-speed").get_by_label("channels_last", exact=False).check()
         page.locator("#generate-btn").click()
         card = page.locator("#metrics-card")
@@ -65,8 +46,8 @@ def test_what_you_tick_is_what_runs_on_a_loaded_host(page):
         busy.kill()
     assert "channels_last" in card.inner_text()
     page.evaluate("window.scrollTo(0, 0)")
-    _no_horizontal_scroll(page)
-    _shot(page, "generate")
+    no_horizontal_scroll(page)
+    shot(page, "generate")
 
 
 def test_unavailable_techniques_are_listed_with_the_reason(page):
@@ -87,12 +68,12 @@ def test_the_technique_lists_follow_the_model(page):
     expect(offered).to_contain_text("first block cache", timeout=30_000)
     expect(offered).not_to_contain_text("channels last")
     expect(page.locator("#unavailable-speed")).to_contain_text("no convolutions to speed up")
-    _shot(page, "generate-flux")
+    shot(page, "generate-flux")
     model.fill("tiny-shapes")
     model.press("Enter")
     expect(offered).to_contain_text("channels last", timeout=30_000)
     expect(offered).not_to_contain_text("first block cache")
-    _tab(page, "Compare")
+    tab(page, "Compare")
     model, configs = page.locator("#cmp-model input"), page.locator("#cmp-configs")
     model.fill("flux-tiny")
     model.press("Enter")
@@ -102,7 +83,7 @@ def test_the_technique_lists_follow_the_model(page):
     model.press("Enter")
     expect(configs).to_contain_text("channels_last", timeout=30_000)
     expect(configs).not_to_contain_text("first_block_cache")
-    _tab(page, "Generate")
+    tab(page, "Generate")
 
 
 def test_load_from_image_fills_the_form_and_says_what_it_found(page, server, tmp_path):
@@ -122,7 +103,7 @@ def test_load_from_image_fills_the_form_and_says_what_it_found(page, server, tmp
     expect(page.locator("#gen-seed input")).to_have_value("1")
     assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()
     page.locator("#load-image").scroll_into_view_if_needed()
-    _shot(page, "load-from-image")
+    shot(page, "load-from-image")
     plain = tmp_path / "plain.png"
     from PIL import Image
 
@@ -144,9 +125,9 @@ def test_will_it_fit_says_the_estimate_before_a_run(page):
 def test_profile_shows_where_the_time_of_a_step_goes(page):
     from playwright.sync_api import expect
 
-    _tab(page, "Profile")
+    tab(page, "Profile")
     assert not page.locator("#prof-results").is_visible(), "nothing is shown before there are results"
-    _small(page, "prof", steps=3)
+    small(page, "prof", steps=3)
     page.locator("#profile-btn").click()
     summary = page.locator("#prof-summary")
     expect(summary).to_contain_text("Step 2 of 3", timeout=LONG)
@@ -155,15 +136,15 @@ def test_profile_shows_where_the_time_of_a_step_goes(page):
     table = page.locator("#prof-ops").inner_text()
     assert "aten::" in table and "%" in table
     assert "convolution" in table, "the UNet's convolutions are among the top operators"
-    _no_horizontal_scroll(page)
-    _shot(page, "profile")
-    _tab(page, "Generate")
+    no_horizontal_scroll(page)
+    shot(page, "profile")
+    tab(page, "Generate")
 
 
 def test_compare_shows_captioned_images_and_a_readable_table(page):
-    _tab(page, "Compare")
+    tab(page, "Compare")
     assert not page.locator("#cmp-results").is_visible(), "nothing is shown before there are results"
-    _small(page, "cmp", steps=3)
+    small(page, "cmp", steps=3)
     page.locator("#cmp-rounds input").fill("3")
     page.locator("#compare-btn").click()
     table = page.locator("#cmp-table")
@@ -172,8 +153,8 @@ def test_compare_shows_captioned_images_and_a_readable_table(page):
     assert "×1.00 (baseline)" in text and (" s" in text or " ms" in text)
     captions = page.locator("#cmp-gallery").inner_text()
     assert "baseline" in captions and "×" in captions
-    _no_horizontal_scroll(page)
-    _shot(page, "compare")
+    no_horizontal_scroll(page)
+    shot(page, "compare")
 
 
 def test_a_batch_sweep_shows_the_grid_heat_maps_and_throughput(page):
@@ -188,17 +169,17 @@ def test_a_batch_sweep_shows_the_grid_heat_maps_and_throughput(page):
     expect(page.locator("#cmp-headline")).to_contain_text("Best throughput", timeout=LONG)
     expect(page.locator("#xy-speedup")).to_contain_text("batch=2", timeout=10_000)
     assert "×1.00 (baseline)" in page.locator("#xy-speedup").inner_text()
-    _no_horizontal_scroll(page)
+    no_horizontal_scroll(page)
     page.locator("#xy-results").scroll_into_view_if_needed()
-    _shot(page, "compare-xy")
+    shot(page, "compare-xy")
     page.locator("#xy-grid img").wait_for(timeout=10_000)
     page.locator("#cmp-axis input").fill("none")
     page.locator("#cmp-axis input").press("Enter")
 
 
 def test_ladder_rows_are_words_and_rounded_numbers(page):
-    _tab(page, "Ladder")
-    _small(page, "lad", steps=3)
+    tab(page, "Ladder")
+    small(page, "lad", steps=3)
     page.locator("#lad-rounds input").fill("3")
     page.locator("#ladder-btn").click()
     page.locator("#ladder-md").get_by_text("interleaved rounds").wait_for(
@@ -206,13 +187,13 @@ def test_ladder_rows_are_words_and_rounded_numbers(page):
     )  # shown with the results
     text = page.locator("#ladder-table").inner_text()
     assert "original" in text and "skipped" in text and "×1.00 (baseline)" in text
-    _no_horizontal_scroll(page)
-    _shot(page, "ladder")
+    no_horizontal_scroll(page)
+    shot(page, "ladder")
 
 
 def test_autotune_offers_only_what_its_confirmation_measured_and_applies_it(page):
-    _tab(page, "Auto-tune")
-    _small(page, "tune", steps=8)
+    tab(page, "Auto-tune")
+    small(page, "tune", steps=8)
     picked = page.get_by_role("combobox", name="Techniques to search", exact=False)
     for name in ("cfg_cutoff", "channels_last"):  # a user narrows the search (every candidate: test_autotune)
         picked.fill(name)
@@ -227,8 +208,8 @@ def test_autotune_offers_only_what_its_confirmation_measured_and_applies_it(page
     searched = page.locator("#tune-table").inner_text()
     assert "cfg_cutoff" in searched and "channels_last" in searched, searched
     assert "openvino" not in searched and "deepcache" not in searched, "only what was picked is searched"
-    _no_horizontal_scroll(page)
-    _shot(page, "autotune")
+    no_horizontal_scroll(page)
+    shot(page, "autotune")
     apply = page.locator("#tune-apply")
     if summary.startswith("Nothing here beats"):  # noise can leave cfg_cutoff unconfirmed
         assert apply.is_disabled()
@@ -244,7 +225,7 @@ def test_autotune_offers_only_what_its_confirmation_measured_and_applies_it(page
 
 
 def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
-    _tab(page, "History")
+    tab(page, "History")
     from playwright.sync_api import expect
 
     table = page.locator("#history-table")
@@ -255,8 +236,8 @@ def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
     page.locator("#history-btn").click()
     expect(table).not_to_contain_text("baseline", timeout=60_000)
     expect(table).to_contain_text("channels_last", timeout=60_000)
-    _no_horizontal_scroll(page)
-    _shot(page, "history")
+    no_horizontal_scroll(page)
+    shot(page, "history")
     table.locator("[role=gridcell]:visible").filter(has_text="channels_last").first.click()
     page.locator("#generate-btn").wait_for(state="visible", timeout=30_000)
     page.wait_for_timeout(1500)
@@ -264,17 +245,17 @@ def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
 
 
 def test_system_is_short_tables(page):
-    _tab(page, "System")
+    tab(page, "System")
     page.locator("#system-md").get_by_text("CPU").first.wait_for(timeout=60_000)
     assert "available" in page.locator("#system-table").inner_text()
-    _no_horizontal_scroll(page)
-    _shot(page, "system")
+    no_horizontal_scroll(page)
+    shot(page, "system")
 
 
 def test_cancel_is_neutral_and_resets_the_card(page):
-    _tab(page, "Generate")
+    tab(page, "Generate")
     # long enough (tens of seconds on any of these CPUs) that the run cannot end before the click lands
-    _small(page, "gen", steps=200, side=256)
+    small(page, "gen", steps=200, side=256)
     page.locator("#generate-btn").click()
     # this run's own progress (n/200 steps) is showing: it has started, and Cancel stops it
     page.get_by_text(re.compile(r"\d+/200")).first.wait_for(timeout=60_000)
@@ -283,7 +264,7 @@ def test_cancel_is_neutral_and_resets_the_card(page):
     card.get_by_text("Cancelled after").wait_for(timeout=60_000)
     assert "Stopping" not in card.inner_text()
     assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
-    _shot(page, "cancelled")
+    shot(page, "cancelled")
 
 
 def test_a_cancel_while_the_run_waits_in_the_queue_is_not_lost(page, server):
@@ -293,8 +274,8 @@ def test_a_cancel_while_the_run_waits_in_the_queue_is_not_lost(page, server):
 
     from tests.ui.test_app_api import generate_args
 
-    _tab(page, "Generate")
-    _small(page, "gen", steps=4, side=64)
+    tab(page, "Generate")
+    small(page, "gen", steps=4, side=64)
     client = Client(server.url, verbose=False)
     job = client.submit(**generate_args(steps=100, width=256, height=256), api_name="/generate")
     try:
@@ -310,7 +291,7 @@ def test_a_cancel_while_the_run_waits_in_the_queue_is_not_lost(page, server):
         assert not job.done(), "the other run ended before the cancel: the test proves nothing"
         card.get_by_text("Cancelled after 0 of 4 steps").wait_for(timeout=LONG)
         assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
-        _shot(page, "cancelled-in-queue")
+        shot(page, "cancelled-in-queue")
     finally:
         job.result(timeout=LONG)  # the other client's run is not cancelled: it ends on its own
 
@@ -336,7 +317,7 @@ def test_out_of_memory_offers_a_retry_with_memory_techniques(page, studio, monke
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True)
     try:
         page.goto(url, wait_until="load")
-        _small(page, "gen")
+        small(page, "gen")
         page.locator("#generate-btn").click()
         retry = page.locator("#retry-memory-btn")
         expect(retry).to_be_visible(timeout=120_000)

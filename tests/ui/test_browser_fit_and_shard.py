@@ -9,8 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.ui.browser import ARTIFACTS, LONG, MARKS, open_page, serve
-from tests.ui.test_browser import _shot, _small, _tab
+from tests.ui.browser import ARTIFACTS, LONG, MARKS, open_page, serve, shot, small, tab
 
 pytestmark = MARKS
 
@@ -41,7 +40,7 @@ def test_a_run_that_would_not_fit_in_ram_is_refused_before_it_starts(page, serve
     model.fill("sd15-arch")
     model.press("Enter")
     expect(page.locator("#gen-width input")).not_to_have_value("64", timeout=30_000)  # the model's own first
-    _small(page, "gen", steps=2, side=1024)
+    small(page, "gen", steps=2, side=1024)
     page.locator("#gen-batch input").fill(str(batch))
     page.locator("#fit-btn").click()
     note = page.locator("#fit-note")
@@ -60,16 +59,16 @@ def test_a_run_that_would_not_fit_in_ram_is_refused_before_it_starts(page, serve
 
 
 def test_a_sharded_model_is_used_in_generate_from_its_own_tab(page):
-    _tab(page, "Big models")
+    tab(page, "Big models")
     page.locator("#shard-name textarea").fill("tiny-loaded-back")
     page.locator("#shard-btn").click()
     expect(page.locator("#shard-table")).to_contain_text("diffusion_pytorch_model", timeout=LONG)
     page.locator("#shard-use-btn").click()
     custom = page.get_by_label("…or a hub id / local directory / .safetensors file")
     expect(custom).to_have_value(re.compile(r".*/sharded/tiny-loaded-back$"), timeout=10_000)
-    _small(page, "gen", steps=20, side=64)
+    small(page, "gen", steps=20, side=64)
     page.locator("#generate-btn").click()
     card = page.locator("#metrics-card")
     card.get_by_text("per image").wait_for(timeout=LONG)
     assert page.locator(".toast-body.error").count() == 0
-    _shot(page, "shard-loaded-back")
+    shot(page, "shard-loaded-back")

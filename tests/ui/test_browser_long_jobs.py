@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.ui.browser import ARTIFACTS, LONG, MARKS, WIDTH, open_page, serve
+from tests.ui.browser import LONG, MARKS, no_horizontal_scroll, open_page, serve, shot, small
 
 pytestmark = MARKS
 STEPS, SIDE = 12, 256
@@ -28,21 +28,6 @@ def page(server):
     yield from open_page(server)
 
 
-def _size(page, prefix: str) -> None:
-    page.locator(f"#{prefix}-steps input").fill(str(STEPS))
-    for axis in ("width", "height"):
-        page.locator(f"#{prefix}-{axis} input").fill(str(SIDE))
-
-
-def _shot(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def _no_horizontal_scroll(page) -> None:
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= WIDTH, f"the page is {width} px wide at a {WIDTH} px window"
-
-
 def _watch_then_cancel(page, prefix: str, job: str, name: str) -> None:
     """While the job runs its status area says where it is (a step of round 2 of 3 reached); photograph it,
     then click the tab's own Cancel."""
@@ -53,7 +38,7 @@ def _watch_then_cancel(page, prefix: str, job: str, name: str) -> None:
     expect(status).to_contain_text(re.compile(rf"round 2 of 3, step \d+ of {STEPS}"), timeout=LONG)
     assert WHERE.search(status.inner_text()), status.inner_text()
     status.scroll_into_view_if_needed()
-    _shot(page, f"{name}-progress")
+    shot(page, f"{name}-progress")
     page.locator(f"#{prefix}-cancel-btn").click()
 
 
@@ -68,15 +53,15 @@ def _cancelled(page, note: str, table: str, name: str) -> str:
     assert "partial: " in rows and " of 3 rounds" in rows, rows
     assert "baseline" in rows and (" s" in rows or " ms" in rows)
     assert page.locator(".toast-body.error").count() == 0, "a cancel is not an error"
-    _no_horizontal_scroll(page)
+    no_horizontal_scroll(page)
     page.locator(note).scroll_into_view_if_needed()
-    _shot(page, f"{name}-cancelled")
+    shot(page, f"{name}-cancelled")
     return text
 
 
 def test_compare_shows_its_progress_and_its_cancel_keeps_what_was_measured(page):
     page.get_by_role("tab", name="Compare").click()
-    _size(page, "cmp")
+    small(page, "cmp", STEPS, SIDE)
     boxes = page.locator("#cmp-configs")
     assert boxes.get_by_label("bf16", exact=True).is_checked(), "the baseline and two configurations"
     assert boxes.get_by_label("channels_last", exact=True).is_checked()
@@ -92,7 +77,7 @@ def test_compare_shows_its_progress_and_its_cancel_keeps_what_was_measured(page)
 
 def test_autotune_shows_its_stage_and_progress_and_its_cancel_offers_nothing(page):
     page.get_by_role("tab", name="Auto-tune").click()
-    _size(page, "tune")
+    small(page, "tune", STEPS, SIDE)
     picked = page.get_by_role("combobox", name="Techniques to search", exact=False)
     picked.fill("channels_last")  # a user narrows the search to one technique
     picked.press("Enter")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.browser import ARTIFACTS, HEIGHT, LONG, MARKS, WIDTH, open_page, serve
-from tests.ui.test_browser import _small, _tab
+from tests.ui.browser import ARTIFACTS, HEIGHT, LONG, MARKS, WIDTH, open_page, serve, small, tab
 
 pytestmark = MARKS
 FITS = """id => {
@@ -76,7 +75,7 @@ def test_a_random_weight_model_says_its_images_are_noise_by_design(page):
     from playwright.sync_api import expect
 
     _model(page, "gen", "sd15-arch")
-    _small(page, "gen", steps=2, side=64)
+    small(page, "gen", steps=2, side=64)
     page.locator("#generate-btn").click()
     card = page.locator("#metrics-card")
     expect(card).to_contain_text("Noise by design", timeout=LONG)
@@ -87,15 +86,15 @@ def test_a_random_weight_model_says_its_images_are_noise_by_design(page):
     page.evaluate("window.scrollTo(0, 0)")
     _shot(page, "generate-arch-note")
     _model(page, "gen", "tiny-shapes")
-    _small(page, "gen", steps=2, side=64)
+    small(page, "gen", steps=2, side=64)
     page.locator("#generate-btn").click()
     expect(card).not_to_contain_text("Noise by design", timeout=LONG)
     expect(card).to_contain_text("per image", timeout=LONG)
 
 
 def test_the_ladder_table_fits_1280_px(page):
-    _tab(page, "Ladder")
-    _small(page, "lad", steps=2)
+    tab(page, "Ladder")
+    small(page, "lad", steps=2)
     page.locator("#lad-warmup input").fill("0")
     page.locator("#lad-rounds input").fill("1")
     page.locator("#ladder-btn").click()
@@ -110,8 +109,8 @@ def test_the_ladder_table_fits_1280_px(page):
 def test_an_x_axis_compare_shows_every_caption_and_names_the_x_values(page):
     from playwright.sync_api import expect
 
-    _tab(page, "Compare")
-    _small(page, "cmp", steps=2)
+    tab(page, "Compare")
+    small(page, "cmp", steps=2)
     page.get_by_label("More configurations, one per line").fill("deepcache[interval=2]")
     page.locator("#cmp-axis input").fill("steps")
     page.locator("#cmp-axis input").press("Enter")
@@ -144,8 +143,8 @@ def test_an_x_axis_compare_shows_every_caption_and_names_the_x_values(page):
 def test_the_autotune_table_fits_1280_px(page):
     from playwright.sync_api import expect
 
-    _tab(page, "Auto-tune")
-    _small(page, "tune", steps=4)
+    tab(page, "Auto-tune")
+    small(page, "tune", steps=4)
     picked = page.get_by_role("combobox", name="Techniques to search", exact=False)
     for name in ("deepcache", "token_merging"):  # techniques with settings: long configuration names
         picked.fill(name)
@@ -162,7 +161,7 @@ def test_the_autotune_table_fits_1280_px(page):
 def test_the_history_table_fits_1280_px(page):
     from playwright.sync_api import expect
 
-    _tab(page, "History")
+    tab(page, "History")
     table = page.locator("#history-table")
     expect(table).to_contain_text("deepcache[interval=2]", timeout=60_000)  # filled when the tab opens
     expect(table).to_contain_text("jit_trace_unet")  # the ladder's long configurations
@@ -174,7 +173,7 @@ def test_the_history_table_fits_1280_px(page):
 def test_a_bad_history_date_is_one_sentence_and_the_table_stays(page):
     from playwright.sync_api import expect
 
-    _tab(page, "History")
+    tab(page, "History")
     table = page.locator("#history-table")
     expect(table).to_contain_text("baseline", timeout=60_000)
     before = table.inner_text()
