@@ -127,16 +127,21 @@ def parameters(name: str) -> int:
         return sum(p.numel() for m in models(name).values() for p in m.parameters())
 
 
+def init_device(name: str, dtype: torch.dtype) -> str:
+    """Where `init_models` draws the weights: "cuda" when its free memory holds them with a quarter to spare,
+    else "cpu"."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    needed = parameters(name) * torch.empty((), dtype=dtype).element_size()
+    return "cuda" if torch.cuda.mem_get_info()[0] > 1.25 * needed else "cpu"
+
+
 def init_models(name: str, dtype: torch.dtype) -> dict[str, torch.nn.Module]:
     """`models(name)` with their random weights drawn on a CUDA device when one has room for them, then moved
     to the CPU, where the loader returns pipelines: drawing them takes seconds there, against over 6 minutes
     for Flux.1-dev's 17 billion parameters on a 16-core CPU. Seeded either way; a CUDA device draws other
     numbers than the CPU (the images are noise either way)."""
-    where = "cpu"
-    if torch.cuda.is_available():
-        needed = parameters(name) * torch.empty((), dtype=dtype).element_size()
-        if torch.cuda.mem_get_info()[0] > 1.25 * needed:
-            where = "cuda"
+    where = init_device(name, dtype)
     with torch.device(where):
         parts = models(name)
     if where != "cpu":

@@ -57,3 +57,16 @@ def test_the_tiny_variants_run_through_the_engine(studio, model):
 def test_the_flow_matching_models_refuse_a_discrete_time_scheduler():
     with pytest.raises(ValidationError, match="flux-tiny runs with its own flow-matching scheduler"):
         validate_request(model="flux-tiny", prompt="a red circle", scheduler="euler")
+
+
+@pytest.mark.parametrize(("free_gib", "where"), [(80, "cuda"), (40, "cuda"), (38, "cpu")])
+def test_random_weights_are_drawn_on_a_gpu_only_with_room_to_spare(monkeypatch, free_gib, where):
+    """Flux's 16.87 billion bf16 parameters (31.4 GiB) are drawn on the GPU when its free memory holds them
+    with a quarter to spare, 39.3 GiB (on a 16-core CPU they took over 6 minutes); never without one."""
+    from pipelines import architectures
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (free_gib * 2**30, 141 * 2**30))
+    assert architectures.init_device("flux", torch.bfloat16) == where
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert architectures.init_device("flux", torch.bfloat16) == "cpu"
