@@ -53,7 +53,9 @@ class LivePipeline:
     state: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
-    calls: int = 0
+    # (configuration, width, height) called on this pipeline so far: the first call of each pays for what
+    # later ones reuse (a conversion, a compile for that shape), whatever ran on the pipeline before
+    called: set[tuple[str, int, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -231,7 +233,9 @@ class PipelineManager:
             call_opts = [
                 get(o) for o in request.opts if get(o).stage == "call" or get(o).call_context is not None
             ]
-            entry.calls += 1
+            shape = (request.config_label, request.width, request.height)
+            first = shape not in entry.called
+            entry.called.add(shape)
             yield Prepared(
                 pipe=entry.pipe,
                 ctx=ctx,
@@ -239,7 +243,7 @@ class PipelineManager:
                 applied=tuple(o.name for o in ordered(request.opts)),
                 load_seconds=entry.load_seconds if loaded_now else 0.0,
                 switch_seconds=switch,
-                first_call=entry.calls == 1,
+                first_call=first,
                 entry=entry,
             )
 
@@ -309,7 +313,7 @@ class PipelineManager:
         entry.device = UNPLACED  # an offload or device map left its modules where they are: move them again
         entry.applied = ()
         entry.stats.clear()
-        entry.calls = 0
+        entry.called.clear()
         log.info("rebuilt %s from the cached components", entry.key[0])
 
     def _place(self, entry: LivePipeline, request: GenerationRequest, target: set[str]) -> None:

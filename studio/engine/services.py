@@ -1,6 +1,6 @@
 """What the faces ask of the studio besides runs, through the same door (`Studio`): its history, one logged
-run, a consistent copy of its database, a memory estimate before a run, the facts System shows, and a sharded
-copy of a model.
+run, a consistent copy of its database, a memory estimate and the first call's cost before a run, the facts
+System shows, and a sharded copy of a model.
 
 A mixin of `studio.engine.Studio`; it needs the studio's `runlog` and `manager`.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.sources import allow_written
 from studio import devices, settings
-from studio.engine import memory_estimate
+from studio.engine import first_call, memory_estimate
 from studio.engine.shard import shard_model
 from studio.optimizations import availability
 from studio.request import GenerationRequest, HistoryFilter
@@ -49,6 +49,10 @@ class Services:
         """The estimate, or a `ValidationError` naming the memory techniques that would bring a request that
         would not fit under (what a run of it would be refused with)."""
         return memory_estimate.check_fits(self.manager, request, self.runlog)
+
+    def first_call(self, request: GenerationRequest) -> first_call.FirstCall | None:
+        """What the first call of `request`'s configuration cost here before (`studio.engine.first_call`)."""
+        return first_call.logged(self.runlog, request)
 
     def system_facts(self) -> dict[str, Any]:
         """Devices, capabilities, versions, techniques, loaded pipelines and the run log (System's view)."""

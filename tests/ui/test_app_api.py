@@ -453,3 +453,19 @@ def test_the_scheduler_menus_name_each_sampler_as_its_users_know_it_and_send_the
         choices = {value: label for label, value in menu["choices"]}
         assert menu["value"] == "default" and choices["default"] == "Model's own"
         assert choices["pndm"] == "PLMS (pndm)" and choices["dpmpp_2m"] == "DPM++ 2M (dpmpp_2m)"
+
+
+def test_estimate_says_what_the_first_call_of_a_configuration_cost_before_it_runs(client):
+    """/estimate before and after the first /generate of a configuration: what a benchmark card measured on
+    its machine (docs/cards has openvino on the bundled model), then what it cost here."""
+    ask = {"prompt": "a red circle", "steps": 2, "optimizations": ["openvino"], "api_name": "/estimate"}
+    before = client.predict(**ask)
+    assert before["first_call"].startswith("Not run here yet. A benchmark card measured the first call of ")
+    assert "(64x64, 20 steps) on AMD EPYC" in before["first_call"] and before["fits"] is not False
+    _image, _card, metrics = client.predict(
+        prompt="a red circle", steps=2, optimizations=["openvino"], api_name="/generate"
+    )
+    after = client.predict(**ask)["first_call"]
+    first = metrics["first_call_s"]
+    assert first is not None and after.startswith("The first call of openvino took ")
+    assert "at 2 steps here" in after

@@ -122,6 +122,23 @@ def test_will_it_fit_says_the_estimate_before_a_run(page):
     assert "for this process" in page.locator("#fit-note").inner_text()
 
 
+def test_ticking_a_technique_says_what_its_first_call_costs_before_generate(page, server):
+    """openvino on the bundled model, not run in this studio yet: the note under Generate gives a benchmark
+    card's first call and its machine; unticked, the note goes."""
+    from playwright.sync_api import expect
+
+    page.goto(server.url, wait_until="load")  # a fresh form: nothing ticked by the tests before
+    page.locator("#generate-btn").wait_for(timeout=60_000)
+
+    box = page.get_by_label(re.compile(r"\(openvino\)")).first
+    note = page.locator("#first-call-note")
+    box.check()
+    expect(note).to_contain_text("A benchmark card measured the first call of openvino at", timeout=30_000)
+    assert re.search(r"at [\d.]+ s \(64x64, 20 steps\) on \w", note.inner_text())
+    box.uncheck()
+    expect(note).not_to_contain_text("openvino", timeout=30_000)
+
+
 def test_profile_shows_where_the_time_of_a_step_goes(page):
     from playwright.sync_api import expect
 

@@ -1,5 +1,6 @@
 """Generate's handlers: `/generate` (the form's Generate too, which sends its technique boxes instead of one
-list), `/estimate`, `/cancel`, the 'Retry with …' offer after an out-of-memory failure, and a PNG's settings
+list), `/estimate` (with what the first call should cost), the note on the first call under the form,
+`/cancel`, the 'Retry with …' offer after an out-of-memory failure, and a PNG's settings
 back into the form (`/read_image`).
 
 `generate` and `estimate` take the request's fields by name (`**fields`, what `form_request` reads): the tab
@@ -13,7 +14,10 @@ import gradio as gr
 
 from pipelines.spec import PipelineSpec
 from studio import report
+from studio.benchmark.card import default_folder
+from studio.benchmark.cards import DOCS_CARDS, first_calls, load_folder
 from studio.engine import Studio
+from studio.engine.first_call import notable
 from studio.errors import (
     Cancelled,
     OutOfMemory,
@@ -107,21 +111,50 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """Tick the advised memory techniques in Generate's memory group."""
         return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
 
+    def first_call_sentence(request) -> str:
+        """What the first call of `request`'s configuration cost on this studio before, else on the machine
+        of a benchmark card (the slowest), where it cost clearly more than later calls; else nothing."""
+        found = studio.first_call(request)
+        if found is not None:
+            return found.sentence() if found.notable else ""
+        cards = load_folder(default_folder(), DOCS_CARDS).cards
+        elsewhere = first_calls(cards, request.model, request.config_label)
+        if not elsewhere or not notable(elsewhere[0]["seconds"], elsewhere[0]["later"]):
+            return ""
+        f = elsewhere[0]
+        return (
+            f"Not run here yet. A benchmark card measured the first call of {request.config_label} at "
+            f"{report.seconds(f['seconds'])} ({f['width']}x{f['height']}, {f['steps']} steps) "
+            f"on {f['machine']}."
+        )
+
     @optional_fields
     @engine_errors
     def estimate(**fields):
         """The peak memory a /generate with these arguments should reach, before it runs
-        (`studio.engine.memory_estimate`)."""
-        return studio.estimate(form_request(fields)).as_json()
+        (`studio.engine.memory_estimate`), and what its first call cost before (`first_call`: a sentence, or
+        empty when nothing was measured)."""
+        request = form_request(fields)
+        return {**studio.estimate(request).as_json(), "first_call": first_call_sentence(request)}
+
+    def first_call_note(**fields):
+        """Under Generate's buttons, as the form changes: what the first call of this configuration costs,
+        before it is started. Nothing while the form is not yet a valid request (Generate says why)."""
+        try:
+            return first_call_sentence(form_request(fields))
+        except ValidationError:
+            return ""
 
     @engine_errors
     def estimate_form(**fields):
         """Generate's "Will it fit?": the estimate as a sentence, from the form as it is; where it would not
         fit, with the memory techniques that would bring it under (what Generate would answer)."""
+        request = form_request(fields)
         try:
-            return studio.check_fits(form_request(fields)).as_json()["sentence"]
+            fits = studio.check_fits(request).as_json()["sentence"]
         except ValidationError as exc:
             return f"⚠ {describe(exc)}"
+        return " ".join(filter(None, [fits, first_call_sentence(request)]))
 
     def load_image(path):
         """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found
@@ -165,5 +198,6 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         "load_image": load_image,
         "estimate": estimate,
         "estimate_form": estimate_form,
+        "first_call_note": first_call_note,
         "read_image": read_image,
     }

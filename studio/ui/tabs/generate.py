@@ -41,6 +41,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
                 retry = gr.Button("Retry with …", visible=False, elem_id="retry-memory-btn")
                 fit = gr.Button("Will it fit?", elem_id="fit-btn")
             fit_note = gr.Markdown(elem_id="fit-note")
+            first_note = gr.Markdown(elem_id="first-call-note")
         with gr.Column(scale=2):
             image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
             card = gr.Markdown(label="Metrics card", show_label=False, elem_id="metrics-card")
@@ -124,6 +125,16 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         api_name="generate_retry",
         api_visibility="private",
         **generation,
+    )
+    # what the first call of the form's configuration cost before, said before it is started
+    gr.on(
+        [*(b.change for b in boxes), fields["model"].change, precision.change, fields["device"].change]
+        + [fields[n].blur for n in ("width", "height", "custom_model")],
+        handlers["first_call_note"],
+        inputs_kwargs=form,
+        outputs=first_note,
+        queue=False,
+        api_visibility="private",
     )
     model, custom = fields["model"], fields["custom_model"]
     redraw = {"inputs": [model, custom, *boxes], "outputs": [*boxes, *folds, *lists], "queue": False}

@@ -1,0 +1,51 @@
+"""What the first call of a configuration costs, said before it runs: from the run log (the first call of each
+configuration on a pipeline, even one already warm with another), else from a benchmark card."""
+
+from __future__ import annotations
+
+from studio.benchmark.cards import DOCS_CARDS, first_calls, load_folder
+from tests import tiny
+
+
+def test_a_configuration_first_called_on_a_warm_pipeline_logs_its_own_first_call(studio):
+    studio.generate(tiny.request(steps=2))
+    assert studio.first_call(tiny.request(["openvino"], steps=2)) is None, "nothing logged for it yet"
+    converted = studio.generate(tiny.request(["openvino"], steps=2))
+    again = studio.generate(tiny.request(["openvino"], steps=2))
+    assert converted.metrics["first_call_seconds"] == converted.metrics["latency_median"]
+    assert again.metrics.get("first_call_seconds") is None, "the second call is not a first call"
+    found = studio.first_call(tiny.request(["openvino"], steps=2))
+    assert found is not None and found.count == 1
+    assert found.cold_s == converted.metrics["first_call_seconds"] and found.cold_steps == 2
+    assert found.sentence().startswith("The first call of openvino took ")
+    # the conversion makes it worth saying: later calls are a small part of it, and the sentence gives them
+    assert found.notable and found.warm_s == again.metrics["latency_median"]
+    assert "; later calls " in found.sentence()
+    # another size is another first call (a compile, a conversion, per shape); another model, none logged
+    assert studio.first_call(tiny.request(["openvino"], steps=2, width=96, height=96)) is None
+    assert studio.first_call(tiny.request(["channels_last"], steps=2)) is None
+
+
+def test_the_slowest_first_call_is_the_cold_one_and_the_newest_is_said_beside_it(studio):
+    # going back to no technique rebuilds the pipeline from its components, so openvino converts again (its
+    # model cache on disk makes that one quicker)
+    for opts in (["openvino"], [], ["openvino"]):
+        studio.generate(tiny.request(opts, steps=2))
+    rows = [
+        r
+        for r in studio.runlog.runs()
+        if r["config_label"] == "openvino" and r.get("first_call_seconds") is not None
+    ]
+    found = studio.first_call(tiny.request(["openvino"], steps=2))
+    assert found.count == len(rows) == 2
+    assert found.cold_s == max(r["first_call_seconds"] for r in rows)
+    assert found.latest_s == rows[0]["first_call_seconds"] and "the slowest of 2" in found.sentence()
+
+
+def test_a_card_says_what_a_configuration_not_run_here_cost_on_its_machine():
+    cards = load_folder(DOCS_CARDS).cards
+    found = first_calls(cards, "sd15-arch", "openvino[mode=hybrid_int8]")
+    assert found and all(f["seconds"] > 0 for f in found)
+    assert [f["seconds"] for f in found] == sorted((f["seconds"] for f in found), reverse=True)
+    assert {"machine", "width", "height", "steps"} <= set(found[0])
+    assert first_calls(cards, "sd15-arch", "warp_drive") == []
