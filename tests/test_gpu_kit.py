@@ -321,7 +321,7 @@ def dry_run(tmp_path_factory):
         "GPU_AUTOTUNE_CACHE": str(carried),
     }
     done = subprocess.run(
-        ["bash", "benchmarks/gpu/run.sh", "--dry-run"],
+        ["bash", "benchmarks/gpu/run.sh", "--dry-run", "--models", "sd15,sdxl,flux"],  # sd3: flux's code
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -348,6 +348,20 @@ def test_the_dry_run_writes_every_file_and_section(dry_run):
     with Image.open(out / "images.png") as sheet:
         assert sheet.format == "PNG" and sheet.width > 500
     assert "GPU tests" in stdout and "tests exit status: 0" in stdout
+
+
+@pytest.mark.slow
+def test_the_dry_run_measures_a_transformer_against_its_own_precision_and_its_combinations(dry_run):
+    """flux-tiny: the combinations by name (the CPU drops what it cannot run: fp8, cuDNN attention), and its
+    FLOPs counted on the transformer, once per step (flow matching)."""
+    section = dry_run[2]["techniques"]["flux"]
+    rows = {r["technique"]: r for r in section["rows"]}
+    assert section["model"] == "flux-tiny" and section["baseline"] == "fp32"
+    assert rows["combination"]["status"] == "ok" and "fused_qkv" in rows["combination"]["applied"]
+    assert rows["fast"]["status"] == "ok" and "first_block_cache" in rows["fast"]["applied"]
+    assert "fp8" not in rows["fast"]["applied"] and rows["fp8"]["status"] == "unavailable"
+    limit = dry_run[2]["compute-limit"]["flux"]
+    assert limit["unet_calls"] == limit["steps"] and limit["unet_batch"] == 1, "guidance-distilled: no CFG"
 
 
 @pytest.mark.slow

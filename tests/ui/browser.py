@@ -57,12 +57,12 @@ def open_page(server: Server) -> Iterator:
 def small(page, prefix: str, steps: int = 4, side: int = 64) -> None:
     """Small numbers in a tab's form, kept once the page's load has filled in the model's own: typed while the
     load was still writing, "4" became "204" (over the 200-step limit, so the run was refused) or went back to
-    "20". Each value is typed again until it has stayed for half a second."""
+    "20". Each value is typed again until it has stayed for a quarter of a second."""
     for name, value in (("steps", steps), ("width", side), ("height", side)):
         box = page.locator(f"#{prefix}-{name} input")
         for _ in range(20):
             box.fill(str(value))
-            page.wait_for_timeout(500)
+            page.wait_for_timeout(250)
             if box.input_value() == str(value):
                 break
         else:

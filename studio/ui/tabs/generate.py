@@ -134,6 +134,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         inputs_kwargs=form,
         outputs=first_note,
         queue=False,
+        trigger_mode="always_last",  # a tick while the last answer is on its way is answered too
         api_visibility="private",
     )
     model, custom = fields["model"], fields["custom_model"]
