@@ -52,8 +52,10 @@ def serve(home: Path, seed: int) -> None:
 
 
 def main(home: Path) -> None:
-    import studio.engine  # noqa: F401  the imports every forked studio process shares
-    import studio.request  # noqa: F401
+    # the imports every forked studio process shares (the packages import their names lazily: importing
+    # `studio.engine` alone loads neither torch nor diffusers)
+    from studio.engine import Studio  # noqa: F401
+    from studio.request import validate_request  # noqa: F401
 
     for line in sys.stdin:
         pid = os.fork()
