@@ -121,18 +121,14 @@ def models(name: str) -> dict[str, torch.nn.Module]:
     }
 
 
-def parameters(name: str) -> int:
-    """How many parameters the named architecture's models hold (counted on the meta device)."""
-    with torch.device("meta"):
-        return sum(p.numel() for m in models(name).values() for p in m.parameters())
-
-
 def init_device(name: str, dtype: torch.dtype) -> str:
     """Where `init_models` draws the weights: "cuda" when its free memory holds them with a quarter to spare,
     else "cpu"."""
     if not torch.cuda.is_available():
         return "cpu"
-    needed = parameters(name) * torch.empty((), dtype=dtype).element_size()
+    from pipelines.shapes import arch_shape  # it counts this module's models
+
+    needed = sum(arch_shape(name).params.values()) * torch.empty((), dtype=dtype).element_size()
     return "cuda" if torch.cuda.mem_get_info()[0] > 1.25 * needed else "cpu"
 
 

@@ -36,9 +36,13 @@ A1111_SAMPLERS: dict[str, str] = {
 
 def fresh_scheduler(scheduler: Any, steps: int) -> Any:
     """A new scheduler of `scheduler`'s type and config, its timesteps set for `steps` (the one given is left
-    as it was)."""
+    as it was). Flow matching with a dynamic shift wants the pipeline's `mu` (from the image's size): it gets
+    a neutral one, which moves the timesteps but not their count."""
     fresh = type(scheduler).from_config(scheduler.config)
-    fresh.set_timesteps(steps)
+    if fresh.config.get("use_dynamic_shifting"):
+        fresh.set_timesteps(steps, mu=0.0)
+    else:
+        fresh.set_timesteps(steps)
     return fresh
 
 
@@ -50,8 +54,8 @@ def denoiser_calls(scheduler: Any, steps: int) -> int:
 
 def steps_refused(scheduler: Any, steps: int) -> str | None:
     """Why `scheduler` cannot take `steps` steps (its own message), or None. A scheduler that cannot set its
-    timesteps outside its pipeline at all (flow matching's dynamic shift wants the pipeline's `mu`) is not
-    refused here: only a failure at `steps` that 50 steps do not share is about the step count."""
+    timesteps outside its pipeline at all is not refused here: only a failure at `steps` that 50 steps do not
+    share is about the step count."""
     try:
         fresh_scheduler(scheduler, steps)
     except (ValueError, IndexError) as exc:

@@ -93,7 +93,8 @@ def _folder_shape(folder: str) -> Shape | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _arch_shape(name: str) -> Shape:
+def arch_shape(name: str) -> Shape:
+    """The shape of a random-weight architecture (`pipelines.architectures`), counted on the meta device."""
     from pipelines.architectures import models
 
     with torch.device("meta"):
@@ -104,7 +105,7 @@ def spec_shape(spec: PipelineSpec) -> Shape | None:
     """The shape of a model that is not loaded: the random-weight architectures and local diffusers folders
     (the bundled model included); None for a hub id or a single file (known once loaded)."""
     if spec.source.startswith("arch:"):
-        return _arch_shape(spec.source.removeprefix("arch:"))
+        return arch_shape(spec.source.removeprefix("arch:"))
     if getattr(spec, "single_file", False):
         config = getattr(spec, "single_file_config", None)
         return _folder_shape(str(config)) if config else None

@@ -49,8 +49,7 @@ def matmul_peak(device: str, dtype: torch.dtype, n: int, repeats: int = REPEATS)
 
 def denoiser_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int, int]:
     """(FLOPs of one denoiser call, the batch of that call, the denoiser calls in one image of `request`) with
-    the inputs of `request`'s own first step and the scheduler it runs with (flow matching, whose timesteps
-    need the pipeline's shift: one call per step)."""
+    the inputs of `request`'s own first step and the scheduler it runs with."""
     one_step = dataclasses.replace(request, steps=1)
     captured: list[tuple[tuple, dict]] = []
 
@@ -68,10 +67,7 @@ def denoiser_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int
         args, kwargs = captured[0]
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             model(*args, **kwargs)
-        try:
-            calls = denoiser_calls(prepared.pipe.scheduler, request.steps)
-        except (ValueError, TypeError):  # FlowMatchEulerDiscreteScheduler with dynamic shifting wants `mu`
-            calls = request.steps
+        calls = denoiser_calls(prepared.pipe.scheduler, request.steps)
     sample = args[0] if args else next(iter(kwargs.values()))
     return counter.get_total_flops(), int(sample.shape[0]), calls
 

@@ -70,3 +70,19 @@ def test_random_weights_are_drawn_on_a_gpu_only_with_room_to_spare(monkeypatch, 
     assert architectures.init_device("flux", torch.bfloat16) == where
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert architectures.init_device("flux", torch.bfloat16) == "cpu"
+
+
+def test_the_denoiser_calls_of_flow_matching_with_a_dynamic_shift_are_counted_without_the_pipeline():
+    """Flux's scheduler wants the pipeline's `mu` to set its timesteps; counted outside it, one call a step,
+    as the real pipeline makes them (what the GPU benchmark's compute limit multiplies by)."""
+    from pipelines.schedulers import denoiser_calls, steps_refused
+
+    pipe = transformer_architectures.build("flux-tiny", SPECS["tiny-shapes"].source)
+    calls = []
+    handle = pipe.transformer.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        pipe("a red circle", num_inference_steps=3, height=64, width=64, output_type="latent")
+    finally:
+        handle.remove()
+    assert len(calls) == denoiser_calls(pipe.scheduler, 3) == 3
+    assert steps_refused(pipe.scheduler, 3) is None
