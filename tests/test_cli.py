@@ -285,6 +285,18 @@ def test_estimate_says_the_peak_before_anything_runs(cli):
     assert json.loads(out) == [], "an estimate runs nothing and logs nothing"
 
 
+def test_estimate_says_what_the_first_call_cost_as_the_api_does(cli):
+    """`estimate` answers `first_call` as /estimate does: a benchmark card's before a run of it here, then this
+    studio's own; the plain output says it after the memory sentence."""
+    ask = ("estimate", "--prompt", PROMPT, "--steps", "2", "--opt", "openvino")
+    status, out, err = cli(*ask, "--json")
+    assert status == 0, err
+    assert json.loads(out)["first_call"].startswith("Not run here yet. A benchmark card measured")
+    assert cli("generate", "--prompt", PROMPT, "--steps", "2", "--opt", "openvino")[0] == 0
+    status, out, err = cli(*ask)
+    assert status == 0 and "Estimated peak" in out and "The first call of openvino took " in out, out
+
+
 @pytest.mark.parametrize(
     "command, says",
     [

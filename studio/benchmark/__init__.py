@@ -11,6 +11,8 @@ with the cards of other machines.
 - `studio.benchmark.card`: the card (`SCHEMA`) and its Markdown summary, written all at once (`save`);
 - `studio.benchmark.sheet`: the contact sheet, each model's baseline and winners side by side;
 - `studio.benchmark.cards`: cards read back (older schemas migrated), one table per model across machines;
+- `studio.benchmark.first_calls`: what a configuration's first call costs, said before it runs (the run log,
+  else the cards);
 - `studio.benchmark.hub`: cards loaded from and published to a Hugging Face dataset repository;
 - `studio.benchmark.doc_table`: docs/benchmarks.md's "What is fastest where" table, rendered from docs/cards.
 

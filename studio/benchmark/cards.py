@@ -210,26 +210,3 @@ def machines_markdown(tables: dict[str, list[dict[str, Any]]]) -> str:
         lines += ["| " + " | ".join(fn(r).replace("|", "\\|") for _, fn in COLUMNS) + " |" for r in rows]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) or "_no cards_"
-
-
-def first_calls(cards: list[dict[str, Any]], model: str, config: str) -> list[dict[str, Any]]:
-    """The first calls `cards` measured for `config` on `model`, slowest first: {machine, seconds, later (a
-    later call's seconds per image), width, height, steps} (what Generate says of a configuration this studio
-    has not run yet)."""
-    found = []
-    for card in cards:
-        for entry in card.get("models") or []:
-            if entry.get("model") != model:
-                continue
-            for row in [*(entry.get("rows") or []), *(entry.get("winners") or [])]:
-                if row.get("config") == config and row.get("first_call_s") is not None:
-                    found.append(
-                        {
-                            "machine": machine_name(card),
-                            "seconds": row["first_call_s"],
-                            "later": row.get("seconds_per_image"),
-                            **{k: entry.get(k) for k in ("width", "height", "steps")},
-                        }
-                    )
-    unique = {(f["machine"], f["width"], f["height"], f["steps"]): f for f in found}
-    return sorted(unique.values(), key=lambda f: -f["seconds"])

@@ -196,12 +196,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
+    from studio.benchmark import first_calls
     from studio.engine import Studio
     from studio.request import request_from_args
 
     request = request_from_args(args, args.opt)
-    found = Studio().estimate(request).as_json()
-    emit(found, args.json, found["sentence"])
+    studio = Studio()
+    found = {**studio.estimate(request).as_json(), "first_call": first_calls.sentence(studio, request)}
+    emit(found, args.json, " ".join(filter(None, [found["sentence"], found["first_call"]])))
     return 0
 
 

@@ -3,7 +3,8 @@ configuration on a pipeline, even one already warm with another), else from a be
 
 from __future__ import annotations
 
-from studio.benchmark.cards import DOCS_CARDS, first_calls, load_folder
+from studio.benchmark.cards import DOCS_CARDS, load_folder
+from studio.benchmark.first_calls import from_cards
 from tests import tiny
 
 
@@ -44,8 +45,8 @@ def test_the_slowest_first_call_is_the_cold_one_and_the_newest_is_said_beside_it
 
 def test_a_card_says_what_a_configuration_not_run_here_cost_on_its_machine():
     cards = load_folder(DOCS_CARDS).cards
-    found = first_calls(cards, "sd15-arch", "openvino[mode=hybrid_int8]")
+    found = from_cards(cards, "sd15-arch", "openvino[mode=hybrid_int8]")
     assert found and all(f["seconds"] > 0 for f in found)
     assert [f["seconds"] for f in found] == sorted((f["seconds"] for f in found), reverse=True)
     assert {"machine", "width", "height", "steps"} <= set(found[0])
-    assert first_calls(cards, "sd15-arch", "warp_drive") == []
+    assert from_cards(cards, "sd15-arch", "warp_drive") == []

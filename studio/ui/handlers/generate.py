@@ -14,10 +14,8 @@ import gradio as gr
 
 from pipelines.spec import PipelineSpec
 from studio import report
-from studio.benchmark.card import default_folder
-from studio.benchmark.cards import DOCS_CARDS, first_calls, load_folder
+from studio.benchmark import first_calls
 from studio.engine import Studio
-from studio.engine.first_call import notable
 from studio.errors import (
     Cancelled,
     OutOfMemory,
@@ -111,23 +109,6 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """Tick the advised memory techniques in Generate's memory group."""
         return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
 
-    def first_call_sentence(request) -> str:
-        """What the first call of `request`'s configuration cost on this studio before, else on the machine
-        of a benchmark card (the slowest), where it cost clearly more than later calls; else nothing."""
-        found = studio.first_call(request)
-        if found is not None:
-            return found.sentence() if found.notable else ""
-        cards = load_folder(default_folder(), DOCS_CARDS).cards
-        elsewhere = first_calls(cards, request.model, request.config_label)
-        if not elsewhere or not notable(elsewhere[0]["seconds"], elsewhere[0]["later"]):
-            return ""
-        f = elsewhere[0]
-        return (
-            f"Not run here yet. A benchmark card measured the first call of {request.config_label} at "
-            f"{report.seconds(f['seconds'])} ({f['width']}x{f['height']}, {f['steps']} steps) "
-            f"on {f['machine']}."
-        )
-
     @optional_fields
     @engine_errors
     def estimate(**fields):
@@ -135,13 +116,13 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         (`studio.engine.memory_estimate`), and what its first call cost before (`first_call`: a sentence, or
         empty when nothing was measured)."""
         request = form_request(fields)
-        return {**studio.estimate(request).as_json(), "first_call": first_call_sentence(request)}
+        return {**studio.estimate(request).as_json(), "first_call": first_calls.sentence(studio, request)}
 
     def first_call_note(**fields):
         """Under Generate's buttons, as the form changes: what the first call of this configuration costs,
         before it is started. Nothing while the form is not yet a valid request (Generate says why)."""
         try:
-            return first_call_sentence(form_request(fields))
+            return first_calls.sentence(studio, form_request(fields))
         except ValidationError:
             return ""
 
@@ -154,7 +135,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             fits = studio.check_fits(request).as_json()["sentence"]
         except ValidationError as exc:
             return f"⚠ {describe(exc)}"
-        return " ".join(filter(None, [fits, first_call_sentence(request)]))
+        return " ".join(filter(None, [fits, first_calls.sentence(studio, request)]))
 
     def load_image(path):
         """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found
