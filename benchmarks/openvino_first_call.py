@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--side", type=int, default=256)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--ranges", default="minmax", choices=ovm.ACTIVATION_RANGES)
     args = parser.parse_args()
     spent: dict[str, float] = {}
     for phase, (owner, name) in PHASES.items():
@@ -72,7 +73,8 @@ def main() -> None:
     int8.static_int8 = counted
     print(cpu_line())
     size = f"{args.side}x{args.side}"
-    print(f"{args.model} {size}, {args.steps} steps, openvino[mode={args.mode}] (the UNet only)")
+    spec = f"mode={args.mode},activation_ranges={args.ranges}"
+    print(f"{args.model} {size}, {args.steps} steps, openvino[{spec}] (the UNet only)")
     with tempfile.TemporaryDirectory(prefix="openvino-first-call-") as home:
         os.environ["STUDIO_HOME"] = home  # an empty cache: the first call builds
         for i, (seconds, db, stats) in enumerate(calls(args)):
@@ -90,7 +92,14 @@ def calls(args: argparse.Namespace) -> Iterator[tuple[float, float, dict[str, An
     """Per seed: the seconds of the technique's call, its image's PSNR against PyTorch fp32's, and what the
     technique recorded."""
     manager = PipelineManager()
-    settings = {"openvino": {"mode": args.mode, "vae": False, "text_encoder": False}}
+    settings = {
+        "openvino": {
+            "mode": args.mode,
+            "activation_ranges": args.ranges,
+            "vae": False,
+            "text_encoder": False,
+        }
+    }
     for seed in args.seeds:
         plain, quantized = (
             validate_request(

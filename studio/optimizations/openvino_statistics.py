@@ -19,6 +19,9 @@ denoising runs, each input made from the prediction for the last, so they used t
 UNet once (the trajectories) before NNCF ran it again on each (the statistics). `Denoised` is NNCF's dataset
 that makes them as NNCF goes, answering each sample with the prediction NNCF's own inference of it computed
 (the engine passes what it infers to a listener).
+
+And quantile statistics (`activation_ranges=quantile`) from the few values nearest each end of a tensor
+(`openvino_quantiles`), the same numbers as NumPy's full selection, over ten times faster.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import torch
 
 from studio.optimizations.calibration import Inputs, Steps
 from studio.optimizations.openvino_models import opset
+from studio.optimizations.openvino_quantiles import faster_reducer
 
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {"ReduceMin": np.min, "ReduceMax": np.max}
 ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {"Abs": np.abs}
@@ -122,11 +126,12 @@ def _say_unchanged(reason: str) -> None:
 def install() -> None:
     """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
     folds its model's weight reductions, runs its token convolutions as MatMuls and tells a listener
-    (`listening`) what it infers; left as it is, with a warning, where this nncf's engine is not where
-    expected."""
+    (`listening`) what it infers, and its quantile statistics take `openvino_quantiles`' faster path; left
+    as it is, with a warning, where this nncf's engine is not where expected."""
     with _installed:
         try:
             engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
+            faster_reducer(importlib.import_module("nncf.common.tensor_statistics.collectors"))
         except (ImportError, AttributeError) as exc:  # another nncf than requirements-extras.txt pins
             _say_unchanged(str(exc))
             return

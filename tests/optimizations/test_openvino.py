@@ -865,3 +865,60 @@ def test_a_compiled_part_follows_the_runs_thread_count(monkeypatch):
         torch.set_num_threads(before)
     assert answers == [2, 1, 1, 2, 3, 1], "each call runs with the threads of its run"
     assert compiled == [2, 1, 3, 1], "compiled once per count; the two most recent counts are kept"
+
+
+def test_quantiles_near_the_ends_are_numpys_to_the_bit_without_numpys_full_selection(monkeypatch):
+    from studio.optimizations import openvino_quantiles
+
+    rng = np.random.default_rng(0)
+    cases = [
+        ((2, 320, 16, 16), (1, 2, 3), True),  # a convolution's input, one range per batch item
+        ((2, 320, 16, 16), None, False),
+        ((2, 256, 320), (0, 1, 2), True),  # a Linear layer's
+        ((2, 77, 64), (1, 2), False),
+    ]
+    expected = {}
+    for shape, axes, keepdims in cases:
+        data = (rng.standard_normal(shape) * rng.uniform(0.1, 30)).astype(np.float32)
+        data.reshape(-1)[:7] = 1e4  # outliers, and ties among them
+        data.reshape(-1)[-300:] = np.round(data.reshape(-1)[-300:])  # ties near the low end
+        for q in ([0.0001], [0.9999], [0.01], [0.001, 0.999]):
+            wide = np.quantile(data.astype(np.float64), q=q, axis=axes, keepdims=keepdims)
+            expected[(shape, axes, keepdims, tuple(q))] = (data, wide)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a quantile near an end took NumPy's full selection")
+
+    monkeypatch.setattr(openvino_quantiles.np, "quantile", refused)
+    for (shape, axes, keepdims, q), (data, wide) in expected.items():
+        got = openvino_quantiles.quantiles(data, list(q), axes, keepdims)
+        assert got.dtype == wide.dtype and got.shape == wide.shape, (shape, axes, q)
+        assert np.array_equal(got, wide), (shape, axes, q, got, wide)
+    monkeypatch.undo()
+    middle = rng.standard_normal((4, 100)).astype(np.float32)
+    assert np.array_equal(
+        openvino_quantiles.quantiles(middle, [0.5], (1,)), np.quantile(middle.astype(np.float64), [0.5], axis=1)
+    ), "a median takes NumPy's own path"
+
+
+def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(tmp_path, monkeypatch):
+    """full int8 with quantile ranges, its statistics by the studio's quantiles and by NNCF's own: the stored
+    weights and quantizer ranges are byte for byte the same."""
+    from nncf.common.tensor_statistics import collectors
+
+    from studio.optimizations import openvino_statistics
+
+    openvino_statistics.install()
+    faster = collectors.QuantileReducer._reduce_out_of_place
+    assert faster.studio_quantiles, "the studio's quantiles are installed"
+    settings = {"mode": "full_int8", "activation_ranges": "quantile", "vae": False, "text_encoder": False}
+    built = {}
+    for name, reduce in (("studio", faster), ("nncf", faster.__wrapped__)):
+        monkeypatch.setattr(collectors.QuantileReducer, "_reduce_out_of_place", reduce)
+        monkeypatch.setattr(openvino_statistics, "faster_reducer", lambda module: False)
+        home = tmp_path / name
+        monkeypatch.setenv("STUDIO_HOME", str(home))
+        tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
+        (unet,) = cache_entries(home)
+        built[name] = (home / "openvino" / unet / "model.bin").read_bytes()
+    assert built["studio"] == built["nncf"]
