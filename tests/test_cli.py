@@ -286,8 +286,8 @@ def test_estimate_says_the_peak_before_anything_runs(cli):
 
 
 def test_estimate_says_what_the_first_call_cost_as_the_api_does(cli):
-    """`estimate` answers `first_call` as /estimate does: a benchmark card's before a run of it here, then this
-    studio's own; the plain output says it after the memory sentence."""
+    """`estimate` answers `first_call` as /estimate does: a benchmark card's before a run of it here, then
+    this studio's own; the plain output says it after the memory sentence."""
     ask = ("estimate", "--prompt", PROMPT, "--steps", "2", "--opt", "openvino")
     status, out, err = cli(*ask, "--json")
     assert status == 0, err

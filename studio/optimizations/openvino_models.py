@@ -171,14 +171,20 @@ def quiet_build() -> Iterator[None]:
 
 
 def convert(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
-    """`module(*inputs)` as an OpenVINO model with these inputs' static shapes and dtypes."""
+    """`module(*inputs)` as an OpenVINO model with these inputs' static shapes and dtypes. Traced once:
+    OpenVINO's default trace checks itself by tracing and running the module twice more (for SD 1.5's UNet
+    at 256x256, 21 s against 13 s on a 2-core CPU, the same graph)."""
     ov = openvino()
+    decoders = importlib.import_module("openvino.frontend.pytorch.ts_decoder")
     shapes = [
         (ov.PartialShape(list(t.shape)), ov.Type.f32 if t.is_floating_point() else ov.Type.i64)
         for t in inputs
     ]
     with torch.no_grad():
-        return ov.convert_model(module.eval(), example_input=inputs, input=shapes)
+        traced = decoders.TorchScriptPythonDecoder(
+            module.eval(), example_input=inputs, trace_kwargs={"check_trace": False}
+        )
+        return ov.convert_model(traced, input=shapes)
 
 
 def compress_weights(model: Any) -> Any:
