@@ -73,7 +73,7 @@ def main() -> None:
     int8.static_int8 = counted
     print(cpu_line())
     size = f"{args.side}x{args.side}"
-    spec = f"mode={args.mode},activation_ranges={args.ranges}"
+    spec = f"mode={args.mode}" + (f",activation_ranges={args.ranges}" if args.ranges != "minmax" else "")
     print(f"{args.model} {size}, {args.steps} steps, openvino[{spec}] (the UNet only)")
     with tempfile.TemporaryDirectory(prefix="openvino-first-call-") as home:
         os.environ["STUDIO_HOME"] = home  # an empty cache: the first call builds

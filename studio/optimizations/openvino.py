@@ -124,6 +124,15 @@ def int8_linears(setting: str, cpu_flags: frozenset[str]) -> str:
     return "convolution" if devices.int8_path(cpu_flags) == "reduced_range" else "matmul"
 
 
+def statistics_precision(hw: devices.Hardware) -> str:
+    """The precision NNCF's statistics inference of a calibrated UNet runs in: bf16 where the CPU computes it
+    (AVX512-BF16 or AMX), f32 elsewhere. On a Zen 5 EPYC (SD 1.5, 256x256, 10 steps, 48 samples) bf16 took
+    the statistics from 57-61 s to 43 s; the int8 image against PyTorch fp32's, seeds 1-4: 43.12 dB on
+    average against 43.03 with f32 statistics. Bias correction stays f32 (its corrections are small
+    differences)."""
+    return "bf16" if hw.cpu_bf16 else "f32"
+
+
 def copies(settings: OpenVINOSettings) -> float:
     """The further copies of the pipeline's weights the compiled parts hold: fp32, as many bytes again;
     with `winograd` more, the rewritten convolutions' weights being 16/9 (F(2, 3)) or 4 (F(4, 3)) times as
@@ -136,16 +145,20 @@ def apply(pipe: Any, ctx: Context) -> None:
     ovm.openvino()  # unavailable before anything changes
     if settings.mode != "fp32":
         ovm.nncf()
-    flags = (ctx.hw or devices.detect()).cpu_flags
+    hw = ctx.hw or devices.detect()
+    flags = hw.cpu_flags
     fix = overflow_fix(settings.overflow_fix, flags)
     if settings.mode in ovm.CALIBRATED or settings.vae_int8:  # int8 activations: the fix applies
         ctx.stats["openvino_overflow_fix"] = fix
     linears = int8_linears(settings.int8_linears, flags) if settings.mode == "full_int8" else None
     if linears:
         ctx.stats["openvino_int8_linears"] = linears
+    statistics = statistics_precision(hw)
+    if settings.mode in ovm.CALIBRATED:
+        ctx.stats["openvino_statistics_precision"] = statistics
     swap_denoiser(
         lambda unet, _: OpenVINOUNet(
-            unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix, linears
+            unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix, linears, statistics
         )
     )(pipe, ctx)
     if settings.vae:

@@ -108,13 +108,22 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
     part = "unet"
 
     def __init__(
-        self, unet, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str, linears: str | None
+        self,
+        unet,
+        settings,
+        stats,
+        pipe: Any,
+        prompts: tuple[str, ...],
+        fix: str,
+        linears: str | None,
+        statistics: str = "f32",
     ):
         super().__init__(unet, settings, stats)  # PerShapeUNet's part makes `_plain`
         self._pipe = weakref.ref(pipe)  # no cycle: the part is freed with its pipeline
         self._prompts = prompts
         self._overflow_fix = fix
         self._linears = linears  # full_int8: "matmul" or "convolution" (`openvino.int8_linears`)
+        self._statistics = statistics  # NNCF's statistics inference: "f32" or "bf16"
 
     def traced(self) -> torch.nn.Module:
         return self._plain
@@ -143,6 +152,8 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
                 parts.update(int8_linears="matmul", float_conditioning=True)
             if self._settings.activation_ranges != "minmax":
                 parts.update(activation_ranges=self._settings.activation_ranges)
+            if self._statistics != "f32":
+                parts.update(statistics_precision=self._statistics)
         return parts
 
     def compressed(self, model: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
@@ -154,7 +165,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
             self._stats["openvino_linears_as_convolutions"] = int8.linears_as_convolutions(model)
         elif self._linears == "matmul":
             quantize = int8.full_quantize
-        with ovs.listening(calibration.heard):
+        with ovs.listening(calibration.heard, self._statistics):
             quantized = quantize(model, calibration, self._overflow_fix, self._settings.activation_ranges)
         self._stats["openvino_calibration_calls"] = {
             "answered by NNCF's statistics inference": calibration.answered,

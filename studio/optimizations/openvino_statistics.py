@@ -143,6 +143,8 @@ def install() -> None:
         def init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
             fold_weight_reductions(model)
             token_convolutions_as_matmuls(model)
+            if getattr(_listening, "precision", "f32") != "f32" and len(model.outputs) > 1:
+                args, kwargs = (), {"use_fp32_precision": False}  # the statistics model
             compile_model(self, model, *args, **kwargs)
 
         @functools.wraps(infer)
@@ -158,13 +160,17 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def listening(listener: Callable[[Any, dict[str, np.ndarray]], None]) -> Iterator[None]:
-    """While inside, `listener(input_data, outputs)` after each inference of NNCF's engine in this thread."""
-    _listening.listener = listener
+def listening(
+    listener: Callable[[Any, dict[str, np.ndarray]], None], precision: str = "f32"
+) -> Iterator[None]:
+    """While inside, `listener(input_data, outputs)` after each inference of NNCF's engine in this thread, and
+    the statistics model (the one with more than one output) runs in `precision`: "f32" or "bf16"
+    (OpenVINO's own choice, bf16 where the CPU computes it); the other models NNCF infers stay f32."""
+    _listening.listener, _listening.precision = listener, precision
     try:
         yield
     finally:
-        del _listening.listener
+        del _listening.listener, _listening.precision
 
 
 class Denoised:

@@ -732,16 +732,18 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     trajectory needs for its next input, is the one NNCF computed: one UNet inference per sample, not two.
     The calls between samples run through the converted fp32 UNet, and so does every call where NNCF's
     engine does not tell what it inferred (another nncf). The samples are the inputs the PyTorch UNet's
-    trajectories give, to fp32 rounding (full_int8's statistics run in fp32); a long request keeps
-    CALIBRATION_SAMPLES of them, from each prompt's first step to its last, so that NNCF's statistics cost
-    no more at 30 steps than at 10."""
+    trajectories give, to fp32 rounding (with the statistics in fp32, as on a CPU without native bf16); a
+    long request keeps CALIBRATION_SAMPLES of them, from each prompt's first step to its last, so that NNCF's
+    statistics cost no more at 30 steps than at 10."""
     import contextlib
 
     from pipelines.schedulers import fresh_scheduler
+    from studio.optimizations import openvino as technique
     from studio.optimizations import openvino_calibration as calibration
     from studio.optimizations import openvino_statistics as ovs
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    monkeypatch.setattr(technique, "statistics_precision", lambda hw: "f32")
     # the Linear layers as convolutions: every weight fp32 in NNCF's statistics model
     settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "convolution"}
     request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
@@ -767,7 +769,7 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     # through the fp32 UNet: the same samples, one more inference each
     before = cache_entries(tmp_path)
     monkeypatch.setattr(calibration, "CALIBRATION_SAMPLES", 24)
-    monkeypatch.setattr(ovs, "listening", lambda listener: contextlib.nullcontext())
+    monkeypatch.setattr(ovs, "listening", lambda listener, precision: contextlib.nullcontext())
     given, calls, _ = calibrated(monkeypatch, request)
     assert len(cache_entries(tmp_path) - before) == 1, "another sample count calibrates a UNet of its own"
     picks = calibration.spread(30, prompts, 24)
@@ -928,3 +930,45 @@ def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(tmp_path
         (unet,) = cache_entries(home)
         built[name] = (home / "openvino" / unet / "model.bin").read_bytes()
     assert built["studio"] == built["nncf"]
+
+
+def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_stays_f32(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    import openvino as ov
+
+    from studio import devices
+    from studio.optimizations import openvino as technique
+
+    real = devices.detect()
+    native = dataclasses.replace(real, cpu_flags=real.cpu_flags | {"avx512_bf16"})
+    emulated = dataclasses.replace(real, cpu_flags=real.cpu_flags - {"avx512_bf16", "amx_bf16"})
+    assert technique.statistics_precision(native) == "bf16"
+    assert technique.statistics_precision(emulated) == "f32"
+
+    compiled: list[tuple[int, dict | None]] = []
+    compile_model = ov.Core.compile_model
+
+    def spy(self, model, *args, **kwargs):
+        if sys._getframe(1).f_code.co_filename.endswith(os.path.join("nncf", "openvino", "engine.py")):
+            compiled.append((len(model.outputs), kwargs.get("config")))  # a model NNCF's engine infers
+        return compile_model(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(ov.Core, "compile_model", spy)
+    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
+    keys = {}
+    for name, hardware in (("native", native), ("emulated", emulated)):
+        monkeypatch.setattr(devices, "detect", lambda hardware=hardware: hardware)
+        monkeypatch.setenv("STUDIO_HOME", str(tmp_path / name))
+        compiled.clear()
+        _, prepared = tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
+        assert prepared.ctx.stats["openvino_statistics_precision"] == technique.statistics_precision(hardware)
+        statistics = [config for outputs, config in compiled if outputs > 1]
+        corrections = [config for outputs, config in compiled if outputs == 1]
+        assert len(statistics) == 1, compiled
+        assert (statistics[0] is None) == (name == "native"), "OpenVINO's own precision only where native"
+        assert corrections and all(config == {"INFERENCE_PRECISION_HINT": ov.Type.f32} for config in corrections)
+        keys[name] = cache_entries(tmp_path / name)
+    assert keys["native"] != keys["emulated"], "a build's statistics precision is part of its cache key"
