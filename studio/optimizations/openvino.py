@@ -51,7 +51,10 @@ class OpenVINOSettings(Settings):
     run in int8: "matmul" (int8 MatMuls), "convolution" (1x1 int8 convolutions over the tokens) or "auto"
     (the MatMuls on CPUs with VNNI or AMX, the convolutions elsewhere: each the faster there);
     `activation_ranges` (hybrid_int8, full_int8): "minmax" (NNCF's default) or "quantile" (each sample's
-    0.01%-99.99% range, averaged: outliers clipped, a closer image, a longer first call); `winograd`
+    0.01%-99.99% range, averaged: outliers clipped, a closer image, a longer first call);
+    `calibration_precision` (hybrid_int8, full_int8): what NNCF's statistics inference runs in, "auto"
+    (bf16 on CPUs with AMX or AVX512-BF16, a shorter first call) or "f32" (NNCF's and optimum-intel's);
+    `winograd`
     (fp32 with f32 inference): the 3x3 convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3)
     or F(2x2, 3x3), over the whole image or (large images) in strips of rows that stay in the CPU's cache,
     whichever this CPU runs fastest for each shape, timed at the first call (the direct convolution where
@@ -64,6 +67,7 @@ class OpenVINOSettings(Settings):
     overflow_fix: str = "auto"
     int8_linears: str = "auto"
     activation_ranges: str = "minmax"
+    calibration_precision: str = "auto"
     vae_int8: bool = False
     winograd: bool = False
 
@@ -81,10 +85,19 @@ class OpenVINOSettings(Settings):
             "activation_ranges",
             checks.one_of("openvino activation_ranges", self.activation_ranges, ovm.ACTIVATION_RANGES),
         )
+        self._set(
+            "calibration_precision",
+            checks.one_of("openvino calibration_precision", self.calibration_precision, PRECISIONS),
+        )
         self._set("vae_int8", checks.boolean("openvino vae_int8", self.vae_int8))
         if self.activation_ranges != "minmax" and self.mode not in ovm.CALIBRATED:
             raise ValidationError(
                 "openvino activation_ranges says how the UNet's int8 activations are calibrated: it needs "
+                f"mode=hybrid_int8 or full_int8, not mode={self.mode}."
+            )
+        if self.calibration_precision != "auto" and self.mode not in ovm.CALIBRATED:
+            raise ValidationError(
+                "openvino calibration_precision says what the UNet's calibration runs in: it needs "
                 f"mode=hybrid_int8 or full_int8, not mode={self.mode}."
             )
         if self.int8_linears != "auto" and self.mode != "full_int8":
@@ -124,13 +137,13 @@ def int8_linears(setting: str, cpu_flags: frozenset[str]) -> str:
     return "convolution" if devices.int8_path(cpu_flags) == "reduced_range" else "matmul"
 
 
-def statistics_precision(hw: devices.Hardware) -> str:
-    """The precision NNCF's statistics inference of a calibrated UNet runs in: bf16 where the CPU computes it
-    (AVX512-BF16 or AMX), f32 elsewhere. On a Zen 5 EPYC (SD 1.5, 256x256, 10 steps, 48 samples) bf16 took
-    the statistics from 57-61 s to 43 s; the int8 image against PyTorch fp32's, seeds 1-4: 43.12 dB on
-    average against 43.03 with f32 statistics. Bias correction stays f32 (its corrections are small
-    differences)."""
-    return "bf16" if hw.cpu_bf16 else "f32"
+def statistics_precision(setting: str, hw: devices.Hardware) -> str:
+    """The precision NNCF's statistics inference of a calibrated UNet runs in: with
+    `calibration_precision` "auto", bf16 where the CPU computes it (AVX512-BF16 or AMX), f32 elsewhere. On
+    a Zen 5 EPYC (SD 1.5, 256x256, 10 steps, 48 samples) bf16 took the statistics from 57-61 s to 43 s;
+    the int8 image against PyTorch fp32's, seeds 1-4: 43.12 dB on average against 43.03 with f32
+    statistics. Bias correction stays f32 (its corrections are small differences)."""
+    return "bf16" if setting == "auto" and hw.cpu_bf16 else "f32"
 
 
 def copies(settings: OpenVINOSettings) -> float:
@@ -153,7 +166,7 @@ def apply(pipe: Any, ctx: Context) -> None:
     linears = int8_linears(settings.int8_linears, flags) if settings.mode == "full_int8" else None
     if linears:
         ctx.stats["openvino_int8_linears"] = linears
-    statistics = statistics_precision(hw)
+    statistics = statistics_precision(settings.calibration_precision, hw)
     if settings.mode in ovm.CALIBRATED:
         ctx.stats["openvino_statistics_precision"] = statistics
     swap_denoiser(
@@ -191,7 +204,9 @@ register(
             "convolutions) or full_int8 (the Linear layers too: int8 MatMuls on CPUs with VNNI or AMX, 1x1 "
             "int8 convolutions elsewhere; int8_linears picks); "
             "inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs with AMX or "
-            "AVX512-BF16; vae_int8 makes the VAE decoder static int8 too; winograd (fp32) computes the 3x3 "
+            "AVX512-BF16; activation_ranges quantile clips outliers (a closer image, a longer first call); "
+            "calibration_precision auto calibrates in bf16 on such CPUs (a shorter first call), f32 is "
+            "NNCF's own; vae_int8 makes the VAE decoder static int8 too; winograd (fp32) computes the 3x3 "
             "convolutions with fewer multiplies (Winograd's F(4x4,3x3) or F(2x2,3x3), whole or in strips of "
             "rows, each shape timed on this CPU at the first call). On CPUs without VNNI "
             "or AMX every int8 convolution gets 7-bit weights (overflow_fix=auto), so the int16 sums there "

@@ -732,20 +732,19 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     trajectory needs for its next input, is the one NNCF computed: one UNet inference per sample, not two.
     The calls between samples run through the converted fp32 UNet, and so does every call where NNCF's
     engine does not tell what it inferred (another nncf). The samples are the inputs the PyTorch UNet's
-    trajectories give, to fp32 rounding (with the statistics in fp32, as on a CPU without native bf16); a
-    long request keeps CALIBRATION_SAMPLES of them, from each prompt's first step to its last, so that NNCF's
-    statistics cost no more at 30 steps than at 10."""
+    trajectories give, to fp32 rounding (with `calibration_precision=f32`); a long request keeps
+    CALIBRATION_SAMPLES of them, from each prompt's first step to its last, so that NNCF's statistics cost
+    no more at 30 steps than at 10."""
     import contextlib
 
     from pipelines.schedulers import fresh_scheduler
-    from studio.optimizations import openvino as technique
     from studio.optimizations import openvino_calibration as calibration
     from studio.optimizations import openvino_statistics as ovs
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    monkeypatch.setattr(technique, "statistics_precision", lambda hw: "f32")
-    # the Linear layers as convolutions: every weight fp32 in NNCF's statistics model
+    # the Linear layers as convolutions: every weight fp32 in NNCF's statistics model, which runs in f32
     settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "convolution"}
+    settings["calibration_precision"] = "f32"
     request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
     given, calls, prepared = calibrated(monkeypatch, request)
     prompts = len(request.spec.calibration_prompts)
@@ -945,8 +944,9 @@ def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_st
     real = devices.detect()
     native = dataclasses.replace(real, cpu_flags=real.cpu_flags | {"avx512_bf16"})
     emulated = dataclasses.replace(real, cpu_flags=real.cpu_flags - {"avx512_bf16", "amx_bf16"})
-    assert technique.statistics_precision(native) == "bf16"
-    assert technique.statistics_precision(emulated) == "f32"
+    assert technique.statistics_precision("auto", native) == "bf16"
+    assert technique.statistics_precision("f32", native) == "f32", "NNCF's own, where asked for"
+    assert technique.statistics_precision("auto", emulated) == "f32"
 
     compiled: list[tuple[int, dict | None]] = []
     compile_model = ov.Core.compile_model
@@ -964,11 +964,15 @@ def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_st
         monkeypatch.setenv("STUDIO_HOME", str(tmp_path / name))
         compiled.clear()
         _, prepared = tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
-        assert prepared.ctx.stats["openvino_statistics_precision"] == technique.statistics_precision(hardware)
+        assert prepared.ctx.stats["openvino_statistics_precision"] == technique.statistics_precision(
+            "auto", hardware
+        )
         statistics = [config for outputs, config in compiled if outputs > 1]
         corrections = [config for outputs, config in compiled if outputs == 1]
         assert len(statistics) == 1, compiled
         assert (statistics[0] is None) == (name == "native"), "OpenVINO's own precision only where native"
-        assert corrections and all(config == {"INFERENCE_PRECISION_HINT": ov.Type.f32} for config in corrections)
+        assert corrections and all(
+            config == {"INFERENCE_PRECISION_HINT": ov.Type.f32} for config in corrections
+        )
         keys[name] = cache_entries(tmp_path / name)
     assert keys["native"] != keys["emulated"], "a build's statistics precision is part of its cache key"
