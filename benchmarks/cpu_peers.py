@@ -45,7 +45,7 @@ from studio.sweeps.compare import run_compare
 
 COMPILED = "channels_last+torch_compile[dynamic=false,freezing=true]"
 # optimum-intel's recipe: NNCF's defaults (the first layer's overflow fix, f32 statistics)
-OPTIMUM_HYBRID = "openvino[mode=hybrid_int8,overflow_fix=first_layer_only,calibration_precision=f32]"
+OPTIMUM_HYBRID = "openvino[calibration_precision=f32,mode=hybrid_int8,overflow_fix=first_layer_only]"
 STUDIO_HYBRID = "openvino[mode=hybrid_int8]"  # overflow_fix=auto: the same as optimum's on VNNI or AMX CPUs
 FULL_INT8 = "openvino[mode=full_int8]"
 WINOGRAD = "openvino[winograd=true]"  # fp32, its 3x3 convolutions by Winograd's F(4,3) or F(2,3)
