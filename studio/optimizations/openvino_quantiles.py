@@ -61,10 +61,12 @@ def quantiles(
     n = math.prod(data.shape[a] for a in axes)
     positions = [float(p) * (n - 1) for p in q]
     taken = max((min(p, n - 1 - p) for p in positions), default=0.0)
-    if data.dtype != np.float32 or n < 2 or taken + 2 > n * NEAR_END:
-        return np.quantile(data.astype(np.float64, copy=False), q=q, axis=axes, keepdims=keepdims)
     kept = [a for a in range(data.ndim) if a not in axes]
-    rows = torch.from_numpy(np.ascontiguousarray(data.transpose(*kept, *axes))).reshape(-1, n)
+    rows = None
+    if data.dtype == np.float32 and n >= 2 and taken + 2 <= n * NEAR_END:
+        rows = torch.from_numpy(np.ascontiguousarray(data.transpose(*kept, *axes))).reshape(-1, n)
+    if rows is None or bool(rows.isnan().any()):  # NumPy's answer with a NaN is NaN; topk orders NaN first
+        return np.quantile(data.astype(np.float64, copy=False), q=q, axis=axes, keepdims=keepdims)
     results = []
     for p in positions:
         lo = math.floor(p)

@@ -901,6 +901,12 @@ def test_quantiles_near_the_ends_are_numpys_to_the_bit_without_numpys_full_selec
         assert got.dtype == wide.dtype and got.shape == wide.shape, (shape, axes, q)
         assert np.array_equal(got, wide), (shape, axes, q, got, wide)
     monkeypatch.undo()
+    broken = rng.standard_normal((2, 81920)).astype(np.float32)
+    broken[1, 5] = np.nan
+    got = openvino_quantiles.quantiles(broken, [0.0001, 0.9999], (1,))
+    assert np.array_equal(
+        got, np.quantile(broken.astype(np.float64), [0.0001, 0.9999], axis=1), equal_nan=True
+    )
     middle = rng.standard_normal((4, 100)).astype(np.float32)
     assert np.array_equal(
         openvino_quantiles.quantiles(middle, [0.5], (1,)),
