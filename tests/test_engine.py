@@ -210,3 +210,17 @@ def test_a_generated_run_in_the_shared_vocabulary(studio):
         "the warm-up"
     )
     assert "latency_median" not in record and "peak_memory" not in record
+
+
+def test_step_progress_counts_the_denoisers_calls_and_never_passes_its_total(studio):
+    """PNDM calls the denoiser once more than its steps: progress says "step 5 of 5" at 4 steps, not "5 of
+    4"."""
+    from studio.measure import bench
+    from tests import tiny
+
+    seen: list[tuple[int, int]] = []
+    req = tiny.request(steps=4, scheduler="pndm")
+    with studio.manager.acquire(req) as prepared:
+        bench.run_once(prepared, req, on_step=lambda step, steps: seen.append((step, steps)))
+    assert seen[-1] == (5, 5), seen
+    assert all(step <= steps for step, steps in seen)

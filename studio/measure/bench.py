@@ -154,8 +154,9 @@ def _step_callback(
         for hook in hooks:
             kwargs = hook(pipe, i, prepared.ctx, kwargs)
         marks.append(time.perf_counter())
-        if on_step is not None:
-            on_step(i + 1, total)
+        if on_step is not None:  # of the denoiser's calls this run makes (PNDM: steps + 1)
+            timesteps = getattr(pipe.scheduler, "timesteps", None)
+            on_step(i + 1, max(total, len(timesteps) if timesteps is not None else 0))
         stop = should_stop() if should_stop is not None else None
         if stop:
             reasons.append(stop if isinstance(stop, str) else "")
