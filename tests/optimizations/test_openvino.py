@@ -810,6 +810,10 @@ def test_bad_settings_are_refused_before_anything_runs():
         openvino(inference_precision="fp8")
     with pytest.raises(ValidationError, match="openvino overflow_fix"):
         openvino(mode="hybrid_int8", overflow_fix="half")
+    with pytest.raises(ValidationError, match="openvino calibration_precision"):
+        openvino(mode="full_int8", calibration_precision="bf16")
+    with pytest.raises(ValidationError, match="calibration_precision .* needs mode=hybrid_int8 or full_int8"):
+        openvino(mode="int8_weights", calibration_precision="f32")
     with pytest.raises(ValidationError, match="openvino settings must be a mapping"):
         openvino(threads=2)
     for mode, vae in (("fp32", True), ("hybrid_int8", False)):
