@@ -65,7 +65,9 @@ def quantiles(
     rows = None
     if data.dtype == np.float32 and n >= 2 and taken + 2 <= n * NEAR_END:
         rows = torch.from_numpy(np.ascontiguousarray(data.transpose(*kept, *axes))).reshape(-1, n)
-    if rows is None or bool(rows.isnan().any()):  # NumPy's answer with a NaN is NaN; topk orders NaN first
+    # NumPy's answer with a NaN is NaN, and topk orders NaN first: a NaN anywhere makes the sum NaN (as do
+    # both infinities: NumPy's path then too, the same numbers), one pass without a mask
+    if rows is None or bool(rows.sum().isnan()):
         return np.quantile(data.astype(np.float64, copy=False), q=q, axis=axes, keepdims=keepdims)
     results = []
     for p in positions:

@@ -1,7 +1,7 @@
 """The models NNCF infers to collect statistics, made cheaper to compile and to run, computing the same.
 
 NNCF adds its statistics (ranges, means) to the model it quantizes as extra outputs and infers that model
-on each calibration sample. Two things made that slow on a CPU, both undone here, in the model its engine
+on each calibration sample. Three things made that slow on a CPU, all undone here, in the model its engine
 is about to compile (`install` wraps NNCF's OpenVINO engine):
 - `fold_weight_reductions`: behind every weight it quantizes NNCF puts a ReduceMin and a ReduceMax (over
   `Abs` for symmetric weights). Their inputs are constants, so the CPU plugin folds them while compiling,
@@ -13,6 +13,9 @@ is about to compile (`install` wraps NNCF's OpenVINO engine):
   MatMul they came from: the statistics model of SD 1.5's UNet ran 4.1 s per sample, 2.1 s with them back
   as MatMuls. The same products and sums (statistics within 5e-6 relative); the quantized model keeps
   its convolutions.
+- `drop_repeated_results`: NNCF gives each reducer that reads a tensor out of the model its own Result, so
+  quantile ranges copied each activation out twice per sample (SD 1.5's UNet at 256x256: 895 MB a sample,
+  half of it repeats); the repeat goes, and its readers find the tensor under the same name.
 
 And one inference per calibration sample instead of two: a UNet's calibration samples are its inputs along
 denoising runs, each input made from the prediction for the last, so they used to be made by running the
@@ -87,6 +90,23 @@ def fold_weight_reductions(model: Any) -> int:
     return folded
 
 
+def drop_repeated_results(model: Any) -> int:
+    """Remove each Result of `model` that repeats an earlier one: the same node output under the same name.
+    NNCF adds a Result per reducer that reads a tensor out of the model, both named by the tensor, so the
+    two quantiles of an activation (`activation_ranges=quantile`) copied it out twice per sample, where
+    its readers look it up by that one name. Returns how many were removed."""
+    seen: set[tuple[str, int, str]] = set()
+    dropped = 0
+    for result in list(model.get_results()):
+        source = result.input_value(0)
+        key = (source.get_node().get_friendly_name(), source.get_index(), result.get_friendly_name())
+        if key in seen:
+            model.remove_result(result)
+            dropped += 1
+        seen.add(key)
+    return dropped
+
+
 def token_convolutions_as_matmuls(model: Any) -> int:
     """Replace each 1x1 Convolution by a constant weight over 1x1 images ([tokens, in, 1, 1], no stride,
     padding or dilation) by Reshape to [tokens, in] -> MatMul by the weight -> Reshape back; returns how
@@ -125,9 +145,10 @@ def _say_unchanged(reason: str) -> None:
 
 def install() -> None:
     """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
-    folds its model's weight reductions, runs its token convolutions as MatMuls and tells a listener
-    (`listening`) what it infers, and its quantile statistics take `openvino_quantiles`' faster path; left
-    as it is, with a warning, where this nncf's engine is not where expected."""
+    folds its model's weight reductions, drops its repeated Results, runs its token convolutions as MatMuls
+    and tells a listener (`listening`) what it infers, and its quantile statistics take
+    `openvino_quantiles`' faster path; left as it is, with a warning, where this nncf's engine is not where
+    expected."""
     with _installed:
         try:
             engine = importlib.import_module("nncf.openvino.engine").OVNativeEngine
@@ -142,6 +163,7 @@ def install() -> None:
         @functools.wraps(compile_model)
         def init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
             fold_weight_reductions(model)
+            drop_repeated_results(model)
             token_convolutions_as_matmuls(model)
             if getattr(_listening, "precision", "f32") != "f32" and len(model.outputs) > 1:
                 args, kwargs = (), {"use_fp32_precision": False}  # the statistics model

@@ -639,27 +639,66 @@ def test_another_nncf_without_the_engine_is_used_as_it_is_and_says_so(monkeypatc
     assert len(caplog.records) == 1, "said once, not once per build"
 
 
-def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(tmp_path, monkeypatch):
-    """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
-    without: the stored weights and quantizer ranges are byte for byte the same."""
+def _built_with_and_without(rewrite: str, settings: dict, tmp_path, monkeypatch) -> tuple[list[int], dict]:
+    """The UNet's stored weights built with the statistics engine's `rewrite` and without it, and what the
+    rewrite returned for each model NNCF's engine compiled."""
     from studio.optimizations import openvino_statistics
 
-    fold = openvino_statistics.fold_weight_reductions
-    folded: list[int] = []
-    settings = {"mode": "hybrid_int8", "vae": False, "text_encoder": False}
+    openvino_statistics.install()
+    real = getattr(openvino_statistics, rewrite)
+    counts: list[int] = []
     built = {}
-    for name, folding in (
-        ("folded", lambda model: folded.append(fold(model)) or folded[-1]),
-        ("not", lambda model: 0),
+    for name, rewriting in (
+        ("with", lambda model: counts.append(real(model)) or counts[-1]),
+        ("without", lambda model: 0),
     ):
-        monkeypatch.setattr(openvino_statistics, "fold_weight_reductions", folding)
+        monkeypatch.setattr(openvino_statistics, rewrite, rewriting)
         home = tmp_path / name
         monkeypatch.setenv("STUDIO_HOME", str(home))
         tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
         (unet,) = cache_entries(home)
         built[name] = (home / "openvino" / unet / "model.bin").read_bytes()
+    return counts, built
+
+
+def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(tmp_path, monkeypatch):
+    """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
+    without: the stored weights and quantizer ranges are byte for byte the same."""
+    settings = {"mode": "hybrid_int8", "vae": False, "text_encoder": False}
+    folded, built = _built_with_and_without("fold_weight_reductions", settings, tmp_path, monkeypatch)
     assert folded and folded[0] > 0, "the statistics model had weight reductions to fold"
-    assert built["folded"] == built["not"]
+    assert built["with"] == built["without"]
+
+
+def test_a_tensor_two_quantiles_read_is_copied_out_once_and_builds_the_same_model(tmp_path, monkeypatch):
+    """Quantile ranges read each activation for its low and its high quantile: the statistics model gives
+    it out once, and the quantized model is the one built with each copied out twice: the same int8
+    weights, its ranges and biases the same to float rounding at each tensor's scale (the CPU plugin may
+    pick another kernel for a tensor with fewer readers)."""
+    import openvino as ov
+
+    settings = {"mode": "full_int8", "activation_ranges": "quantile", "calibration_precision": "f32"}
+    settings.update(vae=False, text_encoder=False)
+    dropped, _ = _built_with_and_without("drop_repeated_results", settings, tmp_path, monkeypatch)
+    assert max(dropped) > 0, "the statistics model had an activation given out twice"
+    constants = {}
+    for name in ("with", "without"):
+        (unet,) = cache_entries(tmp_path / name)
+        model = ov.Core().read_model(tmp_path / name / "openvino" / unet / "model.xml")
+        constants[name] = [
+            op.get_data() for op in model.get_ordered_ops() if op.get_type_name() == "Constant"
+        ]
+    assert len(constants["with"]) == len(constants["without"])
+    integers = 0
+    for i, (value, other) in enumerate(zip(constants["with"], constants["without"], strict=True)):
+        assert value.dtype == other.dtype and value.shape == other.shape, i
+        if value.dtype.kind in "iu":
+            integers += 1
+            assert np.array_equal(value, other), i
+        else:
+            scale = float(np.abs(other).max(initial=0.0))  # a corrected bias is a difference of means
+            np.testing.assert_allclose(value, other, rtol=1e-5, atol=1e-5 * scale, err_msg=str(i))
+    assert integers > 0, "the model has int8 weights"
 
 
 @pytest.mark.parametrize(
