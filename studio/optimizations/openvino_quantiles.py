@@ -4,10 +4,10 @@
 the 0.01% and 99.99% quantiles (two reducers, one quantile each), with `np.quantile` over a float64 copy of
 the whole tensor: a full selection pass per quantile. For SD 1.5's UNet at 256x256 that was more time than the
 inference of the samples itself. A quantile that close to an end needs only the few values nearest that end:
-`torch.topk` finds them without a float64 copy, over the values past a bound that a strided sample of the row
-sets (all of them: the few nearest the end are among them whenever they number enough, else the whole row
-is searched), and the same interpolation as NumPy's default ("linear") then gives the same number to the bit
-(float32 values are ordered the same in float64).
+`torch.topk` finds them without a float64 copy, among the blocks of the row whose own extremes are nearest
+that end (a reduction and two small selections, no pass that masks the row), and the same interpolation as
+NumPy's default ("linear") then gives the same number to the bit (float32 values are ordered the same in
+float64).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import torch
 # the most of a row's values `quantiles` takes from one end, as a share of the row; nearer the middle a
 # selection over the whole row (NumPy's) is as fast
 NEAR_END = 1 / 16
-# how many of a row's values set the bound past which its values nearest an end are searched
-SAMPLE = 4096
+# a row's values in blocks of this many: the values nearest an end are searched in the blocks whose own
+# extremes are nearest it
+BLOCK = 64
 
 
 def _lerp(below: np.ndarray, above: np.ndarray, t: float) -> np.ndarray:
@@ -35,21 +36,21 @@ def _lerp(below: np.ndarray, above: np.ndarray, t: float) -> np.ndarray:
 
 
 def _nearest(rows: torch.Tensor, count: int, largest: bool) -> torch.Tensor:
-    """The `count` values of each row nearest its top (`largest`) or bottom, sorted from that end: exact."""
-    stride = rows.shape[1] // SAMPLE
-    if stride < 4:
+    """The `count` values of each row nearest its top (`largest`) or bottom, sorted from that end: exact.
+
+    They lie in the `count` blocks (of BLOCK values) whose own extremes are nearest that end, with the row's
+    tail past its last whole block: a value left out has `count` block extremes at least as near the end
+    as itself, so it can only tie with the count-th nearest, which is then taken from among them."""
+    height, length = rows.shape
+    blocks = length // BLOCK
+    if blocks < 2 * count:
         return rows.topk(count, 1, largest=largest, sorted=True).values
-    sample = rows[:, ::stride]
-    want = min(sample.shape[1], 3 * count // stride + 8)  # ~3 times as many as the sample should hold
-    bounds = sample.topk(want, 1, largest=largest, sorted=True).values[:, -1]
-    nearest = []
-    for row, bound in zip(rows, bounds, strict=True):
-        past = row[row >= bound] if largest else row[row <= bound]
-        # every value past the bound is in `past`: if it holds `count`, the `count` nearest the end are there
-        nearest.append(
-            (past if past.numel() >= count else row).topk(count, largest=largest, sorted=True).values
-        )
-    return torch.stack(nearest)
+    body = rows[:, : blocks * BLOCK].reshape(height, blocks, BLOCK)
+    extremes = body.amax(2) if largest else body.amin(2)
+    picked = extremes.topk(count, 1, largest=largest, sorted=False).indices
+    candidates = torch.gather(body, 1, picked[:, :, None].expand(height, count, BLOCK)).reshape(height, -1)
+    candidates = torch.cat([candidates, rows[:, blocks * BLOCK :]], 1)
+    return candidates.topk(count, 1, largest=largest, sorted=True).values
 
 
 def quantiles(

@@ -929,16 +929,20 @@ def test_quantiles_near_the_ends_are_numpys_to_the_bit_without_numpys_full_selec
         for q in ([0.0001], [0.9999], [0.01], [0.001, 0.999]):
             wide = np.quantile(data.astype(np.float64), q=q, axis=axes, keepdims=keepdims)
             expected[(shape, axes, keepdims, tuple(q))] = (data, wide)
-    # fewer values past the strided sample's bound than the quantile needs: the whole row is searched
-    spikes = np.zeros((1, 81920), np.float32)
-    spikes[0, : 9 * 20 : 20] = 100 + np.arange(9)
-    expected["spikes"] = (spikes, np.quantile(spikes.astype(np.float64), q=[0.9999], axis=(1,)))
+    # the values nearest the ends crowded into one block, in the tail past the last whole block, and blocks
+    # whose own extremes tie
+    rows = rng.standard_normal((3, 81920 + 37)).astype(np.float32)
+    rows[0, 640:650] = 100 + np.arange(10)
+    rows[1, -12:] = -100 - np.arange(12)
+    rows[2, ::64] = 50.0
+    rows[2, 5::64] = -50.0
+    for q in ([0.0001], [0.9999], [0.0001, 0.9999]):
+        expected[("blocks", (1,), False, tuple(q))] = (rows, np.quantile(rows.astype(np.float64), q, axis=1))
 
     def refused(*args, **kwargs):
         raise AssertionError("a quantile near an end took NumPy's full selection")
 
     monkeypatch.setattr(openvino_quantiles.np, "quantile", refused)
-    expected[("spikes", (1,), False, (0.9999,))] = expected.pop("spikes")
     for (shape, axes, keepdims, q), (data, wide) in expected.items():
         got = openvino_quantiles.quantiles(data, list(q), axes, keepdims)
         assert got.dtype == wide.dtype and got.shape == wide.shape, (shape, axes, q)
