@@ -6,7 +6,7 @@
 
 Each group is one Compare (one run-log group): warm-up calls, then interleaved rounds (A B C, A B C, ...);
 a speedup is the median of the per-round ratios, with their range. OpenVINO's rows are the studio's
-`openvino` technique (OpenVINO's `convert_model` and NNCF, the recipe optimum-intel uses), so both sides
+`openvino` technique (OpenVINO's PyTorch frontend and NNCF, the recipe optimum-intel uses), so both sides
 run on the same prompt, seed, scheduler, threads and timer. Groups:
 - keep the math: fp32 PyTorch, OpenVINO fp32 (f32 inference), the same with the 3x3 convolutions by
   Winograd's minimal filtering (fp32, the result to rounding), and the studio's compiled UNet;

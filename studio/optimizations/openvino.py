@@ -199,8 +199,8 @@ register(
         label="OpenVINO runtime (CPU)",
         group="speed",
         description=(
-            "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (convert_model, NNCF): "
-            "mode fp32, int8_weights (8-bit weights), hybrid_int8 (8-bit weights and calibrated int8 "
+            "Run the UNet, VAE decoder and text encoder with OpenVINO's CPU runtime (its PyTorch frontend, "
+            "NNCF): mode fp32, int8_weights (8-bit weights), hybrid_int8 (8-bit weights and calibrated int8 "
             "convolutions) or full_int8 (the Linear layers too: int8 MatMuls on CPUs with VNNI or AMX, 1x1 "
             "int8 convolutions elsewhere; int8_linears picks); "
             "inference_precision f32 keeps fp32 math, auto lets OpenVINO pick bf16 on CPUs with AMX or "

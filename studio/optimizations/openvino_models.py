@@ -1,8 +1,9 @@
 """OpenVINO models of a pipeline's parts: conversion, 8-bit weights, hybrid int8, and the disk cache.
 
-A part (UNet, VAE decoder, text encoder) is converted with OpenVINO's own `convert_model` for the exact
-input shapes of a call (static shapes: no shape-dependent branch of the PyTorch code is baked in for
-another size, and the CPU plugin runs static shapes fastest), then optionally compressed with NNCF:
+A part (UNet, VAE decoder, text encoder) is converted by OpenVINO's PyTorch frontend (`convert_model`'s
+steps) for the exact input shapes of a call (static shapes: no shape-dependent branch of the PyTorch code
+is baked in for another size, and the CPU plugin runs static shapes fastest), then optionally compressed
+with NNCF:
 - "int8_weights": 8-bit weights (per output channel, asymmetric), activations stay float;
 - "hybrid_int8": the recipe optimum-intel uses for diffusion UNets: 8-bit weights for the Linear layers,
   and static int8 (weights and activations, calibrated) for the convolutions and the attention matmuls,
@@ -171,20 +172,28 @@ def quiet_build() -> Iterator[None]:
 
 
 def convert(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
-    """`module(*inputs)` as an OpenVINO model with these inputs' static shapes and dtypes. Traced once:
-    OpenVINO's default trace checks itself by tracing and running the module twice more (for SD 1.5's UNet
-    at 256x256, 21 s against 13 s on a 2-core CPU, the same graph)."""
+    """`module(*inputs)` as an OpenVINO model with these inputs' static shapes and dtypes: the steps of
+    OpenVINO's `convert_model` for a PyTorch module, but two. The module is traced once: the default trace
+    checks itself by tracing and running the module twice more (for SD 1.5's UNet at 256x256, 21 s against
+    13 s on a 2-core CPU, the same graph). And no pre-processing step: the studio adds no layout, mean or
+    scale, and building none took 3-4 s of that UNet's 10 s conversion (4.5 s without; the same model)."""
     ov = openvino()
     decoders = importlib.import_module("openvino.frontend.pytorch.ts_decoder")
-    shapes = [
-        (ov.PartialShape(list(t.shape)), ov.Type.f32 if t.is_floating_point() else ov.Type.i64)
-        for t in inputs
-    ]
+    passes = importlib.import_module("openvino._offline_transformations")
     with torch.no_grad():
         traced = decoders.TorchScriptPythonDecoder(
             module.eval(), example_input=inputs, trace_kwargs={"check_trace": False}
         )
-        return ov.convert_model(traced, input=shapes)
+        frontend = ov.frontend.FrontEndManager().load_by_framework("pytorch")
+        loaded = frontend.load(traced)
+        for place, tensor in zip(loaded.get_inputs(), inputs, strict=True):
+            loaded.set_partial_shape(place, ov.PartialShape(list(tensor.shape)))
+            loaded.set_element_type(place, ov.Type.f32 if tensor.is_floating_point() else ov.Type.i64)
+        model = frontend.convert(loaded)
+    passes.apply_moc_transformations(model, cf=False, smart_reshape=True)
+    passes.compress_quantize_weights_transformation(model)
+    passes.apply_fused_names_cleanup(model)
+    return model
 
 
 def compress_weights(model: Any) -> Any:
