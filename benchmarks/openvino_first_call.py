@@ -43,8 +43,8 @@ WITHIN_NNCF = {  # part of NNCF's quantization -> (module, class or None, attrib
         "FastBiasCorrection",
         "apply",
     ),
-    "int8 weights folded": (
-        "openvino._offline_transformations",
+    "int8 weights folded": (  # NNCF's own reference to OpenVINO's pass (the conversion's is not timed)
+        "nncf.openvino.quantization.quantize_model",
         None,
         "compress_quantize_weights_transformation",
     ),

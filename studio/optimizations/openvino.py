@@ -54,11 +54,10 @@ class OpenVINOSettings(Settings):
     0.01%-99.99% range, averaged: outliers clipped, a closer image, a longer first call);
     `calibration_precision` (hybrid_int8, full_int8): what NNCF's statistics inference runs in, "auto"
     (bf16 on CPUs with AMX or AVX512-BF16, a shorter first call) or "f32" (NNCF's and optimum-intel's);
-    `winograd`
-    (fp32 with f32 inference): the 3x3 convolutions of the UNet and the VAE decoder by Winograd's F(4x4, 3x3)
-    or F(2x2, 3x3), over the whole image or (large images) in strips of rows that stay in the CPU's cache,
-    whichever this CPU runs fastest for each shape, timed at the first call (the direct convolution where
-    none gains): fewer multiplies, the same result to fp32 rounding."""
+    `winograd` (fp32 with f32 inference): the 3x3 convolutions of the UNet and the VAE decoder by
+    Winograd's F(4x4, 3x3) or F(2x2, 3x3), over the whole image or (large images) in strips of rows that
+    stay in the CPU's cache, whichever this CPU runs fastest for each shape, timed at the first call (the
+    direct convolution where none gains): fewer multiplies, the same result to fp32 rounding."""
 
     mode: str = "fp32"
     inference_precision: str = "f32"

@@ -366,6 +366,7 @@ def test_the_first_call_benchmark_times_each_phase_in_an_empty_cache(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "tiny-shapes 64x64, 2 steps, openvino[mode=hybrid_int8]" in out
+    assert "    int8 weights folded: " in out, out  # milliseconds on the bundled model
     for phase in ("conversion", "NNCF quantization", "statistics", "bias correction", "compile"):
         seconds = float(out.split(f"  {phase}: ")[1].split(" s")[0])
         assert seconds > 0, out
