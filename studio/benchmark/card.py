@@ -28,6 +28,8 @@ BASELINE_FIGURES = (
     "steps_per_s",
     "rounds",
     "first_call_s",
+    "first_call_phase",
+    "prepare_s",
     "peak_memory_mb",
     "fidelity",
 )
@@ -170,7 +172,7 @@ def rows_markdown(entry: dict[str, Any]) -> str:
         ("it/s", lambda r: "–" if r.get("steps_per_s") is None else f"{r['steps_per_s']:.2f}"),
         ("Speedup (range)", report.ratio),
         ("Verdict", lambda r: r.get("verdict") or f"{r['status']}: {r.get('error') or ''}"),
-        ("First call", lambda r: report.seconds(r.get("first_call_s"))),
+        ("First call", report.first_call),
         ("Peak memory", report.memory),
         ("Image vs baseline", report.quality),
         ("Fidelity", lambda r: "–" if r.get("fidelity") is None else f"{r['fidelity']:.0%}"),

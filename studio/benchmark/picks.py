@@ -28,6 +28,8 @@ FIGURES = (
     "ssim",
     "fidelity",
     "first_call_s",
+    "first_call_phase",
+    "prepare_s",
     "peak_memory_mb",
 )
 

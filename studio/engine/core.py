@@ -27,7 +27,7 @@ from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.measure import bench, quality
 from studio.measure.host import HostMonitor
-from studio.optimizations import REGISTRY
+from studio.optimizations import REGISTRY, phases
 from studio.optimizations.recompiles import graph_builds, storm_warnings
 from studio.report import image_metadata
 from studio.request import GenerationRequest
@@ -68,11 +68,13 @@ def compute_run(
     if stop:
         why = f" ({stop})" if isinstance(stop, str) else ""
         raise Cancelled(f"Cancelled after 0 of {request.steps} steps, before it started{why}.")
+    started = time.time()
     with manager.acquire(request, slot) as prepared:
         before = graph_builds(prepared.entry.stats)
         with cpu_threads.using(threads):
             measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
         stats = dict(prepared.entry.stats)
+        stats["first_call_phases"] = phases.since(stats.pop(phases.PHASES, []), started)  # this run's only
         if threads is not None or "threads" in request.opts:
             stats["cpu_threads"] = threads or request.settings.get("threads", {}).get("num_threads")
             stats["thread_policy"] = cpu_threads.policy_of(request, threads)
@@ -80,14 +82,8 @@ def compute_run(
         device_map = getattr(prepared.pipe, "hf_device_map", None)
         if device_map:  # where accelerate placed each model (device_map="balanced"), logged with the run
             stats["hf_device_map"] = {name: str(device) for name, device in device_map.items()}
-        return Computed(
-            measured,
-            prepared.applied,
-            prepared.load_seconds,
-            prepared.switch_seconds,
-            prepared.first_call,
-            stats,
-        )
+        times = {"load_seconds": prepared.load_seconds, "switch_seconds": prepared.switch_seconds}
+        return Computed(measured, prepared.applied, first_call=prepared.first_call, stats=stats, **times)
 
 
 class Studio(Profiling, Services):
@@ -279,6 +275,7 @@ class Studio(Profiling, Services):
         measured = computed.measured
         metrics = run_metrics(request, computed, extra)
         warnings.extend(storm_warnings(computed.stats))
+        warnings.extend(e["note"] for e in computed.stats.get("first_call_phases", ()) if e.get("note"))
         host = computed.host
         if host is not None and host.note():
             warnings.append(host.note())

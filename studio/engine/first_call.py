@@ -4,7 +4,9 @@ studio already made of the same model, configuration, device and size.
 A first call pays for what later calls reuse: loading, a conversion and its calibration (OpenVINO's int8), a
 compile (torch.compile, a traced UNet). The run log records each run's first call (`first_call_seconds`); the
 slowest of them is the cold cost, the newest what the caches on this machine give now (an OpenVINO model read
-back from its cache, a compile from inductor's).
+back from its cache, a compile from inductor's). Runs whose techniques prepared something also say which phase
+they paid (`studio.optimizations.phases`: cold, warm or package), so cold, warm and packaged first calls are
+said side by side.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from studio.optimizations import phases
 from studio.report import seconds
 
 if TYPE_CHECKING:
@@ -34,6 +37,7 @@ class FirstCall:
     latest_s: float
     latest_at: str
     count: int
+    by_phase: tuple[tuple[str, float], ...] = ()  # (phase, its newest first call), slowest phase first
 
     @property
     def notable(self) -> bool:
@@ -42,11 +46,16 @@ class FirstCall:
     def sentence(self) -> str:
         cold = f"{seconds(self.cold_s)} at {self.cold_steps} steps"
         later = f"; later calls {seconds(self.warm_s)}" if self.warm_s is not None else ""
+        by_phase = ", ".join(f"{phase} ({phases.MEANING[phase]}) {seconds(s)}" for phase, s in self.by_phase)
+        by_phase = f" By phase, the newest first call: {by_phase}." if by_phase else ""
         if self.count == 1:
-            return f"The first call of {self.config} took {cold} here ({self.latest_at[:10]}){later}."
+            return (
+                f"The first call of {self.config} took {cold} here ({self.latest_at[:10]}){later}.{by_phase}"
+            )
         return (
             f"The first call of {self.config} took up to {cold} here (the slowest of {self.count}; the "
             f"newest, {self.latest_at[:10]}, {seconds(self.latest_s)} with what the caches kept){later}."
+            f"{by_phase}"
         )
 
 
@@ -77,4 +86,9 @@ def logged(runlog: RunLog, request: GenerationRequest) -> FirstCall | None:
         latest_s=firsts[0]["first_call_seconds"],
         latest_at=firsts[0]["created_at"],
         count=len(firsts),
+        by_phase=tuple(
+            (phase, next(r["first_call_seconds"] for r in firsts if r.get("first_call_phase") == phase))
+            for phase in phases.ORDER
+            if any(r.get("first_call_phase") == phase for r in firsts)
+        ),
     )

@@ -16,6 +16,7 @@ from PIL import Image
 from studio import devices, settings
 from studio.measure import bench
 from studio.measure.host import HostLoad
+from studio.optimizations import phases
 from studio.request import GenerationRequest
 
 
@@ -106,6 +107,9 @@ def run_metrics(
     metrics = measured.summary()
     if computed.first_call and not measured.warmups:
         metrics["first_call_seconds"] = measured.latencies[0]
+    phase, prepare = phases.summary(computed.stats.get("first_call_phases") or [])
+    if phase is not None:
+        metrics.update(first_call_phase=phase, prepare_seconds=prepare)
     metrics.update(
         load_seconds=computed.load_seconds,
         switch_seconds=computed.switch_seconds,

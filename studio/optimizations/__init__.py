@@ -12,6 +12,7 @@ from studio.optimizations import (  # noqa: F401
     layout,
     trace,
     compile,
+    aot_package,
     guidance,
     memory,
     precision,

@@ -85,6 +85,8 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
         "steps_per_s": _num(m.get("steps_per_second"), 2),
         **_throughput(m.get("latency_median"), m.get("num_images") or 1),
         "first_call_s": _num(m.get("first_call_seconds"), 3),
+        "first_call_phase": m.get("first_call_phase"),
+        "prepare_s": _num(m.get("prepare_seconds"), 3),
         "recompiles": graph_builds(stats) or None,
         "peak_memory_mb": None if m.get("peak_memory") is None else _num(m["peak_memory"] / 2**20, 1),
         **_run_memory(m),

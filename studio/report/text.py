@@ -8,6 +8,7 @@ import io
 import json
 from typing import Any
 
+from studio.optimizations import phases
 from studio.report.vocabulary import KEYS
 
 
@@ -15,6 +16,18 @@ def seconds(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value:.2f} s" if value >= 0.1 else f"{value * 1000:.0f} ms"
+
+
+def first_call(record: dict[str, Any]) -> str:
+    """'2.00 s (package: loaded compiled, 1.30 s of it)', '41.3 s (cold: compiled, converted or calibrated
+    now, 40.1 s of it)', '0.31 s', or '–': the first call and the phase its techniques' preparing paid."""
+    first, phase = record.get("first_call_s"), record.get("first_call_phase")
+    if phase is None:
+        return seconds(first)
+    paid = f"{phase}: {phases.MEANING[phase]}"
+    if first is None:  # a phase paid by a later call (a new shape)
+        return f"– ({paid} in {seconds(record.get('prepare_s'))})"
+    return f"{seconds(first)} ({paid}, {seconds(record.get('prepare_s'))} of it)"
 
 
 def ratio(record: dict[str, Any]) -> str:

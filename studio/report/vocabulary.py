@@ -26,6 +26,13 @@ KEYS: dict[str, tuple[str, str]] = {
     "seconds_per_image": ("s", "latency_s / batch"),
     "images_per_s": ("1/s", "images per second at the median latency (throughput)"),
     "first_call_s": ("s", "the first call's time (it pays for traces and compiles)"),
+    "first_call_phase": (
+        "",
+        "what the run paid for its techniques' prepared work: cold (compiled, converted or calibrated now), "
+        "warm (rebuilt from this machine's caches) or package (a compiled package loaded); null: nothing to "
+        "prepare, or prepared by an earlier run",
+    ),
+    "prepare_s": ("s", "of the run's calls, the seconds spent preparing in the phase above"),
     "pays_off_after": ("images", "after how many images the first call's extra cost is repaid"),
     "recompiles": ("", "graphs traced or compiled for this pipeline so far"),
     "peak_memory_mb": (

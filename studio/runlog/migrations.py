@@ -136,3 +136,12 @@ def m007_memory_resident(db: Database) -> None:
     """The bytes of the pipeline's own weights on the device when a run's call started: with what the call
     adds, a configuration's footprint (an offloaded pipeline starts with none of its weights there)."""
     db["runs"].add_column("memory_resident", int)
+
+
+@migrations()
+def m008_first_call_phase(db: Database) -> None:
+    """What a run's first call paid for what its techniques prepare: the slowest phase (cold: compiled,
+    converted or calibrated now; warm: from this machine's caches; package: loaded compiled) and the seconds
+    the preparing took (`studio.optimizations.phases`)."""
+    db["runs"].add_column("first_call_phase", str)
+    db["runs"].add_column("prepare_seconds", float)

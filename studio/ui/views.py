@@ -64,7 +64,8 @@ def generate_card(m: dict[str, Any], note: str | None = None) -> str:
     """The metrics card under Generate's image; `note` first (what the model's images are, for a model whose
     weights are random)."""
     fidelity = "" if m["fidelity"] is None else f" · prompt fidelity **{m['fidelity']:.0%}**"
-    first = "" if m["first_call_s"] is None else f" · first call {report.seconds(m['first_call_s'])}"
+    known = m["first_call_s"] is not None or m.get("first_call_phase")
+    first = f" · first call {report.first_call(m)}" if known else ""
     if m["batch"] == 1:
         speed = f"**{report.seconds(m['latency_s'])}** per image"
     else:
@@ -155,7 +156,7 @@ def details_table(records: list[dict[str, Any]]) -> Styler:
     def cell(r: dict[str, Any], key: str) -> Any:
         value = r.get(key)
         if key == "first_call_s":
-            return report.seconds(value) if value is not None else "–"
+            return report.first_call(r)
         if key == "fidelity" and value is not None:
             return f"{value:.0%}"
         return "–" if value is None else value

@@ -75,6 +75,9 @@ EQUIVALENCE: dict[str, Bound | Elsewhere] = {
         "tests/test_manager.py::test_vae_tiling_changes_little_and_reverts"
     ),  # tiles need size
     "torch_compile": Elsewhere("tests/test_manager.py::test_torch_compile_on_cpu_matches_and_reverts"),
+    "aot_package": Elsewhere(
+        "tests/optimizations/test_aot_package.py::test_package_matches_eager_then_loads_compiled_and_reverts"
+    ),
     "int8_static": Elsewhere(
         "tests/optimizations/test_static_quantization.py::"
         "test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts"
