@@ -95,20 +95,25 @@ def requirements(hardware: str, root: Path = ROOT) -> str:
     )
 
 
-def build(out: Path, root: Path = ROOT, hardware: str | None = None) -> list[tuple[str, int]]:
+def build(
+    out: Path, root: Path = ROOT, hardware: str | None = None, packages: Path | None = None
+) -> list[tuple[str, int]]:
     """Copy the Space's files into `out` (a new or empty directory); returns (path, bytes) per file.
 
     Args:
         out: where to assemble the Space.
         root: the repository root.
         hardware: the Space's hardware (default: the front matter's `suggested_hardware`).
+        packages: a folder of compiled packages (`aot_package`: a studio home's `packages/`, built with the
+            Space's GPU and torch) shipped as the Space's `packages/`, which the studio reads before its own:
+            a request's worker loads them instead of compiling.
     """
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; give --out a new or empty directory.")
     readme = (root / "spaces" / "README.md").read_text(encoding="utf-8")
     hardware = hardware or str(front_matter(root / "spaces" / "README.md")["suggested_hardware"])
     written = []
-    for src, rel in plan(root):
+    for src, rel in plan(root) + shipped_packages(packages):
         dest = out / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest)
@@ -123,6 +128,23 @@ def build(out: Path, root: Path = ROOT, hardware: str | None = None) -> list[tup
         (out / rel).write_text(text, encoding="utf-8")
     sizes = dict(written) | {rel: (out / rel).stat().st_size for rel in generated}
     return sorted(sizes.items())
+
+
+def shipped_packages(folder: Path | None) -> list[tuple[Path, str]]:
+    """The files of every compiled package under `folder` (one folder each, with package.pt2 and
+    package.json), as (source, path in the Space under packages/)."""
+    if folder is None:
+        return []
+    found = sorted(p.parent for p in folder.glob("*/package.json") if (p.parent / "package.pt2").is_file())
+    if not found:
+        raise FileNotFoundError(
+            f"{folder} holds no compiled package (a folder with package.pt2 and package.json)."
+        )
+    return [
+        (pkg / name, f"packages/{pkg.name}/{name}")
+        for pkg in found
+        for name in ("package.pt2", "package.json")
+    ]
 
 
 def front_matter(readme: Path) -> dict[str, Any]:
@@ -190,6 +212,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", type=Path, help="assemble here (default: a temporary directory, removed afterwards)"
     )
+    p.add_argument(
+        "--packages",
+        type=Path,
+        help="ship the compiled packages in this folder (a studio home's packages/, built on the Space's GPU "
+        "kind and torch version) as the Space's packages/",
+    )
     p.add_argument("--upload", action="store_true", help="upload to the Space (needs --repo and HF_TOKEN)")
     p.add_argument("--repo", help="the Space, owner/name")
     p.add_argument(
@@ -202,7 +230,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace, out: Path, token: str | None) -> int:
     """Build into `out`, list it, check it; upload only when a token was given (that is, with --upload)."""
-    files = build(out, hardware=args.hardware)
+    files = build(out, hardware=args.hardware, packages=args.packages)
     for rel, size in files:
         print(f"{size:>12,}  {rel}")
     print(f"{sum(s for _, s in files):>12,}  total, {len(files)} files in {out}")

@@ -281,6 +281,7 @@ class PipelineManager:
             device=request.device,
             hw=devices.detect(),
             family=request.spec.family,
+            model=request.model,
             target=frozenset(target),
             calibration_prompts=request.spec.calibration_prompts,
             technique_settings=dict(request.settings),

@@ -27,6 +27,15 @@ PACKAGES = (
 )
 
 
+TRUTHY = ("1", "t", "true", "yes", "on")
+
+
+def on_zerogpu() -> bool:
+    """Whether this process runs on a ZeroGPU Space (``SPACES_ZERO_GPU`` set to a true value): every request's
+    GPU work then runs in a forked worker that keeps nothing in memory for the next request."""
+    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in TRUTHY
+
+
 def home() -> Path:
     """`$STUDIO_HOME`, else /data/studio on a Space with persistent storage, else ./studio-data."""
     if os.environ.get("STUDIO_HOME"):

@@ -180,3 +180,27 @@ def test_a_cpu_space_carries_openvino_and_torchs_cpu_build(tmp_path):
     assert (ROOT / "requirements.txt").read_text().rstrip() in gpu_reqs
     assert _meta(cpu)["suggested_hardware"] == "cpu-basic" and _meta(gpu)["suggested_hardware"] == "zero-a10g"
     assert build_space.check(cpu) == [] and build_space.check(gpu) == []
+
+
+def test_a_zerogpu_space_ships_compiled_packages_its_workers_read_first(tmp_path):
+    """A Space built with --packages carries them as packages/, which the bundle's studio reads before its own
+    home: a request of that model asks ZeroGPU for no compile time, and its worker loads instead of compiling
+    (tests/engine/test_zerogpu_packages.py runs that across a real fork)."""
+    kept = tmp_path / "home" / "packages" / "0123abcd"
+    kept.mkdir(parents=True)
+    (kept / "package.pt2").write_bytes(b"compiled code")
+    (kept / "package.json").write_text('{"format": 1, "model": "tiny-shapes", "part": "UNet"}')
+    out = tmp_path / "space"
+    build_space.build(out, hardware="zero-a10g", packages=tmp_path / "home" / "packages")
+    assert (out / "packages" / "0123abcd" / "package.pt2").read_bytes() == b"compiled code"
+    probe = (
+        "import json; from studio.optimizations import packages; from studio.engine import zerogpu; "
+        "print(json.dumps([[e['model'] for e in packages.listing(every_root=True)], "
+        "zerogpu._package_kept('tiny-shapes'), zerogpu._package_kept('sd15')]))"
+    )
+    env = {**os.environ, "STUDIO_HOME": str(tmp_path / "space-home")}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=out, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == '[["tiny-shapes"], true, false]'
+    with pytest.raises(FileNotFoundError, match="holds no compiled package"):
+        build_space.build(tmp_path / "other", hardware="zero-a10g", packages=tmp_path)

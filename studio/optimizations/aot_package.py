@@ -87,8 +87,9 @@ class PackagedModule(PerShapeModule):
         self._signature = inspect.signature(module.forward)
         self._output = _output_class(module)
         settings = ctx.settings(NAME)
-        self._roots = [Path(settings.source).expanduser()] if settings.source else []
+        self._roots = packages.roots(settings.source)
         self._device = ctx.device
+        self._model = ctx.model
         self._parts = {
             "part": part,
             "architecture": packages.architecture(module),
@@ -130,7 +131,7 @@ class PackagedModule(PerShapeModule):
         )
         what = f"the {self.part} at {_shape_words(inputs)}"
         notes = []
-        for root in [*self._roots, packages.cache_root()]:
+        for root in self._roots:
             start = time.perf_counter()
             try:
                 entry = packages.find(root, name, env)
@@ -167,7 +168,9 @@ class PackagedModule(PerShapeModule):
                 exported, package_path=path, inductor_configs=INDUCTOR_CONFIGS
             )
 
-        meta = {key: self._parts[key] for key in ("part", "architecture", "techniques")}
+        meta = {key: self._parts[key] for key in ("part", "architecture", "techniques")} | {
+            "model": self._model
+        }
         meta |= {
             "environment": env,
             "inputs": _shape_words(inputs),

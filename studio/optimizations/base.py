@@ -36,8 +36,15 @@ from studio.optimizations.facts import (
     Preset,
     points,
 )
+from studio.settings import on_zerogpu
 
 Group = Literal["speed", "memory", "precision"]
+# Why a technique that builds its graph in the process cannot run where each request's process is new
+# (ZeroGPU): the words after its name, before the requirement's own reason.
+JUST_IN_TIME = (
+    "builds its graph just in time and cannot keep it; use aot_package (compiled once, loaded by every "
+    "request)"
+)
 Stage = Literal["load", "pipeline", "call"]
 
 
@@ -52,6 +59,7 @@ class Context:
     device: str
     hw: Hardware
     family: str = "sd"
+    model: str = ""  # the request's model, as the request names it (kept with what a technique compiles)
     target: frozenset[str] = frozenset()
     technique_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     calibration_prompts: tuple[str, ...] = ()
@@ -239,6 +247,10 @@ def _requirement_reason(req: str, hw: Hardware, device: str, family: str | None)
         want = int(req.removeprefix("gpus>="))
         have = len(hw.gpus) if hw.cuda_functional else 0
         return None if have >= want else f"needs at least {want} CUDA GPUs; {have} functional here"
+    if req == "kept-across-requests":
+        if on_zerogpu():
+            return "on ZeroGPU each request runs in a new GPU worker, which keeps nothing for the next one"
+        return None
     if req == "cpu":
         return None if dtype == "cpu" else f"runs on the CPU; this run is on {device}"
     if req == "cpu-x86":

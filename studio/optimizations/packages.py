@@ -39,8 +39,19 @@ FORMAT = 1  # the layout of a package folder; a folder of another format is refu
 PACKAGE, META = "package.pt2", "package.json"
 
 
+# Packages shipped beside app.py (a Space bundle built with --packages): read before the studio's own.
+SHIPPED = Path(__file__).resolve().parents[2] / "packages"
+
+
 def cache_root() -> Path:
     return studio_settings.home() / "packages"
+
+
+def roots(source: str = "") -> list[Path]:
+    """Where packages are looked for, in order: the `source` folder a request names, the packages shipped
+    beside the app, the studio's own (where new builds are kept)."""
+    shipped = [SHIPPED] if SHIPPED.is_dir() else []
+    return [*([Path(source).expanduser()] if source else []), *shipped, cache_root()]
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -183,12 +194,14 @@ def _unkept(build: Any, meta: dict[str, Any]) -> Path:
     return Path(folder.name) / PACKAGE
 
 
-def listing(root: Path | None = None) -> list[dict[str, Any]]:
+def listing(root: Path | None = None, every_root: bool = False) -> list[dict[str, Any]]:
     """The packages kept under `root` (the studio's by default): what each was built for, its size and
     when."""
-    root = root or cache_root()
     found = []
-    for meta_file in sorted(root.glob(f"*/{META}")):
+    files = [
+        f for r in (roots() if every_root else [root or cache_root()]) for f in sorted(r.glob(f"*/{META}"))
+    ]
+    for meta_file in files:
         try:
             meta = json.loads(meta_file.read_text())
         except (OSError, ValueError) as exc:

@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.base import JUST_IN_TIME, Context, Optimization, register
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, LadderRung, Preset
 from studio.optimizations.per_shape import PerShapeUNet
@@ -33,8 +33,11 @@ register(
         label="traced UNet",
         group="speed",
         description="Replace the UNet by a torch.jit.trace of it (one trace per input shape).",
-        requires=("family:sd",),
-        reasons={"family": "traces an SD 1.x UNet (no extra conditioning); use torch_compile elsewhere"},
+        requires=("family:sd", "kept-across-requests"),
+        reasons={
+            "family": "traces an SD 1.x UNet (no extra conditioning); use torch_compile elsewhere",
+            "kept-across-requests": JUST_IN_TIME,
+        },
         conflicts=("torch_compile",),
         reversible=False,
         apply=swap_denoiser(_traced),
