@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from tests.faults import caches, cases, flood, runs, sweeps
+from tests.faults import caches, cases, flood, packages, runs, sweeps
 from tests.faults.cases import Outcome, Workspace
 
 
@@ -67,6 +67,7 @@ def every_case(ws: Workspace) -> list[Callable[[], Outcome]]:
             else []
         ),
         functools.partial(caches.compile_cache_unwritable_case, ws),
+        *(functools.partial(case, ws) for case in packages.CASES),
         functools.partial(sweeps.killed_compare_case, ws),
         functools.partial(sweeps.out_of_memory_case, ws),
         functools.partial(flood.flood_case, ws),

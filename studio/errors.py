@@ -17,7 +17,15 @@ __all__ = [
     "UnavailableError",
     "ValidationError",
     "describe",
+    "first_line",
 ]
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, without a closing period (its type's name when it says nothing): the part of
+    a library's error that fits inside one of the studio's sentences."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__).rstrip(".")[:300]
 
 
 class UnavailableError(StudioError):

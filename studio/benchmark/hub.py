@@ -17,6 +17,7 @@ from typing import Any
 
 from studio.benchmark.cards import DOCS_CARDS, Loaded, load_folder, machine_tables
 from studio.errors import UnavailableError, ValidationError
+from studio.optimizations import packages
 
 log = logging.getLogger(__name__)
 DATASET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
@@ -69,8 +70,10 @@ class Published:
     message: str = ""
 
 
-def publish(paths: list[Path], repo_id: str) -> Published:
-    """Upload each card in `paths` to the dataset `repo_id` (created when missing) as `cards/<name>`.
+def publish(paths: list[Path], repo_id: str, package_files: list[Path] = ()) -> Published:
+    """Upload each card in `paths` to the dataset `repo_id` (created when missing) as `cards/<name>`, and the
+    compiled packages' files (`package_files`: `studio.optimizations.packages.files()`) beside them as
+    `packages/<key>/<name>`, where `aot_package`'s `source` setting finds them on another machine.
 
     Raises:
         UnavailableError, ValidationError: see `check_publish`; nothing is uploaded then.
@@ -83,24 +86,31 @@ def publish(paths: list[Path], repo_id: str) -> Published:
     done = Published()
     try:
         api.create_repo(repo_id, repo_type="dataset", exist_ok=True)
-        for path in paths:
-            target = f"{FOLDER}/{Path(path).name}"
+        uploads = [(p, f"{FOLDER}/{Path(p).name}") for p in paths]
+        uploads += [(p, f"{packages.FOLDER}/{Path(p).parent.name}/{Path(p).name}") for p in package_files]
+        for path, target in uploads:
             api.upload_file(
                 path_or_fileobj=str(path),
                 path_in_repo=target,
                 repo_id=repo_id,
                 repo_type="dataset",
-                commit_message=f"benchmark card {Path(path).name}",
+                commit_message=f"benchmark card {Path(path).name}"
+                if target.startswith(FOLDER)
+                else f"compiled package {Path(path).parent.name}",
             )
             done.uploaded.append(target)
     except _network_errors() as exc:
         why = str(exc).replace(token, "***") or type(exc).__name__
         done.message = (
-            f"Publishing to {repo_id} stopped after {len(done.uploaded)} of {len(paths)} cards ({why}); "
-            "each card uploaded is whole, the others are only local."
+            f"Publishing to {repo_id} stopped after {len(done.uploaded)} of {len(uploads)} files ({why}); "
+            "each file uploaded is whole, the others are only local."
         )
         return done
-    done.message = f"Published {len(done.uploaded)} card(s) to https://huggingface.co/datasets/{repo_id}."
+    kept = len(package_files) // 2
+    with_packages = f" and {kept} compiled package(s)" if kept else ""
+    done.message = (
+        f"Published {len(paths)} card(s){with_packages} to https://huggingface.co/datasets/{repo_id}."
+    )
     return done
 
 

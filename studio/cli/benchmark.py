@@ -41,7 +41,11 @@ def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per configuration first (default 1)")
     p.add_argument("--device", default="auto", help="auto (the first GPU, else the CPU), cpu or cuda:N")
     p.add_argument("--out", help="the folder the card goes to (default: cards/ in the studio's home)")
-    p.add_argument("--publish", metavar="OWNER/DATASET", help="also upload the card (needs HF_TOKEN)")
+    p.add_argument(
+        "--publish",
+        metavar="OWNER/DATASET",
+        help="also upload the card and this studio's compiled packages (aot_package; needs HF_TOKEN)",
+    )
     p.add_argument(
         "--machines",
         nargs="?",
@@ -88,6 +92,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     from studio.benchmark.options import validate_options
     from studio.benchmark.runner import run_benchmark
     from studio.cli.output import emit
+    from studio.optimizations import packages
 
     options = validate_options(
         args.models, args.budget_s, args.configs, args.rounds, args.warmup, args.device
@@ -96,7 +101,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         hub.check_publish(args.publish)  # refused before an hour of measuring, not after
     done = run_benchmark(options, progress=_progress())
     files = card.save(done, args.out)
-    published = hub.publish([files["card"]], args.publish) if args.publish else None
+    kept = packages.files() if args.publish else []  # the compiled packages travel with the card
+    published = hub.publish([files["card"]], args.publish, kept) if args.publish else None
     if published is not None:
         print(published.message, file=sys.stderr)
     listing = "\n".join(f"{kind}: {path}" for kind, path in files.items())
@@ -106,4 +112,4 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         "published": None if published is None else published.uploaded,
     }
     emit(data, args.json, f"{card.summary(done.card)}\n{listing}")
-    return 0 if published is None or len(published.uploaded) == 1 else 1
+    return 0 if published is None or len(published.uploaded) == 1 + len(kept) else 1

@@ -30,8 +30,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
+from pipelines.sources import HUB_ID
 from studio import checks
-from studio.errors import ValidationError
+from studio.errors import ValidationError, first_line
 from studio.optimizations import packages, phases
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser_name, restore_denoiser, swap_denoiser
@@ -55,11 +56,11 @@ class AotPackageSettings(Settings):
     def __post_init__(self) -> None:
         self._set("vae", checks.boolean("aot_package vae", self.vae))
         source = checks.text("aot_package source", self.source, 500)
-        if source and not Path(source).expanduser().is_dir():
+        if source and not Path(source).expanduser().is_dir() and not HUB_ID.match(source):
             raise ValidationError(
-                f"aot_package source {source!r} is not a folder here; give the folder a package was "
-                "published to (it holds one folder per package, each with package.pt2 and package.json), or "
-                "leave it empty."
+                f"aot_package source {source!r} is neither a folder here nor a Hugging Face dataset "
+                "repository (owner/name); give the folder or repository packages were published to (one "
+                "folder per package, each with package.pt2 and package.json), or leave it empty."
             )
         self._set("source", source)
 
@@ -87,7 +88,7 @@ class PackagedModule(PerShapeModule):
         self._signature = inspect.signature(module.forward)
         self._output = _output_class(module)
         settings = ctx.settings(NAME)
-        self._roots = packages.roots(settings.source)
+        self._roots, self._source_note = packages.roots(settings.source)
         self._device = ctx.device
         self._model = ctx.model
         self._parts = {
@@ -130,7 +131,7 @@ class PackagedModule(PerShapeModule):
             {**self._parts, "environment": env, "inputs": [str(k) for k in self.graph_key(inputs)]}
         )
         what = f"the {self.part} at {_shape_words(inputs)}"
-        notes = []
+        notes = [self._source_note] if self._source_note else []
         for root in self._roots:
             start = time.perf_counter()
             try:
@@ -151,11 +152,11 @@ class PackagedModule(PerShapeModule):
                 log.warning("%s", exc)
             except (RuntimeError, OSError, ValueError) as exc:  # truncated or damaged: aoti cannot open it
                 notes.append(
-                    f"The compiled package in {root / name} could not be loaded ({_first_line(exc)}); "
+                    f"The compiled package in {root / name} could not be loaded ({first_line(exc)}); "
                     "it was compiled again."
                 )
                 if root == packages.cache_root():
-                    packages.discard(root / name, _first_line(exc))
+                    packages.discard(root / name, first_line(exc))
         return self._compile(inputs, name, env, what, notes)
 
     def _compile(self, inputs: dict[str, Any], name: str, env: dict[str, Any], what: str, notes: list[str]):
@@ -217,10 +218,6 @@ def _leaf_key(leaf: Any) -> Any:
 def _shape_words(inputs: dict[str, Any]) -> str:
     first = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
     return "x".join(map(str, first.shape)) if first is not None else "no tensor input"
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _packaged(module: torch.nn.Module, ctx: Context) -> torch.nn.Module:

@@ -24,7 +24,7 @@ import torch
 from diffusers.models import attention_dispatch as dispatch
 
 from studio import checks
-from studio.errors import UnavailableError
+from studio.errors import UnavailableError, first_line
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser
 from studio.optimizations.facts import NO_MEMORY_EFFECT
@@ -45,11 +45,6 @@ class AttentionBackendSettings(Settings):
         self._set("backend", checks.one_of("attention_backend backend", str(self.backend).lower(), BACKENDS))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__).rstrip(".")
-
-
 @functools.cache
 def backend_reason(backend: str, device: str, dtype: torch.dtype) -> str | None:
     """Why `backend` cannot run attention on `device` in `dtype` here, or None when one small call runs."""
@@ -57,13 +52,13 @@ def backend_reason(backend: str, device: str, dtype: torch.dtype) -> str | None:
     try:
         dispatch._check_attention_backend_requirements(name)
     except RuntimeError as exc:
-        return _first_line(exc)
+        return first_line(exc)
     try:
         q = torch.randn(1, 16, 2, 64, device=device, dtype=dtype)  # batch, tokens, heads, head dim
         with torch.no_grad():
             dispatch.dispatch_attention_fn(q, q, q, backend=name)
     except Exception as exc:  # noqa: BLE001 (any failure of the kernel is the reason it cannot run here)
-        return f"its kernel fails on {device} in {str(dtype).removeprefix('torch.')}: {_first_line(exc)}"
+        return f"its kernel fails on {device} in {str(dtype).removeprefix('torch.')}: {first_line(exc)}"
     return None
 
 

@@ -32,11 +32,13 @@ import torch
 
 from studio import devices
 from studio import settings as studio_settings
+from studio.errors import first_line
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # the layout of a package folder; a folder of another format is refused
 PACKAGE, META = "package.pt2", "package.json"
+FOLDER = "packages"  # the folder of packages in a studio home, a Space and a published dataset repository
 
 
 # Packages shipped beside app.py (a Space bundle built with --packages): read before the studio's own.
@@ -47,11 +49,34 @@ def cache_root() -> Path:
     return studio_settings.home() / "packages"
 
 
-def roots(source: str = "") -> list[Path]:
-    """Where packages are looked for, in order: the `source` folder a request names, the packages shipped
-    beside the app, the studio's own (where new builds are kept)."""
+def roots(source: str = "") -> tuple[list[Path], str]:
+    """Where packages are looked for, in order: the `source` a request names (a folder, or a Hugging Face
+    dataset repository packages were published to: its `packages/`, downloaded), the packages shipped beside
+    the app, the studio's own (where new builds are kept); and a sentence when `source` could not be read."""
     shipped = [SHIPPED] if SHIPPED.is_dir() else []
-    return [*([Path(source).expanduser()] if source else []), *shipped, cache_root()]
+    if not source or Path(source).expanduser().is_dir():
+        return [*([Path(source).expanduser()] if source else []), *shipped, cache_root()], ""
+    try:
+        return [fetched(source), *shipped, cache_root()], ""
+    except (OSError, ValueError) as exc:
+        note = f"The compiled packages of {source} could not be downloaded ({first_line(exc)}); not used."
+        return [*shipped, cache_root()], note
+
+
+def fetched(repo_id: str) -> Path:
+    """The `packages/` folder of the dataset repository `repo_id` (what `python -m studio benchmark --publish`
+    uploads beside a card), downloaded into the hub's cache: package files only."""
+    from huggingface_hub import snapshot_download
+
+    patterns = [f"{FOLDER}/*/{PACKAGE}", f"{FOLDER}/*/{META}"]
+    return Path(snapshot_download(repo_id, repo_type="dataset", allow_patterns=patterns)) / FOLDER
+
+
+def files(root: Path | None = None) -> list[Path]:
+    """Every kept package's two files under `root` (the studio's by default), to publish."""
+    root = root or cache_root()
+    kept = sorted(p.parent for p in root.glob(f"*/{META}") if (p.parent / PACKAGE).is_file())
+    return [folder / name for folder in kept for name in (PACKAGE, META)]
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -198,10 +223,8 @@ def listing(root: Path | None = None, every_root: bool = False) -> list[dict[str
     """The packages kept under `root` (the studio's by default): what each was built for, its size and
     when."""
     found = []
-    files = [
-        f for r in (roots() if every_root else [root or cache_root()]) for f in sorted(r.glob(f"*/{META}"))
-    ]
-    for meta_file in files:
+    found_roots = roots()[0] if every_root else [root or cache_root()]
+    for meta_file in [f for r in found_roots for f in sorted(r.glob(f"*/{META}"))]:
         try:
             meta = json.loads(meta_file.read_text())
         except (OSError, ValueError) as exc:

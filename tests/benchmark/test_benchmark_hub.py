@@ -15,6 +15,7 @@ from huggingface_hub import constants
 from studio.benchmark import hub
 from studio.cli import main
 from studio.errors import UnavailableError, ValidationError
+from studio.optimizations import packages
 
 TOKEN = "hf_secret_token_for_the_test"
 V0 = Path(__file__).parent / "fixtures" / "card-v0.json"
@@ -80,7 +81,7 @@ def test_a_failed_upload_says_how_many_went_and_hides_the_token(fake_hub, tmp_pa
     fake_hub.fail_on_next = "card-1.json"
     done = hub.publish(cards_in(tmp_path), "someone/studio-cards")
     assert done.uploaded == ["cards/card-0.json"]
-    assert "stopped after 1 of 2 cards" in done.message and "each card uploaded is whole" in done.message
+    assert "stopped after 1 of 2 files" in done.message and "each file uploaded is whole" in done.message
     assert TOKEN not in done.message and "***" in done.message
 
 
@@ -160,3 +161,45 @@ def test_the_machines_view_gathers_this_studios_the_projects_and_a_datasets_card
     assert found.data() == {"tables": found.tables, "refused": [], "note": found.note}, "no cards in it"
     assert not any(r["this_machine"] for rows in found.tables.values() for r in rows)
     assert hub.machines(str(local), folder=local / "none", here="x").note is None
+
+
+def test_compiled_packages_travel_beside_the_card(fake_hub, tmp_path):
+    """`--publish` uploads this studio's compiled packages (aot_package) as packages/<key>/..., where the
+    technique's `source` setting reads them on another machine."""
+    kept = tmp_path / "home" / "packages" / "0123abcd"
+    kept.mkdir(parents=True)
+    (kept / "package.pt2").write_bytes(b"code")
+    (kept / "package.json").write_text("{}")
+    files = packages.files(tmp_path / "home" / "packages")
+    done = hub.publish(cards_in(tmp_path)[:1], "someone/studio-cards", files)
+    assert done.uploaded == [
+        "cards/card-0.json",
+        "packages/0123abcd/package.pt2",
+        "packages/0123abcd/package.json",
+    ]
+    assert "Published 1 card(s) and 1 compiled package(s)" in done.message
+
+
+def test_a_package_source_on_the_hub_is_downloaded_and_offline_is_a_sentence(monkeypatch, tmp_path):
+    published = tmp_path / "snapshot"
+    (published / "packages" / "0123abcd").mkdir(parents=True)
+    asked = []
+
+    def snapshot_download(repo_id, repo_type=None, allow_patterns=None):
+        asked.append((repo_id, repo_type, allow_patterns))
+        return str(published)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    roots, note = packages.roots("someone/studio-cards")
+    assert roots[0] == published / "packages" and note == ""
+    patterns = ["packages/*/package.pt2", "packages/*/package.json"]
+    assert asked == [("someone/studio-cards", "dataset", patterns)]
+
+    def offline(repo_id, **kw):
+        raise huggingface_hub.errors.LocalEntryNotFoundError("Cannot reach the Hub (offline)")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    roots, note = packages.roots("someone/studio-cards")
+    assert roots[-1] == packages.cache_root() and len(roots) <= 2
+    assert note.startswith("The compiled packages of someone/studio-cards could not be downloaded")
+    assert "offline" in note and note.endswith("not used.")

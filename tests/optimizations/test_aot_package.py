@@ -189,8 +189,9 @@ def test_a_disk_that_fills_while_saving_still_runs(small, stand_in_compile, tmp_
 def test_a_source_that_is_not_a_folder_is_refused_before_any_compile(tmp_path):
     from studio.optimizations import get
 
-    with pytest.raises(ValidationError, match="aot_package source .* is not a folder here"):
+    with pytest.raises(ValidationError, match="aot_package source .* is neither a folder here nor a Hugging"):
         get("aot_package").settings(source=str(tmp_path / "missing"))
+    assert get("aot_package").settings(source="someone/studio-cards").source == "someone/studio-cards"
 
 
 def test_the_cpu_probe_is_remembered_only_where_every_declared_set_passed(tmp_path, monkeypatch):
