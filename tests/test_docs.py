@@ -101,3 +101,23 @@ def test_docs_and_code_speak_of_the_project_and_its_users_only():
 
     offenders = _lines_matching(WORKPLACE, checked)
     assert not offenders, "\n".join(offenders)
+
+
+def test_every_benchmark_script_is_in_the_benchmarks_index():
+    index = (ROOT / "benchmarks" / "README.md").read_text()
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        if script.stem != "__init__":
+            assert f"`{script.stem}`" in index, f"benchmarks/README.md does not list {script.name}"
+    for target in re.findall(r"\]\(\.\./([^)#]+)", index):
+        assert (ROOT / target).exists(), f"benchmarks/README.md names {target}, which does not exist"
+
+
+def test_the_contributors_guide_names_only_what_exists():
+    guide = (ROOT / "CONTRIBUTING.md").read_text()
+    named = re.findall(r"`((?:studio|tests|benchmarks|docs|pipelines|spaces)/[\w/.-]*\w)", guide)
+    named += re.findall(r"\]\(([^)#]+)", guide)
+    assert len(named) > 20
+    for path in named:
+        assert (ROOT / path).exists(), f"CONTRIBUTING.md names {path}, which does not exist"
+    for test in re.findall(r"`(test_\w+)`", guide):
+        assert subprocess.run(["git", "grep", "-q", f"def {test}("], cwd=ROOT).returncode == 0, test

@@ -18,6 +18,7 @@ NEEDS = {
     "ampere": "Ampere+",
     "fp8": "fp8 GPU (8.9+)",
     "cpu-x86": "x86 CPU",
+    "kept-across-requests": "not ZeroGPU",
 }
 
 

@@ -1,0 +1,77 @@
+"""A compiled package as a user meets it in the browser: the first studio compiles it (its card says the first
+call was cold), a restarted studio on the same home says beforehand what each phase cost and loads the package
+(its card says package), and `gradio_client` reads the same phase from /generate's record."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+
+from tests.server import GENERATE_PROMPT, Server
+from tests.ui.browser import LONG, MARKS, open_page, shot, small
+
+pytestmark = MARKS
+
+
+def _generate_with_the_package(page) -> str:
+    page.locator("#gen-prompt textarea").fill(GENERATE_PROMPT)
+    small(page, "gen")
+    page.locator("#opts-speed").get_by_label("aot_package", exact=False).check()
+    page.locator("#generate-btn").click()
+    card = page.locator("#metrics-card")
+    card.get_by_text("per image").wait_for(timeout=LONG)
+    return card.inner_text()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("packages-ui")
+
+
+def test_the_first_studio_compiles_and_says_its_first_call_was_cold(home):
+    server = Server(home).start()
+    try:
+        page_iter = open_page(server)
+        page = next(page_iter)
+        card = _generate_with_the_package(page)
+        assert "first call" in card and "(cold: compiled, converted or calibrated now" in card, card
+        page_iter.close()
+    finally:
+        server.stop()
+    assert list((home / "packages").glob("*/package.pt2")), "the package is kept under the studio's home"
+
+
+def test_a_restarted_studio_says_what_the_first_call_cost_and_loads_the_package(home):
+    from gradio_client import Client
+
+    server = Server(home).start()
+    try:
+        page_iter = open_page(server)
+        page = next(page_iter)
+        page.locator("#gen-prompt textarea").fill(GENERATE_PROMPT)
+        small(page, "gen")
+        page.locator("#opts-speed").get_by_label("aot_package", exact=False).check()
+        note = page.locator("#first-call-note")
+        note.get_by_text("By phase").wait_for(timeout=60_000)
+        assert "cold (compiled, converted or calibrated now)" in note.inner_text(), note.inner_text()
+        page.locator("#generate-btn").click()
+        card = page.locator("#metrics-card")
+        card.get_by_text("per image").wait_for(timeout=LONG)
+        assert "(package: loaded compiled" in card.inner_text(), card.inner_text()
+        page.evaluate("window.scrollTo(0, 0)")
+        shot(page, "generate-compiled-package")
+        page_iter.close()
+        client = Client(server.url, ssl_verify=ssl.create_default_context(), verbose=False)
+        answer = client.predict(
+            prompt=GENERATE_PROMPT,
+            optimizations=["aot_package"],
+            steps=4,
+            width=64,
+            height=64,
+            api_name="/estimate",
+        )
+        said = answer["first_call"]
+        assert "cold (compiled, converted or calibrated now)" in said and "package (loaded compiled)" in said
+    finally:
+        server.stop()
