@@ -15,6 +15,13 @@ Revert drops each block's compiled call.
 A compile that fails to load a damaged shared object from inductor's on-disk cache deletes it and
 compiles again (studio.optimizations.inductor_cache).
 
+What a process compiled is kept for the next one: torch's portable cache artifacts are loaded from the
+studio's home once per process, before the first compile, and saved there after each call that built
+graphs (studio.optimizations.compile_cache). Each build records its phase in the pipeline's stats
+(studio.optimizations.phases): "warm" when inductor's FX graph cache served it, "cold" when it was
+lowered now (also every build with `freezing`, which torch 2.13's FX graph cache bypasses, though its
+C++ kernels may still come from inductor's cache folder).
+
 Modes (checked by TorchCompileSettings): "default"; "reduce-overhead" adds CUDA
 graphs, which inductor skips on a CPU (it then behaves as "default"); "max-autotune" also
 benchmarks GEMM/convolution templates while compiling, which on a CPU makes the first call
@@ -36,8 +43,10 @@ Settings for inference on a CPU (Intel's and PyTorch's recommended inductor opti
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +54,8 @@ import torch
 
 from studio import checks
 from studio.errors import ValidationError
-from studio.optimizations.base import Context, Optimization, Settings, register
+from studio.optimizations import compile_cache, phases
+from studio.optimizations.base import JUST_IN_TIME, Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser, restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
 from studio.optimizations.inductor_cache import recovering
@@ -95,26 +105,61 @@ def compile_settings(ctx: Context) -> CompileSettings:
     return CompileSettings(mode, settings.regional, DYNAMIC[settings.dynamic], options)
 
 
-def counting_backend(stats: dict[str, Any], options: dict[str, Any]):
+def counting_backend(
+    stats: dict[str, Any], options: dict[str, Any], *, technique: str | None = None, what: str = "a graph"
+):
     """Inductor (with these config ``options``) that counts each graph it builds in ``stats``.
 
     Dynamo calls the backend once per new graph: the first call, and every recompile (a new
     input shape, a guard that failed). ``compile_count`` and ``compile_seconds`` feed the
-    "recompiles" column and the recompile-storm warning.
+    "recompiles" column and the recompile-storm warning. With a ``technique`` name, each build
+    is also recorded as a phase (studio.optimizations.phases): "warm" when inductor served it
+    from its caches (FX graph cache hits, none missed or bypassed), else "cold"; ``what`` names
+    the module built ("UNet2DConditionModel"), the phase adds its input's shape.
     """
     from torch._inductor.compile_fx import compile_fx
 
     options = dict(options)
 
     def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Any:
-        start = time.perf_counter()
+        start, before = time.perf_counter(), _cache_events()
         compiled = compile_fx(graph, example_inputs, config_patches=options)
+        took = time.perf_counter() - start
         stats["compile_count"] = stats.get("compile_count", 0) + 1
-        stats["compile_seconds"] = stats.get("compile_seconds", 0.0) + time.perf_counter() - start
-        log.info("torch.compile built graph %d in %.2fs", stats["compile_count"], time.perf_counter() - start)
+        stats["compile_seconds"] = stats.get("compile_seconds", 0.0) + took
+        phase = build_phase(before, _cache_events())
+        log.info("torch.compile built graph %d in %.2fs (%s)", stats["compile_count"], took, phase)
+        if technique is not None:
+            described = f"{what} at {_input_shape(graph, example_inputs)}"
+            phases.record(stats, technique=technique, phase=phase, seconds=took, what=described)
         return compiled
 
     return backend
+
+
+def _cache_events() -> tuple[int, int, int]:
+    """Inductor's FX graph cache so far in this process: (hits, misses, bypasses). torch 2.13 counts them in
+    `torch._dynamo.utils.counters["inductor"]`; a bypass is a graph it would not cache (freezing's)."""
+    from torch._dynamo.utils import counters
+
+    inductor = counters["inductor"]
+    return inductor["fxgraph_cache_hit"], inductor["fxgraph_cache_miss"], inductor["fxgraph_cache_bypass"]
+
+
+def build_phase(before: tuple[int, int, int], after: tuple[int, int, int]) -> str:
+    """The phase of a build between these `_cache_events`: "warm" when it only hit inductor's caches, else
+    "cold"."""
+    hits, misses, bypasses = (a - b for a, b in zip(after, before, strict=True))
+    return phases.WARM if hits and not (misses or bypasses) else phases.COLD
+
+
+def _input_shape(graph: torch.fx.GraphModule, example_inputs: list) -> str:
+    """The shape of the graph's first input that is not a weight ("2x4x8x8"), or "its inputs"."""
+    names = [node.name for node in graph.graph.nodes if node.op == "placeholder"]
+    for name, value in zip(names, example_inputs, strict=False):
+        if isinstance(value, torch.Tensor) and not any(k in name for k in ("_parameters_", "_buffers_")):
+            return "x".join(str(size) for size in value.shape) or "a scalar"
+    return "its inputs"
 
 
 def freezing(enabled: bool = True) -> contextlib.AbstractContextManager:
@@ -129,11 +174,28 @@ def _freezing_if_asked(ctx: Context) -> contextlib.AbstractContextManager:
 
 def _compiled(model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     settings = compile_settings(ctx)
-    compiled = torch.compile(
-        model, backend=counting_backend(ctx.stats, settings.options), dynamic=settings.dynamic
+    backend = counting_backend(
+        ctx.stats, settings.options, technique="torch_compile", what=type(model).__name__
     )
-    compiled.forward = recovering(compiled.forward)  # a damaged inductor cache entry is rebuilt, not fatal
+    compiled = torch.compile(model, backend=backend, dynamic=settings.dynamic)
+    # a damaged inductor cache entry is rebuilt, not fatal; what a call built is saved for the next process
+    compiled.forward = saving(recovering(compiled.forward), ctx)
     return compiled
+
+
+def saving(fn: Callable[..., Any], ctx: Context) -> Callable[..., Any]:
+    """`fn`, after which torch.compile's cache artifacts are saved (studio.optimizations.compile_cache) when
+    the call built graphs (`compile_count` in `ctx.stats` grew)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        built = ctx.stats.get("compile_count", 0)
+        result = fn(*args, **kwargs)
+        if ctx.stats.get("compile_count", 0) > built:
+            compile_cache.save(ctx.hw, ctx.device_type)
+        return result
+
+    return call
 
 
 def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -161,6 +223,7 @@ def _room_for_graphs() -> None:
 def _compile(pipe: Any, ctx: Context) -> None:
     settings = compile_settings(ctx)
     _room_for_graphs()
+    compile_cache.load(ctx.hw, ctx.device_type)  # once per process, before its first compile
     if not settings.regional:
         swap_denoiser(_compiled)(pipe, ctx)
         return
@@ -170,10 +233,11 @@ def _compile(pipe: Any, ctx: Context) -> None:
             f"torch_compile regional=true found no repeated blocks in {type(denoiser(pipe)).__name__}; use "
             "regional=false."
         )
-    backend = counting_backend(ctx.stats, settings.options)
+    what = " or ".join(sorted({type(block).__name__ for block in blocks}))
+    backend = counting_backend(ctx.stats, settings.options, technique="torch_compile", what=what)
     for block in blocks:
         block.compile(backend=backend, dynamic=settings.dynamic)
-        block._compiled_call_impl = recovering(block._compiled_call_impl)
+        block._compiled_call_impl = saving(recovering(block._compiled_call_impl), ctx)
     ctx.state["compiled_blocks"] = blocks
 
 
@@ -195,6 +259,8 @@ register(
             "shape: more than 8 minutes for SD 1.5's UNet on an H100). Settings: mode, regional, dynamic "
             "(auto/true/false), freezing and cpp_wrapper (inductor's CPU inference options)."
         ),
+        requires=("kept-across-requests",),
+        reasons={"kept-across-requests": JUST_IN_TIME},
         conflicts=("jit_trace_unet",),
         reversible=False,
         apply=_compile,
