@@ -16,9 +16,15 @@ weights to 7 bits so that a pair always fits; NNCF and optimum-intel apply it to
 other convolutions clip. `overflow_fix` "auto" applies it to every int8 convolution on such CPUs (measured on
 the bundled model: 25.1 dB against fp32, 23.6 dB with the first layer only), and NNCF's default elsewhere.
 
+What a first call prepares is kept under the studio's home (`openvino_cache`): each part as converted and
+quantized, and OpenVINO's compile of it (its `CACHE_DIR`, a few MB for SD 1.5's int8 UNet, ~200 MB per image
+size for the VAE decoder, all compiles together under a cap), so a new process reads both back; each part's
+preparation is recorded as a phase ("cold": built now, "warm": read back from those caches).
+
 This module is the technique: its settings, apply and revert, and its facts. The stand-ins it swaps in are
-`openvino_parts`, their calibration samples `openvino_calibration`, the conversion, compression and disk cache
-`openvino_models` (with `openvino_statistics` and `openvino_winograd`), the int8 recipes `openvino_int8`.
+`openvino_parts`, their calibration samples `openvino_calibration`, the conversion and compression
+`openvino_models` (with `openvino_statistics` and `openvino_winograd`), the disk cache `openvino_cache`, the
+int8 recipes `openvino_int8`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ with NNCF:
 An fp32 model's 3x3 convolutions can be rewritten as Winograd's minimal filtering (`openvino_winograd`).
 Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
 `$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
-library versions, so a later process reads it back in a fraction of that.
+library versions, so a later process reads it back, and its compile too, in a fraction of that
+(`openvino_cache`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,9 @@ import hashlib
 import importlib
 import json
 import logging
-import os
-import shutil
 import sys
-import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,49 +115,6 @@ def cache_key(**parts: Any) -> str:
     ]
 
 
-def cached_model(key: str, build: Callable[[], Any], stats: dict[str, Any]) -> Any:
-    """The OpenVINO model stored under `key`, or `build()` written there first (atomically: a directory
-    renamed into place) and read back. An unreadable entry is removed and rebuilt. A model read from the
-    cache maps its weights from the file (OpenVINO's mmap), so the build's own copy is freed before the
-    model is compiled: memory a compiled part keeps in place (its MatMuls' weights) stays file-backed."""
-    ov = openvino()
-    path = cache_root() / key / "model.xml"
-    if path.exists():
-        try:
-            model = ov.Core().read_model(path)
-            stats["openvino_cache_hits"] = stats.get("openvino_cache_hits", 0) + 1
-            return model
-        except RuntimeError as exc:
-            log.warning("openvino cache entry %s is unreadable (%s); rebuilding it", path.parent, exc)
-            shutil.rmtree(path.parent, ignore_errors=True)
-    with quiet_build():
-        model = build()
-    stats["openvino_builds"] = stats.get("openvino_builds", 0) + 1
-    try:
-        path.parent.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=path.parent.parent))
-    except OSError as exc:  # the cache folder is not a folder this process can write
-        log.warning(
-            "The OpenVINO cache folder %s cannot be written (%s): this conversion is used without being "
-            "stored, and the next call converts again.",
-            path.parent.parent,
-            exc,
-        )
-        stats["openvino_not_cached"] = stats.get("openvino_not_cached", 0) + 1
-        return model
-    try:
-        # compress_to_fp16=False: the stored model computes exactly what the converted one does.
-        ov.save_model(model, scratch / "model.xml", compress_to_fp16=False)
-        os.replace(scratch, path.parent)
-    except OSError as exc:  # another process stored the same entry first, or the disk is full
-        log.warning("openvino cache entry %s not written (%s)", path.parent, exc)
-        return model
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    del model
-    return ov.Core().read_model(path)
-
-
 @contextlib.contextmanager
 def quiet_build() -> Iterator[None]:
     """A build without the libraries' chatter: torch's tracer warnings (diffusers' and transformers' shape
@@ -210,10 +165,15 @@ def output_name(model: Any, name: str = "prediction") -> str:
     return sorted(tensor.get_names())[0]
 
 
-def compile_for_cpu(model: Any, precision: str, profile: bool = False, threads: int | None = None) -> Any:
-    """Compile for the CPU with `threads` (default: torch's thread count), one stream, latency first.
-    `precision` "f32" keeps fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with AMX or
-    AVX512-BF16, f32 elsewhere). `profile`: keep the plugin's per-node counters (`profiling_info`)."""
+def compile_for_cpu(
+    model: Any, precision: str, profile: bool = False, threads: int | None = None, cache: Path | None = None
+) -> Any:
+    """Compile `model` (an OpenVINO model, or the path of a stored one) for the CPU with `threads` (default:
+    torch's thread count), one stream, latency first. `precision` "f32" keeps fp32 math; "auto" leaves
+    OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16, f32 elsewhere). `profile`: keep the plugin's
+    per-node counters (`profiling_info`). `cache`: OpenVINO's compiled-model cache folder (`CACHE_DIR`), in
+    its `OPTIMIZE_SIZE` mode: weights the compile keeps as they are are read from the model's own file, not
+    stored again; it pays for a stored model's path only (an in-memory model is hashed afresh each time)."""
     ov = openvino()
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
@@ -224,4 +184,6 @@ def compile_for_cpu(model: Any, precision: str, profile: bool = False, threads: 
         config["INFERENCE_PRECISION_HINT"] = "f32"
     if profile:
         config["PERF_COUNT"] = "YES"
+    if cache is not None:
+        config.update(CACHE_DIR=str(cache), CACHE_MODE="OPTIMIZE_SIZE")
     return ov.Core().compile_model(model, "CPU", config)

@@ -1,24 +1,28 @@
 """The stand-ins the `openvino` technique swaps into a pipeline: the UNet, the VAE decoder and the text
 encoder, each converted, compressed or quantized as the settings say, and compiled for the CPU by OpenVINO on
-the first call of each input shape (read back from the disk cache where it was built before); the PyTorch
-module each wraps is kept (`original`) for revert. The int8 parts' calibration samples come from
-`openvino_calibration`.
+the first call of each input shape (read back from the disk cache, `openvino_cache`, where it was built
+before), each saying which phase that preparation paid (`phases`: cold or warm); the PyTorch module each wraps
+is kept (`original`) for revert. The int8 parts' calibration samples come from `openvino_calibration`.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from studio import devices
+from studio.optimizations import openvino_cache as ovk
 from studio.optimizations import openvino_calibration as ovc
 from studio.optimizations import openvino_int8 as int8
 from studio.optimizations import openvino_models as ovm
 from studio.optimizations import openvino_statistics as ovs
 from studio.optimizations import openvino_winograd as owg
+from studio.optimizations import phases
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
 if TYPE_CHECKING:
@@ -31,21 +35,28 @@ def fastest_convolution(shape: tuple[int, ...]) -> owg.Form | None:
     return owg.fastest_convolution(shape)
 
 
-def _runner(model: Any, precision: str) -> Any:
-    """A callable running the compiled model on torch tensors, returning its first output as a tensor.
+def _runner(compile_model: Callable[[int], Any], recompiled: Callable[[float], None] | None = None) -> Any:
+    """A callable running a compiled model on torch tensors, returning its first output as a tensor;
+    `compile_model(threads)` compiles the model for a thread count.
 
     OpenVINO fixes a compiled model's threads when it compiles, so the model follows torch's thread count at
     call time (what the engine chose for the run: the cores free at request time) by compiling once more for
-    a count it has not run with; the last two counts stay compiled (a quiet and a busy host)."""
+    a count it has not run with (`recompiled(seconds)` is told); the last two counts stay compiled (a quiet
+    and a busy host)."""
 
     def compiled(threads: int) -> Any:
-        return ovm.compile_for_cpu(model, precision, threads=threads).create_infer_request()
+        return compile_model(threads).create_infer_request()
 
     requests = {torch.get_num_threads(): compiled(torch.get_num_threads())}
 
     def run(*inputs: torch.Tensor) -> torch.Tensor:
         threads = torch.get_num_threads()
-        request = requests.pop(threads, None) or compiled(threads)
+        request = requests.pop(threads, None)
+        if request is None:
+            start = time.perf_counter()
+            request = compiled(threads)
+            if recompiled is not None:
+                recompiled(time.perf_counter() - start)
         requests[threads] = request  # the most recent last
         while len(requests) > 2:
             requests.pop(next(iter(requests)))
@@ -55,11 +66,17 @@ def _runner(model: Any, precision: str) -> Any:
     return run
 
 
+def fp32_runner(model: Any) -> Any:
+    """`_runner` of an in-memory model with fp32 math (the calibration's fp32 UNet)."""
+    return _runner(lambda threads: ovm.compile_for_cpu(model, "f32", threads=threads))
+
+
 class OpenVINOPart(PerShapeModule):
     """A pipeline part run by OpenVINO: converted, compressed and compiled once per input shape."""
 
     counter = "compile"
     part = ""
+    label = ""  # what the part is called in a sentence
     convolutional = True  # has 3x3 convolutions `winograd` may rewrite
 
     def __init__(self, module: torch.nn.Module, settings: OpenVINOSettings, stats: dict[str, Any]):
@@ -83,22 +100,39 @@ class OpenVINOPart(PerShapeModule):
         }
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
+        """The part compiled for these inputs, from the disk cache where it was built before; records the
+        phase it paid ("cold": converted, calibrated or rewritten now; "warm": read back and compiled)."""
+        start = time.perf_counter()
         parts = self.key_parts(inputs)
-        model = ovm.cached_model(
-            ovm.cache_key(**parts),
-            lambda: self.compressed(ovm.convert(self.traced(), inputs), inputs),
-            self._stats,
-        )
+
+        def convert() -> Any:
+            return self.compressed(ovm.convert(self.traced(), inputs), inputs)
+
+        entry = ovk.Entry(ovm.cache_key(**parts), convert, self._stats)
+        cold = entry.built
         if self._settings.winograd and self.convolutional:
             # the fp32 conversion's entry, rewritten: which shapes gain is timed, so depends on the CPU
-            fp32 = model
-            model = ovm.cached_model(
+            fp32 = entry
+            entry = ovk.Entry(
                 ovm.cache_key(**parts, winograd=owg.CHOOSER, cpu=devices.detect().cpu_name),
-                lambda: owg.winograd_convolutions(fp32, fastest_convolution),
+                lambda: owg.winograd_convolutions(fp32.model(), fastest_convolution),
                 self._stats,
             )
-            self._stats[f"openvino_winograd_{self.part}"] = owg.winograd_counts(model)
-        return _runner(model, self._settings.inference_precision)
+            cold = cold or entry.built
+            self._stats[f"openvino_winograd_{self.part}"] = owg.winograd_counts(entry.model())
+        what = f"the {self.label} at {'x'.join(map(str, inputs[0].shape))}"
+        precision = self._settings.inference_precision
+        again = f"{what} for another thread count"  # from the stored model (and its blob) where it is
+        run = _runner(
+            lambda threads: entry.compile(precision, threads),
+            lambda seconds: self._record(entry.memory is not None, seconds, again),
+        )
+        self._record(cold or entry.built, time.perf_counter() - start, what)
+        return run
+
+    def _record(self, cold: bool, seconds: float, what: str) -> None:
+        phase = phases.COLD if cold else phases.WARM
+        phases.record(self._stats, technique="openvino", phase=phase, seconds=seconds, what=what)
 
 
 class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
@@ -106,6 +140,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
     call's size and steps (the step count is read from the pipeline's scheduler, set for the running call)."""
 
     part = "unet"
+    label = "UNet"
 
     def __init__(
         self,
@@ -176,7 +211,7 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
     def calibration(self, inputs: tuple[torch.Tensor, ...], model: Any) -> ovs.Denoised:
         """NNCF's samples at this call's shape and steps (`openvino_calibration.unet_samples`), the calls
         between them run by the converted fp32 UNet `model`."""
-        fp32 = functools.partial(_runner, model, "f32")
+        fp32 = functools.partial(fp32_runner, model)
         return ovc.unet_samples(
             self._pipe(), self._prompts, inputs, self._steps(), fp32, ovm.output_name(model)
         )
@@ -188,6 +223,7 @@ class OpenVINODecoder(OpenVINOPart):
     and steps), decoded as the pipeline decodes them."""
 
     part = "vae_decoder"
+    label = "VAE decoder"
 
     def __init__(self, decoder, settings, stats, pipe: Any, prompts: tuple[str, ...], fix: str):
         super().__init__(decoder, settings, stats)
@@ -239,6 +275,7 @@ class OpenVINOTextEncoder(OpenVINOPart):
     """The text encoder's last hidden state (8-bit weights in the int8 modes)."""
 
     part = "text_encoder"
+    label = "text encoder"
     convolutional = False
 
     def traced(self) -> torch.nn.Module:

@@ -697,8 +697,10 @@ def test_a_tensor_two_quantiles_read_is_copied_out_once_and_builds_the_same_mode
             integers += 1
             assert np.array_equal(value, other), i
         else:
-            scale = float(np.abs(other).max(initial=0.0))  # a corrected bias is a difference of means
-            np.testing.assert_allclose(value, other, rtol=1e-5, atol=1e-5 * scale, err_msg=str(i))
+            # A corrected bias is a difference of means, each summed in the kernel's own order: on an AMX
+            # Xeon a bias moved by 2.9e-6 at a tensor's scale of 0.15 (2e-5 of it): 1e-4 of the scale is allowed.
+            scale = float(np.abs(other).max(initial=0.0))
+            np.testing.assert_allclose(value, other, rtol=1e-5, atol=1e-4 * scale, err_msg=str(i))
     assert integers > 0, "the model has int8 weights"
 
 
@@ -873,7 +875,7 @@ def test_it_says_why_when_it_cannot_run(monkeypatch):
     assert "needs the openvino package" in unavailable_reason(REGISTRY["openvino"], hw, "cpu")
 
 
-def test_a_compiled_part_follows_the_runs_thread_count(monkeypatch):
+def test_a_compiled_part_follows_the_runs_thread_count():
     """OpenVINO fixes a compiled model's threads: a run on a busy host (one thread) gets a model compiled for
     one thread, once; the last two counts stay compiled."""
     from studio.optimizations import openvino_parts
@@ -895,13 +897,11 @@ def test_a_compiled_part_follows_the_runs_thread_count(monkeypatch):
         def create_infer_request(self):
             return Request(self.threads)
 
-    monkeypatch.setattr(
-        openvino_parts.ovm, "compile_for_cpu", lambda model, precision, threads=None: Compiled(threads)
-    )
+    recompiles: list[float] = []
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        run = openvino_parts._runner(object(), "f32")
+        run = openvino_parts._runner(Compiled, recompiles.append)
         answers = []
         for threads in (2, 1, 1, 2, 3, 1):
             torch.set_num_threads(threads)
@@ -910,6 +910,7 @@ def test_a_compiled_part_follows_the_runs_thread_count(monkeypatch):
         torch.set_num_threads(before)
     assert answers == [2, 1, 1, 2, 3, 1], "each call runs with the threads of its run"
     assert compiled == [2, 1, 3, 1], "compiled once per count; the two most recent counts are kept"
+    assert len(recompiles) == 3, "each compile after the first is told (a phase the run paid)"
 
 
 def test_quantiles_near_the_ends_are_numpys_to_the_bit_without_numpys_full_selection(monkeypatch):
