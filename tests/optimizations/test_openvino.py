@@ -698,7 +698,7 @@ def test_a_tensor_two_quantiles_read_is_copied_out_once_and_builds_the_same_mode
             assert np.array_equal(value, other), i
         else:
             # A corrected bias is a difference of means, each summed in the kernel's own order: on an AMX
-            # Xeon a bias moved by 2.9e-6 at a tensor's scale of 0.15 (2e-5 of it): 1e-4 of the scale is allowed.
+            # Xeon a bias moved by 2.9e-6 at a tensor's scale of 0.15 (2e-5 of it); 1e-4 of it is allowed.
             scale = float(np.abs(other).max(initial=0.0))
             np.testing.assert_allclose(value, other, rtol=1e-5, atol=1e-4 * scale, err_msg=str(i))
     assert integers > 0, "the model has int8 weights"
