@@ -72,8 +72,8 @@ def cmd_compare(args: argparse.Namespace, state: PartialState, where: dict[str, 
         state,
         where,
         request,
-        jobs,
-        {"configs": [j.config_label for j in jobs]},
+        jobs=jobs,
+        settings={"configs": [j.config_label for j in jobs]},
         **_timing(args),
         baseline_first_only=True,
     )
@@ -107,7 +107,16 @@ def cmd_ladder(args: argparse.Namespace, state: PartialState, where: dict[str, A
         return 2
     request, steps = planned
     jobs = [dataclasses.replace(request, opts=s.opts) for s in steps if not s.skipped]
-    sweep = spread("ladder", state, where, request, jobs, {}, **_timing(args), baseline_first_only=False)
+    sweep = spread(
+        "ladder",
+        state,
+        where,
+        request,
+        jobs=jobs,
+        settings={},
+        **_timing(args),
+        baseline_first_only=False,
+    )
     if sweep is None:
         return 0
     base = next((run for run in sweep.results if run is not None), None)

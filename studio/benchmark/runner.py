@@ -173,13 +173,23 @@ def measure_case(
     final, search = first, {"kind": "configs" if options.configs else "fixed", "group_id": first.group_id}
     if searching:
         give_back_memory(request.device)
-        final, search = _search_and_confirm(studio, case, request, options, first, progress, should_stop)
+        final, search = _search_and_confirm(
+            studio, case, request, options, first=first, progress=progress, should_stop=should_stop
+        )
     candidates = candidates_of(final, case)
     if case.reference and case.reference not in {r.label for r in final.results if r is not None}:
         notes.append(
             f"The reference row ({case.reference}) failed: no configuration is held to keep its math."
         )
-    entry = model_entry(case, request, final.records, candidates, search, notes, options.command())
+    entry = model_entry(
+        case,
+        request,
+        records=final.records,
+        candidates=candidates,
+        search=search,
+        notes=notes,
+        command=options.command(),
+    )
     chosen = entry["winners"]
     entry["seconds"] = round(time.monotonic() - started, 1)
     return ModelRun(case, entry, _images(final, chosen))
@@ -286,7 +296,9 @@ def run_benchmark(
     started, runs = time.monotonic(), []
     for i, case in enumerate(chosen):
         part = _part(progress, i / len(chosen), (i + 1) / len(chosen), case.model)
-        runs.append(measure_case(studio, case, requests[case.model], options, part, should_stop))
+        runs.append(
+            measure_case(studio, case, requests[case.model], options, progress=part, should_stop=should_stop)
+        )
         give_back_memory(device)
     card = new_card(snapshot(), options, device, [r.entry for r in runs], time.monotonic() - started)
     if progress:

@@ -116,7 +116,7 @@ def lossy_search(
     """Run the auto-tuner on the planned techniques within `budget_s`: the configurations to measure again
     (`to_confirm`; none when it found nothing) and what the card says about the search."""
     screen = min(SCREEN_ROUNDS, rounds)
-    chosen = plan(names, request, budget_s, call_s, warmup, screen)
+    chosen = plan(names, request, budget_s=budget_s, call_s=call_s, warmup=warmup, screen=screen)
     about = _about(chosen, budget_s, screen)
     if not chosen.techniques:
         about["summary"] = f"No technique's search fits the budget of {budget_s:g} s: nothing searched."

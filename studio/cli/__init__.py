@@ -159,12 +159,12 @@ def cmd_autotune(args: argparse.Namespace) -> int:
 
     request = request_from_args(args)
     checked = validate_autotune(
-        args.min_psnr,
-        args.min_ssim,
-        args.fidelity_drop,
-        1 if args.warmup is None else args.warmup,
-        3 if args.rounds is None else args.rounds,
-        args.confirm_rounds,
+        min_psnr=args.min_psnr,
+        min_ssim=args.min_ssim,
+        fidelity_drop=args.fidelity_drop,
+        warmup=1 if args.warmup is None else args.warmup,
+        repeats=3 if args.rounds is None else args.rounds,
+        confirm_rounds=args.confirm_rounds,
     )
     result = autotune.run_autotune(
         Studio(),
@@ -213,7 +213,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     from studio.request import validate_history
 
     f = validate_history(
-        args.model, args.device, args.status, args.technique, args.since, args.until, args.limit
+        model=args.model,
+        device=args.device,
+        status=args.status,
+        technique=args.technique,
+        since=args.since,
+        until=args.until,
+        limit=args.limit,
     )
     rows = Studio().history(f)
     records = [report.log_record(r) for r in rows]

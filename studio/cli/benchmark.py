@@ -95,7 +95,12 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     from studio.optimizations import packages
 
     options = validate_options(
-        args.models, args.budget_s, args.configs, args.rounds, args.warmup, args.device
+        models=args.models,
+        budget_s=args.budget_s,
+        configs=args.configs,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        device=args.device,
     )
     if args.publish:
         hub.check_publish(args.publish)  # refused before an hour of measuring, not after

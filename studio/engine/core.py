@@ -72,7 +72,7 @@ def compute_run(
     with manager.acquire(request, slot) as prepared:
         before = graph_builds(prepared.entry.stats)
         with cpu_threads.using(threads):
-            measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop)
+            measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop=should_stop)
         stats = dict(prepared.entry.stats)
         stats["first_call_phases"] = phases.since(stats.pop(phases.PHASES, []), started)  # this run's only
         if threads is not None or "threads" in request.opts:
@@ -172,12 +172,12 @@ class Studio(Profiling, Services):
         as a sweep fixed them, else chosen for this run (`studio.engine.threads.choose`)."""
         return self._compute(
             request,
-            warmup,
-            repeats,
-            zerogpu.portable(on_step, "progress"),
-            zerogpu.portable(should_stop, "cancel"),
-            slot,
-            cpu_threads.choose(request) if threads is None else threads,
+            warmup=warmup,
+            repeats=repeats,
+            on_step=zerogpu.portable(on_step, "progress"),
+            should_stop=zerogpu.portable(should_stop, "cancel"),
+            slot=slot,
+            threads=cpu_threads.choose(request) if threads is None else threads,
         )
 
     def fail(self, pending: Pending, exc: BaseException) -> None:
@@ -222,18 +222,10 @@ class Studio(Profiling, Services):
             self.fail(pending, exc)
             raise
 
-    def _compute_run(
-        self,
-        request: GenerationRequest,
-        warmup: int = 0,
-        repeats: int = 1,
-        on_step: Callable[[int, int], None] | None = None,
-        should_stop: bench.StopFn | None = None,
-        slot: tuple[str, str] | None = None,
-        threads: int | None = None,
-    ) -> Computed:
-        """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker)."""
-        return compute_run(self.manager, request, warmup, repeats, on_step, should_stop, slot, threads)
+    def _compute_run(self, request: GenerationRequest, **options: Any) -> Computed:
+        """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker); `options`:
+        `compute_run`'s warmup, repeats, on_step, should_stop, slot and threads, by name."""
+        return compute_run(self.manager, request, **options)
 
     def log_computed(
         self,
@@ -281,15 +273,15 @@ class Studio(Profiling, Services):
             warnings.append(host.note())
         qual = self._quality(request, measured.images, baseline)
         result = RunResult(
-            pending.run_id,
-            request,
-            metrics,
-            _to_pil(measured.images),
-            [],
-            measured.images,
-            qual,
-            computed.applied,
-            warnings,
+            run_id=pending.run_id,
+            request=request,
+            metrics=metrics,
+            images=_to_pil(measured.images),
+            image_paths=[],
+            arrays=measured.images,
+            quality=qual,
+            applied=computed.applied,
+            warnings=warnings,
         )
         columns = pending.columns or run_columns(request, 0, 1, None)
         paths = result.image_paths = self._save(result, columns, baseline)

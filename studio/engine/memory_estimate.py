@@ -190,7 +190,16 @@ def estimate(manager: Any, request: GenerationRequest, runlog: RunLog | None = N
         capacity = cpu_capacity(now) if request.device == "cpu" else None
     shape, loaded = _shape(manager, request)
     if shape is None:
-        return Estimate(kind, now, 0, 0, 1.0, now, False, capacity)
+        return Estimate(
+            kind=kind,
+            now=now,
+            weights=0,
+            activations=0,
+            correction=1.0,
+            peak=now,
+            known=False,
+            capacity=capacity,
+        )
     size = _bytes_per_param(request)
     weights = 0 if loaded and not cuda else _on_device(request, shape.params, size)
     copies = sum(get(o).copies(request.settings.get(o, {})) for o in request.opts)
@@ -198,7 +207,16 @@ def estimate(manager: Any, request: GenerationRequest, runlog: RunLog | None = N
     activations = _activations(request, shape, size)
     correction = _correction(runlog, request, kind)
     peak = int(now + (weights + copies + activations) * correction)
-    return Estimate(kind, now, int(weights + copies), activations, correction, peak, True, capacity)
+    return Estimate(
+        kind=kind,
+        now=now,
+        weights=int(weights + copies),
+        activations=activations,
+        correction=correction,
+        peak=peak,
+        known=True,
+        capacity=capacity,
+    )
 
 
 def check_fits(manager: Any, request: GenerationRequest, runlog: RunLog | None = None) -> Estimate:

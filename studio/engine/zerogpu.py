@@ -99,7 +99,9 @@ def request_duration(request: Any, warmup: int = 0, repeats: int = 1, *args: Any
         *args: further arguments of the wrapped function (ignored).
         **kwargs: further keyword arguments of the wrapped function (ignored).
     """
-    seconds = estimate_duration(request.model, request.steps, request.width, request.height, repeats, warmup)
+    seconds = estimate_duration(
+        request.model, request.steps, request.width, request.height, repeats=repeats, warmup=warmup
+    )
     if "aot_package" in request.opts and not _package_kept(request.model):
         seconds = min(MAX_SECONDS, seconds + COMPILE_SECONDS)  # this request's worker compiles the package
     log.info(

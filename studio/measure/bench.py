@@ -182,7 +182,12 @@ def run_once(
     reasons: list[str] = []
     kwargs = call_kwargs(request)
     kwargs["callback_on_step_end"] = _step_callback(
-        marks, request.steps, on_step, should_stop, reasons, prepared
+        marks,
+        request.steps,
+        on_step=on_step,
+        should_stop=should_stop,
+        reasons=reasons,
+        prepared=prepared,
     )
     kwargs.update(step_tensor_inputs(prepared))
     device = prepared.ctx.device
@@ -208,7 +213,14 @@ def run_once(
             "Try bf16 or fp32 instead of fp16."
         )
     steps = np.diff([start, *marks]).tolist()
-    return Timing(seconds, steps, mem.peak, mem.added, images, resident)
+    return Timing(
+        seconds=seconds,
+        step_seconds=steps,
+        peak_memory=mem.peak,
+        memory_added=mem.added,
+        images=images,
+        memory_resident=resident,
+    )
 
 
 def release_memory(device: str) -> None:

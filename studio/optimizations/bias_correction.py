@@ -34,7 +34,12 @@ class _Probe(torch.nn.Module):
         scales, zeros = of_weight.calculate_qparams()
         self.weight, self.kind, self.conv_args = weight, kind, conv_args
         self.weight_q = torch.fake_quantize_per_channel_affine(
-            weight, scales.float(), zeros.int(), of_weight.ch_axis, of_weight.quant_min, of_weight.quant_max
+            weight,
+            scales.float(),
+            zeros.int(),
+            axis=of_weight.ch_axis,
+            quant_min=of_weight.quant_min,
+            quant_max=of_weight.quant_max,
         )
         self.total: torch.Tensor | None = None
         self.calls = 0

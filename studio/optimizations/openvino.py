@@ -176,13 +176,22 @@ def apply(pipe: Any, ctx: Context) -> None:
         ctx.stats["openvino_statistics_precision"] = statistics
     swap_denoiser(
         lambda unet, _: OpenVINOUNet(
-            unet.eval(), settings, ctx.stats, pipe, ctx.calibration_prompts, fix, linears, statistics
+            unet.eval(),
+            settings,
+            ctx.stats,
+            pipe=pipe,
+            prompts=ctx.calibration_prompts,
+            fix=fix,
+            linears=linears,
+            statistics=statistics,
         )
     )(pipe, ctx)
     if settings.vae:
         ctx.state["openvino_decoder"] = pipe.vae.decoder
         decoder = pipe.vae.decoder.eval()
-        pipe.vae.decoder = OpenVINODecoder(decoder, settings, ctx.stats, pipe, ctx.calibration_prompts, fix)
+        pipe.vae.decoder = OpenVINODecoder(
+            decoder, settings, ctx.stats, pipe=pipe, prompts=ctx.calibration_prompts, fix=fix
+        )
     if settings.text_encoder:
         ctx.state["openvino_text_encoder"] = pipe.text_encoder
         pipe.text_encoder = OpenVINOTextEncoder(pipe.text_encoder.eval(), settings, ctx.stats)

@@ -45,8 +45,9 @@ def linears_as_convolutions(model: Any) -> int:
         dims = [d.get_length() for d in shape]
         name = op.get_friendly_name()
         tokens = ops.reshape(source, [math.prod(dims[:-1]), dims[-1], 1, 1], False)
+        weights = ops.constant(matrix[:, :, None, None].copy())
         conv = ops.convolution(
-            tokens, ops.constant(matrix[:, :, None, None].copy()), [1, 1], [0, 0], [0, 0], [1, 1]
+            tokens, weights, strides=[1, 1], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
         )
         conv.set_friendly_name(f"{name}/as_convolution")
         back = ops.reshape(conv, [*dims[:-1], matrix.shape[0]], False)

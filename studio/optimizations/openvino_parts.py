@@ -213,7 +213,12 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         between them run by the converted fp32 UNet `model`."""
         fp32 = functools.partial(fp32_runner, model)
         return ovc.unet_samples(
-            self._pipe(), self._prompts, inputs, self._steps(), fp32, ovm.output_name(model)
+            self._pipe(),
+            self._prompts,
+            inputs,
+            steps=self._steps(),
+            fp32=fp32,
+            output_name=ovm.output_name(model),
         )
 
 

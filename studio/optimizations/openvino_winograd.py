@@ -95,7 +95,14 @@ def _winograd_tiles(source: Any, transforms: tuple[Any, Any, Any], m: int, pad: 
     oh, ow = h - 2 + 2 * pad, w - 2 + 2 * pad
     tiles = (oh // m) * (ow // m)
     planes = ops.reshape(source, [n * c, 1, h, w], False)
-    v = ops.convolution(planes, inward, [m, m], [pad, pad], [(a - m - 1) * pad] * 2, [1, 1])
+    v = ops.convolution(
+        planes,
+        inward,
+        strides=[m, m],
+        pads_begin=[pad, pad],
+        pads_end=[(a - m - 1) * pad] * 2,
+        dilations=[1, 1],
+    )
     # the batch's images side by side in one product per tile position: each transformed weight read once
     v = ops.transpose(ops.reshape(v, [n, c, a * a, tiles], False), ops.constant(np.array([2, 1, 0, 3])))
     products = ops.matmul(u, ops.reshape(v, [a * a, c, n * tiles], False), False, False)
@@ -165,7 +172,14 @@ def fastest_convolution(shape: tuple[int, ...], calls: int = 5) -> Form | None:
     for form in (None, *(f for f in FORMS if fits(f, h, w))):
         source = ops.parameter([n, c, h, w], np.float32)
         node = (
-            ops.convolution(source, ops.constant(weight), [1, 1], [1, 1], [1, 1], [1, 1])
+            ops.convolution(
+                source,
+                ops.constant(weight),
+                strides=[1, 1],
+                pads_begin=[1, 1],
+                pads_end=[1, 1],
+                dilations=[1, 1],
+            )
             if form is None
             else winograd_convolution(source.output(0), weight, *form)
         )

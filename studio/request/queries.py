@@ -61,13 +61,13 @@ def validate_history(
     for name, value in (("model", model), ("device", device)):
         texts[name] = checks.text(name, value, 200) or None
     return HistoryFilter(
-        texts["model"],
-        texts["device"],
-        status or None,
-        technique or None,
-        _when("since", since),
-        _when("until", until),
-        checks.whole("limit", limit, 1, MAX_HISTORY),
+        model=texts["model"],
+        device=texts["device"],
+        status=status or None,
+        technique=technique or None,
+        since=_when("since", since),
+        until=_when("until", until),
+        limit=checks.whole("limit", limit, 1, MAX_HISTORY),
     )
 
 

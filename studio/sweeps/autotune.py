@@ -171,7 +171,16 @@ def run_autotune(
     group_id = studio.runlog.start_group(
         "autotune", model=request.model, prompt=request.prompt, seed=request.seed, settings=settings
     )
-    search = _Search(studio, request, floor, warmup, repeats, group_id, progress, should_stop)
+    search = _Search(
+        studio,
+        request,
+        floor,
+        warmup=warmup,
+        rounds=repeats,
+        group_id=group_id,
+        progress=progress,
+        should_stop=should_stop,
+    )
     try:
         winner, confirmation = _search(search, pool, confirm_rounds)
     except BaseException as exc:
@@ -185,12 +194,12 @@ def run_autotune(
     rows = _judged(search.rows)
     ok = [r for r in rows if r["meets_floor"]]
     return AutotuneResult(
-        group_id,
-        rows,
-        winner,
-        confirmation,
-        pareto(ok, "psnr_db", better_high=True),
-        pareto(rows, "peak_memory_mb", False),
+        group_id=group_id,
+        rows=rows,
+        winner=winner,
+        confirmation=confirmation,
+        pareto_quality=pareto(ok, "psnr_db", better_high=True),
+        pareto_memory=pareto(rows, "peak_memory_mb", False),
     )
 
 

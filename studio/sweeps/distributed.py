@@ -219,7 +219,13 @@ def spread(
     )
     try:
         results = write_runs(
-            studio, group_id, jobs, outcomes, warmup, repeats, baseline_first_only=baseline_first_only
+            studio,
+            group_id,
+            jobs,
+            outcomes,
+            warmup=warmup,
+            repeats=repeats,
+            baseline_first_only=baseline_first_only,
         )
     except Exception as exc:
         studio.runlog.finish_group(group_id, "failed", str(exc))

@@ -152,8 +152,8 @@ def merge(calls: list[Computed], warmups: list[float], host: HostLoad | None) ->
     runs.append(calls[-1].measured.runs[-1])
     first, last = calls[0], calls[-1]
     measured = Measurement(runs=runs, warmups=warmups, memory_kind=last.measured.memory_kind)
-    return Computed(
-        measured, last.applied, first.load_seconds, last.switch_seconds, first.first_call, last.stats, host
+    return dataclasses.replace(
+        last, measured=measured, load_seconds=first.load_seconds, first_call=first.first_call, host=host
     )
 
 
@@ -224,7 +224,9 @@ def run_sweep(
             },
         )
     try:
-        result = _measure(studio, group_id, entries, own, warmup, rounds, progress, should_stop)
+        result = _measure(
+            studio, group_id, entries, own, warmup, rounds=rounds, progress=progress, should_stop=should_stop
+        )
     except BaseException as exc:
         for entry in entries:
             if entry.pending is not None and entry.result is None and entry.error is None:
@@ -255,8 +257,9 @@ def _measure(
     threads = cpu_threads.choose(entries[0].request)  # one thread policy for every configuration: a fair race
     rounds = max(1, rounds)
     tracker = Tracker([e.label for e in entries], warmup, rounds, progress, should_stop)
+    slots = {e.label: (name, e.label) if e.label in own else None for e in entries}
     calls = {
-        e.label: _call(studio, e, (name, e.label) if e.label in own else None, tracker, i == 0, threads)
+        e.label: _call(studio, e, slots[e.label], tracker, is_baseline=i == 0, threads=threads)
         for i, e in enumerate(entries)
     }
     stopped: Cancelled | None = None
@@ -291,7 +294,9 @@ def _settle(studio: Studio, entries: list[Entry], warmup: int, rounds: int, host
         warm, timed = seconds[entry.label]
         base_timed = None if base.error is not None else seconds[base.label][1]  # else no speedup
         if len(timed) < rounds:
-            entry.partial = _partial(entry, warm, timed, base_timed, host, entry is base) if timed else None
+            entry.partial = (
+                _partial(entry, warm, timed, base_timed, host, is_base=entry is base) if timed else None
+            )
             continue
         entry.calls = entry.calls[len(warm) :]
         extra: dict[str, Any] = {"warmup_unsettled": protocol.unsettled(timed)}
@@ -318,4 +323,6 @@ def _partial(
     metrics = run_metrics(entry.request, merged, extra)
     run_id = entry.pending.run_id if entry.pending is not None else None
     images = merged.measured.images
-    return RunResult(run_id, entry.request, metrics, [], [], images, {}, merged.applied)
+    return RunResult(
+        run_id, entry.request, metrics, images=[], image_paths=[], arrays=images, applied=merged.applied
+    )

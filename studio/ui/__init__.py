@@ -21,7 +21,8 @@ import gradio as gr
 from studio.engine import Studio
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
-from studio.ui.mcp_tools import hide_form_endpoints, mcp_enabled, register_mcp_tools
+from studio.ui.mcp_server import hide_form_endpoints
+from studio.ui.mcp_tools import mcp_enabled, register_mcp_tools
 from studio.ui.tabs.autotune import autotune_tab
 from studio.ui.tabs.benchmark import benchmark_tab
 from studio.ui.tabs.compare import compare_tab, ladder_tab

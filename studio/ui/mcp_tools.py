@@ -7,8 +7,9 @@ has the field's name (`studio.request.REQUEST_FIELDS`) and reaches `build_reques
 records of `python -m studio generate|compare|autotune|history --json` (`/system`'s for `system`), `generate`
 also the image: as JSON text, image content and a URL to an agent; as objects and a downloaded PNG to a
 `gradio_client` user of the endpoints `/mcp_generate`, ... An engine error reaches the agent as its sentence.
-Gradio serves every public endpoint as a tool: `hide_form_endpoints` keeps the form endpoints (`/generate`,
-...) out of the tool list and the schema, not out of the API. `STUDIO_MCP=0` turns the MCP server off.
+Gradio serves every public endpoint as a tool: `studio.ui.mcp_server.hide_form_endpoints` keeps the form
+endpoints (`/generate`, ...) out of the tool list and the schema, not out of the API. `STUDIO_MCP=0` turns the
+MCP server off.
 """
 
 import json
@@ -17,8 +18,6 @@ from typing import Any, Literal
 
 import gradio as gr
 from gradio import processing_utils, utils
-from gradio.mcp import GradioMCPServer
-from gradio_client import utils as client_utils
 from PIL import Image
 
 from studio import report
@@ -32,10 +31,9 @@ from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
 from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors, stop_check
+from studio.ui.mcp_server import json_text
 
 TOOLS = ("generate", "compare", "autotune", "history", "system")
-NOT_A_TOOL = "studio-form"  # Gradio's MCP server lists a function only when its `_mcp_type` is "tool"/unset
-STUDIO_MCP = "_studio_mcp"  # marks a Blocks that `mcp_fixes` apply to, and GradioMCPServer once they are in
 Record = dict[str, Any]
 
 
@@ -44,14 +42,9 @@ def mcp_enabled() -> bool:
     return os.environ.get("STUDIO_MCP", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _json(data: Any) -> str:
-    """An answer as JSON text (an agent's; Gradio's MCP server would write a dict with Python's str())."""
-    return json.dumps(data, default=str, ensure_ascii=False)
-
-
 def _plain(data: Any) -> Any:
     """An answer as plain JSON values (what `gradio_client` receives; paths and dates as strings)."""
-    return json.loads(_json(data))
+    return json.loads(json_text(data))
 
 
 def _png(image: Image.Image) -> gr.FileData:
@@ -209,7 +202,14 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             confirm_rounds: Interleaved baseline/winner rounds that confirm the winner.
         """
         req = build_request(**request_fields(locals()))  # as in generate; the baseline: fp32, no technique
-        checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
+        checked = validate_autotune(
+            min_psnr=min_psnr,
+            min_ssim=min_ssim,
+            fidelity_drop=fidelity_drop,
+            warmup=warmup,
+            repeats=rounds,
+            confirm_rounds=confirm_rounds,
+        )
         result = autotune_mod.run_autotune(
             studio,
             req,
@@ -246,7 +246,15 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             until: Only runs up to this date or time (ISO 8601).
             limit: The most runs to return.
         """
-        f = validate_history(model, device, status, technique, since, until, limit)
+        f = validate_history(
+            model=model,
+            device=device,
+            status=status,
+            technique=technique,
+            since=since,
+            until=until,
+            limit=limit,
+        )
         return _plain([report.log_record(r) for r in studio.history(f)])
 
     @engine_errors
@@ -266,65 +274,3 @@ def register_mcp_tools(studio: Studio) -> dict[str, Any]:
     for name, fn in tools.items():
         gr.api(fn, api_name=f"mcp_{name}")
     return tools
-
-
-def hide_form_endpoints(demo: gr.Blocks, tools: dict[str, Any]) -> None:
-    """Keep the form endpoints (`/generate`, `/compare`, ...) out of the MCP tools; the API keeps them.
-
-    Gradio 6.31 has no per-event MCP switch (`api_visibility` would hide them from `gradio_client` too): it
-    marks the functions (`_mcp_type`, which `gr.resource`/`gr.prompt` set and list_tools reads) and turns
-    on `mcp_fixes` for this Blocks. tests/ui/test_mcp.py checks the tool list and the schema.
-    """
-    keep = set(map(id, tools.values()))
-    for block_fn in demo.fns.values():
-        if block_fn.fn is not None and block_fn.api_visibility == "public" and id(block_fn.fn) not in keep:
-            block_fn.fn._mcp_type = NOT_A_TOOL
-    setattr(demo, STUDIO_MCP, True)
-    mcp_fixes()
-
-
-def mcp_fixes() -> None:
-    """Three narrow changes to Gradio 6.31's `GradioMCPServer` (pinned), installed once, for the Blocks that
-    `hide_form_endpoints` marked (other apps' servers behave as before):
-    - `get_tool_to_endpoint` maps every public endpoint to a tool (`generate_1`, `_lambda_`, ...); call_tool,
-      list_tools and `/gradio_api/mcp/schema` (which the page's API/MCP view lists, ignoring `_mcp_type`)
-      all read that map: the marked functions leave it.
-    - `_execute_tool_without_progress` (a queued call whose client asks for no progress) wraps the result
-      in a list, so two outputs became one tuple's str(): they are spread, as the progress path has them.
-    - `postprocess_output_data` writes an output that is no file with str(), a dict as Python's repr: a dict
-      or a list is written as JSON.
-    """
-    if getattr(GradioMCPServer, STUDIO_MCP, False):
-        return
-    tool_map = GradioMCPServer.get_tool_to_endpoint
-    without_progress = GradioMCPServer._execute_tool_without_progress
-    to_content = GradioMCPServer.postprocess_output_data
-
-    def get_tool_to_endpoint(self: GradioMCPServer) -> dict[str, str]:
-        return {tool: name for tool, name in tool_map(self).items() if not _a_form(self, name)}
-
-    async def execute_tool_without_progress(self: GradioMCPServer, job: Any) -> list[Any]:
-        outputs = await without_progress(self, job)
-        return list(outputs[0]) if _ours(self) and isinstance(outputs[0], tuple) else outputs
-
-    def postprocess_output_data(self: GradioMCPServer, data: Any, root_url: str) -> list[Any]:
-        data = [_json(d) if _ours(self) and _an_object(d) else d for d in data]
-        return to_content(self, data, root_url)
-
-    GradioMCPServer.get_tool_to_endpoint = get_tool_to_endpoint
-    GradioMCPServer._execute_tool_without_progress = execute_tool_without_progress
-    GradioMCPServer.postprocess_output_data = postprocess_output_data
-    setattr(GradioMCPServer, STUDIO_MCP, True)
-
-
-def _ours(server: GradioMCPServer) -> bool:
-    return getattr(server.blocks, STUDIO_MCP, False)  # a Blocks that `hide_form_endpoints` marked
-
-
-def _a_form(server: GradioMCPServer, endpoint: str) -> bool:
-    block_fn = server.get_block_fn_from_endpoint_name(endpoint)
-    return getattr(getattr(block_fn, "fn", None), "_mcp_type", None) == NOT_A_TOOL
-
-
-def _an_object(output: Any) -> bool:  # a file stays a file: Gradio sends it as image content and its URL
-    return isinstance(output, dict | list) and not client_utils.is_file_obj_with_meta(output)

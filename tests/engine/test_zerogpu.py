@@ -29,6 +29,7 @@ class Req:
     steps: int = 30
     width: int = 512
     height: int = 512
+    opts: tuple[str, ...] = ()
 
 
 class StandInSpaces(types.ModuleType):

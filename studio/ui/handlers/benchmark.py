@@ -178,7 +178,14 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         card into the studio's home: its summary, contact sheet, files and the card; `configs` (one per line)
         are measured instead of the auto-tuner's search within `budget_s` seconds per model."""
         should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        options = validate_options(models, budget_s, config_lines(configs), rounds, warmup, device)
+        options = validate_options(
+            models=models,
+            budget_s=budget_s,
+            configs=config_lines(configs),
+            rounds=rounds,
+            warmup=warmup,
+            device=device,
+        )
         try:
             done = run_benchmark(
                 options,

@@ -114,7 +114,14 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         against it in interleaved rounds."""
         should_stop = stop_check(cancels, request)
         req = form_request(fields)
-        checked = validate_autotune(min_psnr, min_ssim, fidelity_drop, warmup, rounds, confirm_rounds)
+        checked = validate_autotune(
+            min_psnr=min_psnr,
+            min_ssim=min_ssim,
+            fidelity_drop=fidelity_drop,
+            warmup=warmup,
+            repeats=rounds,
+            confirm_rounds=confirm_rounds,
+        )
         try:
             result = run_autotune(
                 studio,
