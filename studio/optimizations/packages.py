@@ -97,8 +97,9 @@ def architecture(module: torch.nn.Module) -> str:
     config, parameter and buffer names, shapes, dtypes and layouts, and its attention processors."""
     digest = hashlib.sha256(type(module).__qualname__.encode())
     config = getattr(module, "config", None)
-    if config is not None:
-        digest.update(json.dumps(dict(config), sort_keys=True, default=str).encode())
+    if config is not None:  # its own keys; diffusers' bookkeeping ("_use_default_values": a set's order) not
+        settings = {k: v for k, v in dict(config).items() if not k.startswith("_")}
+        digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     for name, sub in module.named_modules():
         digest.update(
             f"{name}:{type(sub).__qualname__}:{type(getattr(sub, 'processor', None)).__name__}".encode()

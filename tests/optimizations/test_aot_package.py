@@ -209,3 +209,29 @@ def test_the_cpu_probe_is_remembered_only_where_every_declared_set_passed(tmp_pa
     (tmp_path / packages.ISA_FILE).write_text(json.dumps({**noted, "valid": noted["valid"][1:]}))
     packages.skip_known_isa_probe(tmp_path)
     assert config.cpp.vec_isa_ok is None, "a set that failed its probe keeps the probe"
+
+
+def test_the_architecture_digest_is_the_same_in_every_process():
+    """A model built in code (the *-arch models) lists its config's defaulted keys from a set, whose order
+    changes with each process's hash seed: the digest must not, or no later process finds the package."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch\nfrom pipelines.architectures import models\nfrom studio.optimizations import packages\n"
+        "with torch.device('meta'):\n    print(packages.architecture(models('sd15')['unet']))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1, digests
