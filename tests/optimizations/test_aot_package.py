@@ -219,7 +219,8 @@ def test_the_architecture_digest_is_the_same_in_every_process():
     import sys
 
     probe = (
-        "import torch\nfrom pipelines.architectures import models\nfrom studio.optimizations import packages\n"
+        "import torch\nfrom pipelines.architectures import models\n"
+        "from studio.optimizations import packages\n"
         "with torch.device('meta'):\n    print(packages.architecture(models('sd15')['unet']))"
     )
     root = Path(__file__).resolve().parents[2]
