@@ -1,11 +1,12 @@
 """The GPU kit and runner without a GPU: the kit's wheel list agrees with the requirements files, its checks
-judge wheels as intended, the floors are judged only under their own conditions, and
+judge wheels as intended, the speed targets are judged only under their own conditions, and
 `bash benchmarks/gpu/run.sh --dry-run` writes every section and file the GPU run writes."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from packaging.requirements import Requirement
 from PIL import Image
 
-from benchmarks.gpu import autotune_cache, common, floors, kit, kit_build, ladder, merge, plan, techniques
+from benchmarks.gpu import autotune_cache, common, kit, kit_build, ladder, merge, plan, targets, techniques
 from benchmarks.gpu import report as gpu_report
 from studio import report as studio_report
 
@@ -106,21 +107,21 @@ def rung(step: str, seconds: float, speedup: float | None) -> dict:
     }
 
 
-def test_floors_are_judged_only_under_their_own_conditions():
+def test_targets_are_judged_only_under_their_own_conditions():
     rows = [rung("fp32", 3.0, None), rung("SDPA", 0.3, 10.0)]
-    judged = {f["target"]: f for f in floors.judged(results_with(rows))}
+    judged = {f["target"]: f for f in targets.judged(results_with(rows))}
     seconds, speedup, sdxl, *flux = judged.values()
     assert (seconds["met"], seconds["value"], seconds["config"]) == (True, 0.3, "SDPA")
     assert (speedup["met"], speedup["value"]) == (True, 10.0)
     assert sdxl["met"] is None and sdxl["note"] == "not measured in this run"
     assert [f["met"] for f in flux] == [None, None]
-    slower = floors.judged(results_with([rung("fp32", 3.0, None), rung("SDPA", 0.7, 4.3)]))
+    slower = targets.judged(results_with([rung("fp32", 3.0, None), rung("SDPA", 0.7, 4.3)]))
     assert [f["met"] for f in slower] == [False, False, None, None, None]
     for elsewhere in (results_with(rows, device="cpu"), results_with(rows, side=256)):
-        assert [f["met"] for f in floors.judged(elsewhere)] == [None] * 5
+        assert [f["met"] for f in targets.judged(elsewhere)] == [None] * 5
 
 
-def test_a_floor_for_any_configuration_takes_those_that_change_the_image_and_says_so():
+def test_a_target_for_any_configuration_takes_those_that_change_the_image_and_says_so():
     def row(technique: str, applied: list[str], seconds: float, psnr: float) -> dict:
         return {
             "technique": technique,
@@ -142,7 +143,7 @@ def test_a_floor_for_any_configuration_takes_those_that_change_the_image_and_say
         ],
     }
     data = {**results_with([]), "techniques": {"flux": section}}
-    keep, fast = [f for f in floors.judged(data) if f["role"] == "flux"]
+    keep, fast = [f for f in targets.judged(data) if f["role"] == "flux"]
     assert (keep["met"], keep["value"], keep["note"]) == (True, 3.5, "")
     assert (fast["met"], fast["value"], fast["config"]) == (
         True,
@@ -152,13 +153,13 @@ def test_a_floor_for_any_configuration_takes_those_that_change_the_image_and_say
     assert "changes the image: PSNR 31.5 dB" in fast["note"]
 
 
-def test_runs_merge_and_their_floors_are_judged_again():
+def test_runs_merge_and_their_targets_are_judged_again():
     first = results_with([rung("fp32", 3.0, None)])
     second = results_with([rung("fp32", 3.0, None), rung("SDPA", 0.3, 10.0)])
     second["notes"] = ["ladder on sdxl-arch (sdxl): not run (out of time)"]
     merged = merge.merge([first, second])
     assert merged["ladder"]["sd15"]["rows"][-1]["step"] == "SDPA"
-    assert merged["floors"][0]["met"] is True and merged["notes"] == [f"run 2: {second['notes'][0]}"]
+    assert merged["targets"][0]["met"] is True and merged["notes"] == [f"run 2: {second['notes'][0]}"]
     with pytest.raises(SystemExit, match="different devices"):
         merge.merge([first, results_with([], device="cpu")])
 
@@ -216,7 +217,7 @@ def test_techniques_with_settings_are_measured_as_written(tmp_path):
 
 
 def test_each_compiled_rung_is_measured_beside_fp32_on_its_own(tmp_path, monkeypatch):
-    """A compile the machine's limit cuts off costs its own row only; `--rungs compiled` skips the eager
+    """A compile a time limit cuts off costs its own row only; `--rungs compiled` skips the eager
     rungs but fp32, which each compiled rung is measured against."""
     args = ["--dry-run", "--with-compile", "--out", str(tmp_path), "--work", str(tmp_path)]
     sweeps = []
@@ -247,7 +248,7 @@ def test_each_compiled_rung_is_measured_beside_fp32_on_its_own(tmp_path, monkeyp
         assert rows["CUDA graphs (reduce-overhead)"]["status"] == "ok"
         assert "out of memory" in rows["torch.compile max-autotune"]["error"]
         assert ("compiled rungs only" in (rows["SDPA"].get("error") or "")) == (rungs == "compiled")
-        # a run the machine's limit stops mid-compile still reports every rung, measured or why not
+        # a run a time limit stops mid-compile still reports every rung, measured or why not
         first = next(rows for done, rows in puts if len(done) == len(sweeps) - 2)
         assert [r["step"] for r in first] == list(rows)
         puts.clear()
@@ -283,7 +284,7 @@ def autotune_file(cache: dict) -> dict:
     return {"system": {"device": {"name": "NVIDIA H100 80GB HBM3"}, "hash": "0a1b2c"}, "cache": cache}
 
 
-def test_autotuning_timings_carried_between_leases_merge_shape_by_shape(tmp_path):
+def test_autotuning_timings_carried_between_runs_merge_shape_by_shape(tmp_path):
     earlier, later = tmp_path / "earlier", tmp_path / "later"
     earlier.mkdir(), later.mkdir()
     (earlier / "0a1b2c").write_text(json.dumps(autotune_file({"mm": {"a": {"c1": 1.0, "c2": 2.0}}})))
@@ -302,26 +303,68 @@ def test_autotuning_timings_carried_between_leases_merge_shape_by_shape(tmp_path
     assert not (tmp_path / "out").exists(), "nothing timed, nothing returned"
 
 
+def test_the_benchmark_has_no_budget_unless_given_one(tmp_path):
+    args = ["--dry-run", "--out", str(tmp_path), "--work", str(tmp_path)]
+    assert plan.from_args(plan.parser().parse_args(args)).left() == math.inf
+    assert 0 < plan.from_args(plan.parser().parse_args([*args, "--budget-s", "30"])).left() <= 30
+
+
+def test_the_kit_size_is_held_only_to_a_limit_given():
+    mib = kit_build.MIB
+    assert kit_build.check_size(10 * mib, 500 * mib, None) == "kit: 10.0 MiB; with the tracked tree 500.0 MiB"
+    assert kit_build.check_size(10 * mib, 30 * mib, 64).endswith("30.0 MiB (size limit 64 MiB)")
+    with pytest.raises(SystemExit, match="exceed the size limit you gave \\(--max-mib 64\\)"):
+        kit_build.check_size(10 * mib, 65 * mib, 64)
+
+
+def test_results_written_before_the_targets_had_their_name_are_read_back():
+    """Earlier results.json files keep the judged targets under `floors`: the report and a merge read them."""
+    old = results_with([rung("fp32", 3.0, None), rung("SDPA", 0.3, 10.0)])
+    old["floors"] = targets.judged(old)
+    text = gpu_report.markdown(old)
+    assert "## Targets" in text and "| sd15-arch 512x512, 50 steps: best keep-the-math" in text
+    merged = merge.merge([old])
+    assert "floors" not in merged and merged["targets"][0]["met"] is True
+
+
+@pytest.mark.slow
+def test_run_sh_takes_its_output_folder_and_time_limit_as_options(tmp_path):
+    """`--out` names the folder; a `--time-limit-s` already spent before the benchmark starts none."""
+    empty = tmp_path / "carried"
+    empty.mkdir()
+    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), "GPU_AUTOTUNE_CACHE": str(empty)}
+    out = tmp_path / "elsewhere"
+    command = ["bash", "benchmarks/gpu/run.sh", "--dry-run", "--part", "bench", "--time-limit-s", "1"]
+    done = subprocess.run(
+        [*command, "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "benchmark: not started" in (out / "bench.log").read_text()
+    assert not (out / "results.json").exists()
+    wrong = subprocess.run(
+        ["bash", "benchmarks/gpu/run.sh", "--time-limit-s", "ten"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert wrong.returncode == 2 and "--time-limit-s must be a whole number" in wrong.stderr
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """`bash benchmarks/gpu/run.sh --dry-run` once for the module: its $OUT, its output and results.json."""
+    """`bash benchmarks/gpu/run.sh --dry-run` once for the module, with no time limit (the default): its
+    output folder, its output and results.json."""
     tmp = tmp_path_factory.mktemp("gpu-dry-run")
     out = tmp / "out"
-    carried = (
-        tmp / "carried"
-    )  # an earlier run's autotuning timings, as benchmarks/gpu/autotune-cache holds them
+    carried = tmp / "carried"  # an earlier run's autotuning timings, as benchmarks/gpu/autotune-cache holds
     carried.mkdir()
     (carried / "0a1b2c").write_text(json.dumps(autotune_file({"mm": {"8192x320": {"0.5": 0.01}}})))
     env = {
         **os.environ,
-        "OUT": str(out),
         "PYTHON": sys.executable,
         "OMP_NUM_THREADS": "1",
         "TMPDIR": str(tmp),
         "GPU_AUTOTUNE_CACHE": str(carried),
     }
     done = subprocess.run(
-        ["bash", "benchmarks/gpu/run.sh", "--dry-run", "--models", "sd15,sdxl,flux"],  # sd3: flux's code
+        ["bash", "benchmarks/gpu/run.sh", "--dry-run", "--out", str(out), "--models", "sd15,sdxl,flux"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -340,7 +383,7 @@ def test_the_dry_run_writes_every_file_and_section(dry_run):
     returned = json.loads((out / "autotune-cache" / "0a1b2c").read_text())
     assert returned["cache"] == {"mm": {"8192x320": {"0.5": 0.01}}}, "the carried timings go back out"
     assert data["dry_run"] and data["status"] == "complete" and data["device"] == "cpu", data["notes"]
-    for section in ("environment", "techniques", "memory", "ladder", "compute-limit", "floors"):
+    for section in ("environment", "techniques", "memory", "ladder", "compute-limit", "targets"):
         assert data[section], f"{section} is empty"
     assert data["environment"]["xformers"] and data["environment"]["torch"]
     text = (out / "results.md").read_text()
@@ -348,6 +391,7 @@ def test_the_dry_run_writes_every_file_and_section(dry_run):
     with Image.open(out / "images.png") as sheet:
         assert sheet.format == "PNG" and sheet.width > 500
     assert "GPU tests" in stdout and "tests exit status: 0" in stdout
+    assert "no budget" in (out / "bench.log").read_text(), "no time limit given: everything runs"
 
 
 @pytest.mark.slow
@@ -381,7 +425,7 @@ def test_the_dry_run_measures_techniques_and_memory_or_says_why_not(dry_run):
 
 
 @pytest.mark.slow
-def test_the_dry_run_climbs_the_ladder_and_judges_no_floor(dry_run):
+def test_the_dry_run_climbs_the_ladder_and_judges_no_target(dry_run):
     data = dry_run[2]
     ladder = {r["step"]: r for r in data["ladder"]["sd15"]["rows"]}
     assert ladder["fp32"]["verdict"] == "baseline" and ladder["SDPA"]["status"] == "ok"
@@ -393,5 +437,5 @@ def test_the_dry_run_climbs_the_ladder_and_judges_no_floor(dry_run):
     )
     per_image = limit["unet_gflops_per_call"] * limit["unet_calls"]
     assert limit["gflops_per_image"] == pytest.approx(per_image, abs=0.005 * limit["unet_calls"])  # rounding
-    assert [f["met"] for f in data["floors"]] == [None] * len(floors.FLOORS)
-    assert all(f["value"] > 0 for f in data["floors"])
+    assert [t["met"] for t in data["targets"]] == [None] * len(targets.TARGETS)
+    assert all(t["value"] > 0 for t in data["targets"])

@@ -1,11 +1,12 @@
 """Inductor's autotuning results, carried from one run on the GPU machine to the next.
 
 torch.compile's max-autotune benchmarks every GEMM and convolution template for each shape while it compiles
-(on an H100, 4-40 s per shape for SD 1.5's UNet: more than one 10-minute command holds). Inductor keeps the
-timings in a local cache, one JSON file per GPU, CUDA and Triton version (`$TORCHINDUCTOR_CACHE_DIR/cache/`),
-written after each shape. `run.sh` merges the carried files (`benchmarks/gpu/autotune-cache/`) into that
-folder before the benchmark and copies it back into `$OUT/autotune-cache/` after it, so a compile cut off by
-the limit resumes from the shapes already timed, on the warm machine or on the next machine's:
+(on an H100, 4-40 s per shape for SD 1.5's UNet: minutes in all, more than a command with a time limit may
+hold). Inductor keeps the timings in a local cache, one JSON file per GPU, CUDA and Triton version
+(`$TORCHINDUCTOR_CACHE_DIR/cache/`), written after each shape. `run.sh` merges the carried files
+(`benchmarks/gpu/autotune-cache/`) into that folder before the benchmark and copies it back into the output
+folder's `autotune-cache/` after it, so a compile cut off by a time limit resumes from the shapes already
+timed, on the same machine or on another with the same GPU, CUDA and Triton:
 
     python -m benchmarks.gpu.autotune_cache FROM_DIR INTO_DIR    # merge FROM_DIR's files into INTO_DIR
 

@@ -1,22 +1,24 @@
 """The GPU benchmark through the studio's engine, section by section, each written to results.json as it is
 measured (see `benchmarks.gpu.plan` for the numbers and `benchmarks.gpu.results` for the file).
 
-    python -m benchmarks.gpu [--dry-run] [--out DIR] [--models sd15,sdxl] [--sections ...] [--budget-s 540]
+    python -m benchmarks.gpu [--dry-run] [--out DIR] [--models sd15,sdxl] [--sections ...] [--budget-s S]
 
 Per model, in this order: memory (on a studio of its own, before anything else is on the device),
-compute-limit, techniques (and their reverts), ladder; then the floors. A section that fails is recorded with
-its error and the next one runs; once the budget is spent no new work starts, and an interrupt (the runner's
-time limit) still leaves the floors judged on what was measured.
+compute-limit, techniques (and their reverts), ladder; then the speed targets. A section that fails is
+recorded with its error and the next one runs; with `--budget-s`, once the budget is spent no new work starts
+(without it, everything runs); an interrupt (a time limit) still leaves the targets judged on what was
+measured.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from benchmarks.gpu import environment, floors, ladder, limit, memory, report, techniques
+from benchmarks.gpu import environment, ladder, limit, memory, report, targets, techniques
 from benchmarks.gpu.common import LOADS, new_studio, release
 from benchmarks.gpu.plan import ModelPlan, Plan, from_args, parser
 from benchmarks.gpu.results import Results
@@ -42,10 +44,11 @@ def _section(
     if plan.left() < 0:
         results.note(f"{where}: not run (out of time)")
         return
-    log.info("%s: %.0f s left", where, plan.left())
+    left = plan.left()
+    log.info("%s: %s", where, f"{left:.0f} s left" if math.isfinite(left) else "no budget")
     try:
         run(plan, model, *args, results)
-    except Exception as exc:  # one section's failure must not cost the others on a one-shot machine
+    except Exception as exc:  # one section's failure must not cost the others in a one-shot run
         log.exception("%s failed", where)
         results.note(f"{where} failed: {type(exc).__name__}: {exc}")
 
@@ -82,8 +85,8 @@ def main(argv: list[str] | None = None) -> None:
             run_model(plan, model, results)
     except KeyboardInterrupt:
         status = "stopped by the time limit"
-        log.warning("interrupted: judging the floors on what was measured")
-    floors.judge_all(results)
+        log.warning("interrupted: judging the targets on what was measured")
+    targets.judge_all(results)
     if status == "complete" and results.data["notes"]:
         status = "partial"
     results.finish(status)

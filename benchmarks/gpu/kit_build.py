@@ -1,7 +1,11 @@
 """Build and check the GPU kit (`make gpu-kit`): download the wheels of `kit.txt` for the machine's Python
 3.12 on x86-64 Linux, look for an xformers wheel built for its torch, and check that the kit installs offline.
 
-    .venv/bin/python -m benchmarks.gpu.kit_build [--kit .gpu-kit]
+    .venv/bin/python -m benchmarks.gpu.kit_build [--kit .gpu-kit] [--no-xformers] [--max-mib N]
+
+It prints the kit's size alone and with the files git tracks (what you copy to the GPU machine); with
+`--max-mib`, it stops with an error when the two together exceed that many MiB (for when what you can copy
+over is limited).
 
 The install check runs here, on this machine's Python (3.11 on the development machines): every wheel of the
 kit is pure Python or abi3, so it installs the same way; the engine's modules are then imported with `python
@@ -50,7 +54,7 @@ DOWNLOAD = [
     "cp",
     *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
 ]
-LIMIT = 64 * 2**20  # the working tree and the kit together, as the machine receives them
+MIB = 2**20
 IMPORTS = ("diffusers", "sqlite_utils", "sqlite_fts4", "click_default_group", "torchao", "tomesd")
 XFORMERS_TRIES = 3
 
@@ -180,9 +184,28 @@ def install_check(wheels: list[Path]) -> str:
 
 
 def tree_bytes() -> int:
-    """The bytes of the files git tracks (what the machine receives besides the kit)."""
+    """The bytes of the files git tracks (what is copied to the GPU machine besides the kit)."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     return sum((ROOT / f).stat().st_size for f in files.decode().split("\0") if f and (ROOT / f).is_file())
+
+
+def check_size(kit_bytes: int, total: int, max_mib: float | None) -> str:
+    """The line saying the kit's size alone and with the tracked files; with `max_mib` (the size limit you
+    gave), stops with an error when the two together exceed it.
+
+    Args:
+        kit_bytes: the kit's files.
+        total: the kit and the tracked files together.
+        max_mib: the most MiB the two may take together, or None for no size limit.
+    """
+    limit = f" (size limit {max_mib:g} MiB)" if max_mib is not None else ""
+    line = f"kit: {kit_bytes / MIB:.1f} MiB; with the tracked tree {total / MIB:.1f} MiB{limit}"
+    if max_mib is not None and total > max_mib * MIB:
+        raise SystemExit(
+            f"{line}: the tracked files and the kit together exceed the size limit you gave (--max-mib "
+            f"{max_mib:g}); leave out what the GPU machine does not need or give a larger limit"
+        )
+    return line
 
 
 def main() -> None:
@@ -191,6 +214,13 @@ def main() -> None:
     )
     parser.add_argument("--kit", type=Path, default=KIT_DIR)
     parser.add_argument("--no-xformers", action="store_true", help="skip the xformers search")
+    parser.add_argument(
+        "--max-mib",
+        type=float,
+        default=None,
+        help="stop with an error when the kit and the tracked files together exceed this many MiB "
+        "(default: no size limit)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     wheels = download(args.kit)
@@ -202,13 +232,11 @@ def main() -> None:
         raise SystemExit("the kit is not right:\n  " + "\n  ".join(problems))
     for wheel in wheels:
         name, version = wheel_id(wheel)
-        print(f"  {name} {version}  ({wheel.stat().st_size / 2**20:.1f} MiB)")
+        print(f"  {name} {version}  ({wheel.stat().st_size / MIB:.1f} MiB)")
     print(install_check(wheels))
     kit_bytes = sum(f.stat().st_size for f in args.kit.iterdir() if f.is_file())
     total = kit_bytes + tree_bytes()
-    print(f"kit: {kit_bytes / 2**20:.1f} MiB; with the tracked tree {total / 2**20:.1f} MiB (limit 64 MiB)")
-    if total > LIMIT:
-        raise SystemExit("the working tree and the kit exceed the 64 MiB the machine receives")
+    print(check_size(kit_bytes, total, args.max_mib))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ mode) -> CUDA graphs (reduce-overhead), cumulative.
 The rungs are `studio.sweeps.ladder.Rung`s with settings; a rung that cannot run here is skipped with the
 reason (`studio.sweeps.ladder.choose`). Sweeps through the engine's sweep helper, each with the fp32 rung
 first and every speedup against it in the same rounds: the eager rungs together, then each compiled rung on
-its own, so that a compile that runs past the machine's time limit takes neither the eager figures nor
+its own, so that a compile that runs past a time limit takes neither the eager figures nor
 another compiled rung's with it. `--rungs compiled` climbs the compiled rungs only (fp32 beside each).
 """
 
@@ -113,7 +113,7 @@ def _rows(planned: list, measured: dict[str, dict], why: dict[str, str]) -> list
 def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> list[dict[str, Any]]:
     """The ladder on one model plan; the records, one per rung, also in the results. The eager rungs in one
     sweep (unless the plan climbs the compiled rungs only), then each compiled rung in a sweep of its own with
-    the fp32 rung, so that a compile the machine's limit cuts off costs only its own row."""
+    the fp32 rung, so that a compile a time limit cuts off costs only its own row."""
     planned = plan_rungs(plan, base_request(plan, model))
     section = {"model": model.model, "side": model.side, "steps": model.steps}
     runnable = [p for p in planned if p[1] is not None]

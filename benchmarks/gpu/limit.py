@@ -4,9 +4,8 @@
   itself gives it: batch 2 with classifier-free guidance), times the calls its scheduler makes for the steps
   (PNDM: steps + 1): FLOPs per image;
 - the device's measured matmul peak in the baseline's dtype (best of a few n x n x n matmuls, synchronised);
-- FLOPs per image / peak = the seconds an image would take at that peak; the floors section divides them by
-the
-  best measured latency (the fraction of the peak the whole pipeline call reaches).
+- FLOPs per image / peak = the seconds an image would take at that peak; the targets section divides them
+  by the best measured latency (the fraction of the peak the whole pipeline call reaches).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def _row(result: Any, baseline: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 def measure(plan: Plan, model: ModelPlan, results: Results) -> list[dict[str, Any]]:
     """Peak memory of each of `configs()` on one model plan, written as it goes."""
-    request = base_request(plan, model, steps=plan.memory_steps, num_images=plan.memory_batch)
+    request = base_request(plan, model, steps=plan.memory_steps, batch=plan.memory_batch)
     section = {
         "model": model.model,
         "side": model.side,

@@ -1,5 +1,5 @@
-"""The results of several runs (separate 10-minute commands, e.g. `--models sd15 --sections ladder` and
-`--models sdxl`) as one results.json and results.md, the floors judged again on everything they measured.
+"""The results of several runs (separate commands, e.g. `--models sd15 --sections ladder` and `--models sdxl`)
+as one results.json and results.md, the targets judged again on everything they measured.
 
     python -m benchmarks.gpu.merge MERGED_DIR RUN_DIR [RUN_DIR ...]
 
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu.floors import judged
 from benchmarks.gpu.report import markdown
-from benchmarks.gpu.results import RESULTS, load
+from benchmarks.gpu.results import OLD_TARGETS, RESULTS, load
+from benchmarks.gpu.targets import judged
 
 PER_MODEL = ("techniques", "memory", "ladder", "compute-limit")
 
@@ -34,7 +34,8 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         merged["notes"] += [f"run {i}: {note}" for note in run.get("notes") or []]
     merged["status"] = "; ".join(f"run {i} {run.get('status')}" for i, run in enumerate(runs, 1))
     merged["started"], merged["finished"] = runs[0].get("started"), runs[-1].get("finished")
-    merged["floors"] = judged(merged)
+    merged.pop(OLD_TARGETS, None)  # a run from before the targets had their name
+    merged["targets"] = judged(merged)
     return merged
 
 

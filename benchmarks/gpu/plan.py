@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import tempfile
 import time
@@ -20,7 +21,7 @@ from studio.optimizations import REGISTRY
 from studio.optimizations.compile import MODES
 from studio.request import parse_config
 
-SECTIONS = ("memory", "compute-limit", "techniques", "ladder")  # per model, in this order; floors come last
+SECTIONS = ("memory", "compute-limit", "techniques", "ladder")  # per model, in this order; targets come last
 PROMPT = "a photo of an astronaut riding a horse on mars"
 DRY_PROMPT = "a big red circle on the left, on a white background"
 DRY_SKIP = {
@@ -32,10 +33,11 @@ DRY_SKIP = {
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """One model at one size and step count; `role` names the floors it is held to ('sd15', 'sdxl', 'flux',
-    'sd3'). `combinations` are whole configurations measured with the techniques, by name: "combination" keeps
-    the math, "fast" may change the image (fp8, a step cache). `baseline` is the precision every figure of the
-    model is against on a GPU (fp16 for the UNets, bf16 for the transformers, as they were trained)."""
+    """One model at one size and step count; `role` names the speed targets it is held to ('sd15', 'sdxl',
+    'flux', 'sd3'). `combinations` are whole configurations measured with the techniques, by name:
+    "combination" keeps the math, "fast" may change the image (fp8, a step cache). `baseline` is the precision
+    every figure of the model is against on a GPU (fp16 for the UNets, bf16 for the transformers, as they were
+    trained)."""
 
     role: str
     model: str
@@ -101,7 +103,7 @@ class Plan:
     matmul_n: int
     out: Path
     work: Path
-    deadline: float  # time.monotonic() by which the benchmark must have written its results
+    deadline: float  # time.monotonic() after which no new work starts (math.inf: no budget)
     prompt: str = PROMPT
     seed: int = 1
     skip: dict[str, str] = field(default_factory=dict)  # technique -> why it is not measured in this run
@@ -111,7 +113,7 @@ class Plan:
     techniques: tuple[str, ...] = ()  # the techniques section measures only these (COMBINATIONS too); () all
 
     def left(self) -> float:
-        """Seconds left before the deadline."""
+        """Seconds left before the deadline (math.inf without a budget)."""
         return self.deadline - time.monotonic()
 
 
@@ -129,7 +131,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sections", default="", help=f"comma-separated, from {', '.join(SECTIONS)} (default: all)"
     )
-    p.add_argument("--budget-s", type=float, default=540.0, help="stop starting new work after this long")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no new work after this many seconds (default: no budget, everything runs)",
+    )
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--group", type=int, default=8, help="configurations per Compare at most")
@@ -215,7 +222,7 @@ def from_args(args: argparse.Namespace) -> Plan:
         matmul_n=512 if dry else 2048 if small else 8192,
         out=args.out,
         work=work,
-        deadline=time.monotonic() + args.budget_s,
+        deadline=math.inf if args.budget_s is None else time.monotonic() + args.budget_s,
         prompt=DRY_PROMPT if small else PROMPT,
         skip=dict(DRY_SKIP) if small and not args.with_compile else {},
         compile_mode=args.compile_mode,

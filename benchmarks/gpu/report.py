@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu.contact_sheet import sheet
-from benchmarks.gpu.results import is_peak, load
+from benchmarks.gpu.results import is_peak, load, targets_of
 from studio import report
 
 DRY = (
@@ -49,7 +49,7 @@ def environment(env: dict[str, Any]) -> str:
     return table(["", ""], facts)
 
 
-def floors(rows: list[dict[str, Any]]) -> str:
+def targets(rows: list[dict[str, Any]]) -> str:
     met = {True: "met", False: "**not met**", None: "not judged"}
     body = [[r["target"], r["value"], r["config"], met[r["met"]], r.get("note") or ""] for r in rows]
     return table(["Target", "Measured", "Configuration", "Verdict", "Note"], body)
@@ -124,7 +124,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"Status: {data.get('status')}; started {data.get('started')}, finished {data.get('finished')}."
     )
     parts += ["## Environment", environment(data.get("environment") or {})]
-    parts += ["## Floors", floors(data.get("floors") or [])]
+    parts += ["## Targets", targets(targets_of(data))]
     parts += ["## Compute limit", compute_limit(data.get("compute-limit") or {})]
     for key, kind, columns in (
         ("techniques", "Techniques", TECHNIQUE_COLUMNS),

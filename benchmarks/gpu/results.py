@@ -1,5 +1,6 @@
-"""results.json, written again after every change: a run stopped by the machine's time limit still returns
-what it measured. Sections: environment, techniques, memory, ladder, compute-limit, floors."""
+"""results.json, written again after every change: a run stopped by a time limit still returns what it
+measured. Sections: environment, techniques, memory, ladder, compute-limit, targets (`floors` in results
+written before the speed targets had that name: `targets_of` reads either)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 from studio import report
 
-SECTIONS = ("environment", "techniques", "memory", "ladder", "compute-limit", "floors")
+SECTIONS = ("environment", "techniques", "memory", "ladder", "compute-limit", "targets")
+OLD_TARGETS = "floors"  # the targets' key in results written before they had their name
 RESULTS = "results.json"
 PEAK = "matmul"  # compute-limit's entries of the device's matmul peak: "matmul-<dtype>" ("matmul": fp16's)
 
@@ -51,7 +53,7 @@ class Results:
             "status": "running",
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             **{name: {} for name in SECTIONS},
-            "floors": [],
+            "targets": [],
             "notes": [],
         }
         self.save()
@@ -80,6 +82,11 @@ class Results:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(_plain(self.data), indent=2))
         os.replace(tmp, self.path)
+
+
+def targets_of(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The judged targets of a results document, new or from before the targets had their name."""
+    return data.get("targets") or data.get(OLD_TARGETS) or []
 
 
 def load(out: Path) -> dict[str, Any]:

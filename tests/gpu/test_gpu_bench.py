@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from benchmarks.gpu import bench, limit
+from benchmarks.gpu import bench, limit, targets
 from tests.tiny import request
 
 DEVICE = "cuda:0"
@@ -40,4 +40,5 @@ def test_every_section_runs_on_the_gpu_with_small_numbers(tmp_path):
     assert memory["model_cpu_offload"]["status"] == "ok", memory["model_cpu_offload"]["error"]
     assert all(r["status"] in ("ok", "skipped") for r in data["ladder"]["sd15"]["rows"])
     assert data["compute-limit"]["sd15"]["fraction_of_peak"] > 0
+    assert [t["target"] for t in data["targets"]] == [t.stated for t in targets.TARGETS]
     assert (tmp_path / "out" / "results.md").is_file() and (tmp_path / "out" / "images.png").is_file()

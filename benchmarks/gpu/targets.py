@@ -1,4 +1,4 @@
-"""The floors (targets) and the best configurations: what was measured, held to the targets it is for.
+"""The speed targets and the best configurations: what was measured, held to the targets it is for.
 
 - sd15-arch, 512x512, 50 steps: the best configuration that keeps the math takes <= 0.35 s per image and is
   >= x5 faster than fp32 (the ladder's speedup, from the same interleaved rounds as its fp32 rung);
@@ -19,7 +19,7 @@ from typing import Any
 from benchmarks.gpu.results import Results, is_peak
 
 # Techniques that keep the math (precision, layout, kernels, compilation, placement), as opposed to those that
-# approximate it (caches, skipped guidance, merged tokens, int8/fp8): the floors are for configurations made
+# approximate it (caches, skipped guidance, merged tokens, int8/fp8): the targets are for configurations made
 # of these only. A technique not listed here counts as an approximation.
 KEEPS_MATH = frozenset(
     {
@@ -54,7 +54,7 @@ def keeps_math(opts: list[str] | tuple[str, ...]) -> bool:
 
 
 @dataclass(frozen=True)
-class Floor:
+class Target:
     role: str
     model: str
     side: int
@@ -64,7 +64,8 @@ class Floor:
     keep_math: bool = True  # False: any configuration, those that change the image too
 
     @property
-    def target(self) -> str:
+    def stated(self) -> str:
+        """The target as a sentence: the model's size and steps, the configuration, the limit."""
         size = f"{self.model} {self.side}x{self.side}, {self.steps} steps"
         which = "best keep-the-math configuration" if self.keep_math else "best configuration (any)"
         if self.what == "seconds":
@@ -72,12 +73,12 @@ class Floor:
         return f"{size}: {which} >= x{self.limit:g} against fp32"
 
 
-FLOORS = (
-    Floor("sd15", "sd15-arch", 512, 50, "seconds", 0.35),
-    Floor("sd15", "sd15-arch", 512, 50, "speedup", 5.0),
-    Floor("sdxl", "sdxl-arch", 1024, 30, "seconds", 1.0),
-    Floor("flux", "flux-arch", 1024, 28, "seconds", 4.0),
-    Floor("flux", "flux-arch", 1024, 28, "seconds", 2.5, keep_math=False),
+TARGETS = (
+    Target("sd15", "sd15-arch", 512, 50, "seconds", 0.35),
+    Target("sd15", "sd15-arch", 512, 50, "speedup", 5.0),
+    Target("sdxl", "sdxl-arch", 1024, 30, "seconds", 1.0),
+    Target("flux", "flux-arch", 1024, 28, "seconds", 4.0),
+    Target("flux", "flux-arch", 1024, 28, "seconds", 2.5, keep_math=False),
 )
 
 
@@ -102,8 +103,8 @@ def best(
     return fastest, fp32
 
 
-def _value(floor: Floor, fastest: dict[str, Any], fp32: dict[str, Any] | None) -> tuple[float | None, str]:
-    if floor.what == "seconds":
+def _value(target: Target, fastest: dict[str, Any], fp32: dict[str, Any] | None) -> tuple[float | None, str]:
+    if target.what == "seconds":
         return fastest["seconds_per_image"], ""
     if "step" in fastest and fastest.get("speedup") is not None:
         low, high = fastest.get("speedup_min"), fastest.get("speedup_max")
@@ -115,21 +116,21 @@ def _value(floor: Floor, fastest: dict[str, Any], fp32: dict[str, Any] | None) -
     ], "against the ladder's fp32 (another sweep)"
 
 
-def judge(floor: Floor, data: dict[str, Any], device: str) -> dict[str, Any]:
-    """One floor against what `data` holds."""
-    fastest, fp32 = best(data, floor.role, floor.keep_math)
-    entry: dict[str, Any] = {"target": floor.target, "role": floor.role, "limit": floor.limit, "met": None}
+def judge(target: Target, data: dict[str, Any], device: str) -> dict[str, Any]:
+    """One target against what `data` holds."""
+    fastest, fp32 = best(data, target.role, target.keep_math)
+    entry: dict[str, Any] = {"target": target.stated, "role": target.role, "limit": target.limit, "met": None}
     if fastest is None:
         return {**entry, "value": None, "config": None, "note": "not measured in this run"}
-    value, note = _value(floor, fastest, fp32)
-    section = data["ladder"].get(floor.role) or data["techniques"].get(floor.role)
+    value, note = _value(target, fastest, fp32)
+    section = data["ladder"].get(target.role) or data["techniques"].get(target.role)
     as_stated = (section["model"], section["side"], section["steps"]) == (
-        floor.model,
-        floor.side,
-        floor.steps,
+        target.model,
+        target.side,
+        target.steps,
     )
     if value is not None and as_stated and device.startswith("cuda"):
-        entry["met"] = value <= floor.limit if floor.what == "seconds" else value >= floor.limit
+        entry["met"] = value <= target.limit if target.what == "seconds" else value >= target.limit
     else:
         measured = (
             f"{section['model']} {section['side']}x{section['side']}, {section['steps']} steps on {device}"
@@ -154,13 +155,13 @@ def fractions(data: dict[str, Any]) -> None:
 
 
 def judged(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every floor against `data` (results.json's content), after the compute-limit fractions."""
+    """Every target against `data` (results.json's content), after the compute-limit fractions."""
     fractions(data)
-    return [judge(f, data, data["device"]) for f in FLOORS]
+    return [judge(t, data, data["device"]) for t in TARGETS]
 
 
 def judge_all(results: Results) -> list[dict[str, Any]]:
-    """Every floor, and the compute-limit fractions, written to the results."""
-    floors = judged(results.data)
-    results.set("floors", floors)
-    return floors
+    """Every target, and the compute-limit fractions, written to the results."""
+    targets = judged(results.data)
+    results.set("targets", targets)
+    return targets
