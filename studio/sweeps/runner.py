@@ -144,17 +144,18 @@ def own_pipelines(studio: Studio, entries: list[Entry]) -> set[str]:
     return must
 
 
-def merge(calls: list[Computed], warmups: list[float], host: HostLoad | None) -> Computed:
-    """The rounds of one configuration as one measurement (images of the last round only)."""
+def merge(calls: list[Computed], warmups: list[float], host: HostLoad | None, warmed: Any = ()) -> Computed:
+    """The rounds of one configuration as one measurement (images of the last round only), with the phases
+    its calls and its warm-up calls (`warmed`) paid: a warm-up's compile among them."""
     runs = [
         dataclasses.replace(c.measured.runs[-1], images=c.measured.runs[-1].images[:0]) for c in calls[:-1]
     ]
     runs.append(calls[-1].measured.runs[-1])
     first, last = calls[0], calls[-1]
     measured = Measurement(runs=runs, warmups=warmups, memory_kind=last.measured.memory_kind)
-    return dataclasses.replace(
-        last, measured=measured, load_seconds=first.load_seconds, first_call=first.first_call, host=host
-    )
+    paid = {"first_call_phases": [e for c in (*warmed, *calls) for e in c.stats.get("first_call_phases", ())]}
+    kept = {"load_seconds": first.load_seconds, "first_call": first.first_call, "host": host}
+    return dataclasses.replace(last, measured=measured, stats={**last.stats, **paid}, **kept)
 
 
 def _call(
@@ -298,11 +299,12 @@ def _settle(studio: Studio, entries: list[Entry], warmup: int, rounds: int, host
                 _partial(entry, warm, timed, base_timed, host, is_base=entry is base) if timed else None
             )
             continue
-        entry.calls = entry.calls[len(warm) :]
+        warmed, entry.calls = entry.calls[: len(warm)], entry.calls[len(warm) :]
         extra: dict[str, Any] = {"warmup_unsettled": protocol.unsettled(timed)}
         if base_timed is not None:
             extra.update(protocol.speedup(base_timed, timed, is_reference=entry is base).fields())
-        entry.result = studio.finish(entry.pending, merge(entry.calls, warm, host), base.result, extra)
+        merged = merge(entry.calls, warm, host, warmed)
+        entry.result = studio.finish(entry.pending, merged, base.result, extra)
 
 
 def _partial(
@@ -315,7 +317,7 @@ def _partial(
 ) -> RunResult:
     """The rounds a configuration had when its sweep was cancelled, as an unlogged result: its figures, and
     its speedup over the rounds its reference ran too (no verdict: the rounds asked for did not all run)."""
-    merged = merge(entry.calls[len(warm) :], warm, host)
+    merged = merge(entry.calls[len(warm) :], warm, host, warmed=entry.calls[: len(warm)])
     extra: dict[str, Any] = {}
     if base_timed:
         fields = protocol.speedup(base_timed, timed, is_reference=is_base).fields()

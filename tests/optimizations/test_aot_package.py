@@ -236,3 +236,17 @@ def test_the_architecture_digest_is_the_same_in_every_process():
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1, digests
+
+
+def test_compare_says_which_phase_a_configurations_first_call_paid(home, tmp_path):
+    """Compare's record of a compiled configuration carries the phase its warm-up paid (the package loaded in
+    a new studio, or compiled where none is kept), as its run in the run log does."""
+    from studio.engine import Studio
+    from studio.sweeps.compare import run_compare
+
+    studio = Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")  # nothing compiled in memory
+    result = run_compare(studio, request(), ["aot_package"], warmup=1, rounds=1)
+    base, packaged = result.records
+    assert base["first_call_phase"] is None
+    assert packaged["first_call_phase"] in ("package", "cold") and packaged["prepare_s"] > 0, packaged
+    assert studio.runlog.get_run(packaged["run_id"])["first_call_phase"] == packaged["first_call_phase"]
