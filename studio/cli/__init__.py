@@ -12,6 +12,7 @@ from studio import settings
 from studio.cli.arguments import request_args, rounds_arg
 from studio.cli.benchmark import add_benchmark_parser, cmd_benchmark
 from studio.cli.output import emit, results_only_on_stdout
+from studio.cli.packages import add_packages_parser, cmd_packages
 from studio.cli.shard import add_shard_parser, cmd_shard
 from studio.errors import StudioError, describe
 
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("image", help="a PNG file")
     show.add_argument("--json", action="store_true")
     add_shard_parser(sub)
+    add_packages_parser(sub)
     add_benchmark_parser(sub)
     return parser
 
@@ -255,6 +257,7 @@ COMMANDS = {
     "show": cmd_show,
     "estimate": cmd_estimate,
     "shard": cmd_shard,
+    "packages": cmd_packages,
     "benchmark": cmd_benchmark,
 }
 
