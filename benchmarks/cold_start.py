@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from studio import devices
+from studio.optimizations import phases
 from studio.request.configs import parse_config
 
 PROMPT = "a big red circle on the left, on a white background"
@@ -138,24 +139,30 @@ def compared(model: str, root: Path, rounds: int) -> list[str]:
 
 
 def targets(model: str, results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """The cold-start targets, met or not, for the package and torch_compile's kept caches."""
+    """The cold-start targets, met or not, for the package and torch_compile's kept caches: a second process
+    that compiled again (its phase cold) has not met them, whatever its ratio."""
     lines = []
     for config in ("aot_package", "torch_compile"):
         warm = results.get(config, {}).get("warm")
         if warm is None:
             continue
         if model == "tiny-shapes":
-            met = warm["first_s"] <= TARGET_TINY_S
-            lines.append(
-                f"target: {config} warm first call <= {TARGET_TINY_S} s: {warm['first_s']:.2f} s "
-                f"({'met' if met else 'not met'})"
+            goal, figure, met = (
+                f"<= {TARGET_TINY_S} s",
+                f"{warm['first_s']:.2f} s",
+                warm["first_s"] <= TARGET_TINY_S,
             )
         else:
-            met = warm["ratio"] <= TARGET_RATIO
-            lines.append(
-                f"target: {config} warm first call <= x{TARGET_RATIO} of a steady call: "
-                f"x{warm['ratio']:.2f} ({'met' if met else 'not met'})"
+            goal, figure, met = (
+                f"<= x{TARGET_RATIO} of a steady call",
+                f"x{warm['ratio']:.2f}",
+                warm["ratio"] <= TARGET_RATIO,
             )
+        if warm["phase"] == phases.COLD:
+            met, figure = False, f"{figure}, but the second process compiled again"
+        lines.append(
+            f"target: {config} second process's first call {goal}: {figure} ({'met' if met else 'not met'})"
+        )
     return lines
 
 
