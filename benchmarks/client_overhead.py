@@ -27,7 +27,7 @@ from gradio_client import Client
 
 from benchmarks.timing import describe, overhead, times
 from studio.engine import Studio
-from studio.request import validate_request
+from studio.request import build_request
 from studio.ui import build_demo
 
 PROMPT = "a big red circle on the left, on a white background"
@@ -63,7 +63,7 @@ def main(rounds: int, steps: int) -> None:
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True)
     client = Client(url, verbose=False)
     reusing = Client(url, verbose=False, ssl_verify=ssl.create_default_context())
-    request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps)
+    request = build_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps)
     args = ("tiny-shapes", "", "auto", "fp32", [], PROMPT, "", 1, steps, 6.0, 64, 64, "default", "")
     try:
         timed = times(

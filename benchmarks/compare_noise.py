@@ -19,7 +19,7 @@ from pathlib import Path
 
 from studio import devices, report
 from studio.engine import Studio
-from studio.request import validate_request
+from studio.request import build_request
 from studio.sweeps.compare import run_compare
 
 PROMPT = "a big red circle on the left, on a white background"
@@ -33,7 +33,7 @@ def _spin() -> None:
 
 
 def compare(studio: Studio, configs: list[str], rounds: int, steps: int) -> str:
-    request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps)
+    request = build_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps)
     result = run_compare(studio, request, configs, warmup=1, rounds=rounds)
     host = result.sweep.host
     return (

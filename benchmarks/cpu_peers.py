@@ -40,7 +40,7 @@ from benchmarks.speed_floors import eval_fidelity
 from studio import devices
 from studio.engine import Studio
 from studio.measure import protocol
-from studio.request import validate_request
+from studio.request import build_request
 from studio.sweeps.compare import run_compare
 
 COMPILED = "channels_last+torch_compile[dynamic=false,freezing=true]"
@@ -160,7 +160,7 @@ def fidelity_of(studio: Studio, request) -> float | None:
 def run_group(name: str, peer: str, configs: list[str], which: str, rounds: int) -> None:
     home = tempfile.mkdtemp(prefix="bench-peers-")
     studio = Studio(db_path=f"{home}/runs.db", outputs=f"{home}/out")
-    request = validate_request(seed=1, **MODELS[which])
+    request = build_request(seed=1, **MODELS[which])
     result = run_compare(studio, request, configs, warmup=1, rounds=rounds)
     times = {r.request.config_label: r.metrics["latency_all"] for r in result.results if r is not None}
     print(f"\n{name} (group {result.group_id}, {rounds} rounds):", flush=True)

@@ -25,7 +25,7 @@ from pipelines import loader
 from pipelines.registry import SPECS
 from studio import cli
 from studio.manager import PipelineManager
-from studio.request import validate_request
+from studio.request import build_request
 
 PROMPT = "a big red circle on the left, on a white background"
 CONFIG_A = ["channels_last", "classic_attention", "vae_slicing"]
@@ -35,9 +35,9 @@ CONFIG_B = ["attention_slicing", "vae_tiling"]
 def switching(rounds: int) -> None:
     spec = SPECS["tiny-shapes"]
     manager = PipelineManager()
-    a = validate_request(model="tiny-shapes", prompt=PROMPT, opts=CONFIG_A)
-    b = validate_request(model="tiny-shapes", prompt=PROMPT, opts=CONFIG_B)
-    trace = validate_request(model="tiny-shapes", prompt=PROMPT, opts=["jit_trace_unet"])
+    a = build_request(model="tiny-shapes", prompt=PROMPT, optimizations=CONFIG_A)
+    b = build_request(model="tiny-shapes", prompt=PROMPT, optimizations=CONFIG_B)
+    trace = build_request(model="tiny-shapes", prompt=PROMPT, optimizations=["jit_trace_unet"])
     with manager.acquire(a):
         pass
 

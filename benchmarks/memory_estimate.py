@@ -29,13 +29,19 @@ def one(model: str, side: int, batch: int, opts: list[str]) -> dict:
     import torch
 
     from studio.engine import Studio, memory_estimate
-    from studio.request import validate_request
+    from studio.request import build_request
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as home:
         studio = Studio(db_path=f"{home}/runs.db", outputs=f"{home}/out")
-        request = validate_request(
-            model=model, prompt="a red circle", steps=1, width=side, height=side, num_images=batch, opts=opts
+        request = build_request(
+            model=model,
+            prompt="a red circle",
+            steps=1,
+            width=side,
+            height=side,
+            batch=batch,
+            optimizations=opts,
         )
         before = memory_estimate.estimate(studio.manager, request, studio.runlog)
         measured = studio.generate(request).metrics["peak_memory"]

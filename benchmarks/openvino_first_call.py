@@ -29,7 +29,7 @@ from studio.measure import bench
 from studio.measure.quality import psnr
 from studio.optimizations import openvino_int8 as int8
 from studio.optimizations import openvino_models as ovm
-from studio.request import validate_request
+from studio.request import build_request
 
 PHASES = {  # phase -> (owner, attribute) timed around each call
     "conversion": (ovm, "convert"),
@@ -124,14 +124,14 @@ def calls(args: argparse.Namespace) -> Iterator[tuple[float, float, dict[str, An
     }
     for seed in args.seeds:
         plain, quantized = (
-            validate_request(
+            build_request(
                 model=args.model,
                 prompt="a red circle",
                 width=args.side,
                 height=args.side,
                 steps=args.steps,
                 seed=seed,
-                opts=opts,
+                optimizations=opts,
                 settings=settings if opts else {},
             )
             for opts in ([], ["openvino"])

@@ -20,7 +20,7 @@ from benchmarks.compare_noise import _spin
 from studio import devices
 from studio.engine import Studio
 from studio.optimizations.runtime import physical_cores
-from studio.request import validate_request
+from studio.request import build_request
 
 PROMPT = "a big red circle on the left, on a white background"
 
@@ -31,8 +31,14 @@ def _request(config: str, fixed: bool, steps: int):
     if fixed:
         opts.append("threads")
         settings["threads"] = {"num_threads": physical_cores()}
-    return validate_request(
-        model="tiny-shapes", prompt=PROMPT, seed=1, steps=steps, opts=opts, settings=settings, device="cpu"
+    return build_request(
+        model="tiny-shapes",
+        prompt=PROMPT,
+        seed=1,
+        steps=steps,
+        optimizations=opts,
+        settings=settings,
+        device="cpu",
     )
 
 

@@ -44,7 +44,7 @@ from studio.engine import Studio
 from studio.manager import PipelineManager
 from studio.measure import bench, protocol
 from studio.optimizations import call_contexts
-from studio.request import parse_setting_args, validate_request
+from studio.request import build_request, parse_setting_args
 
 TINY_PROMPT = "a big red circle on the left, on a white background"
 
@@ -58,8 +58,8 @@ def _request(config: str, model: str, prompt: str, **kw):
     """'deepcache,cfg_cutoff deepcache.interval=4 cfg_cutoff.after=0.3' -> a validated request."""
     names, *settings = config.split()
     opts = [o for o in names.split(",") if o and o != "baseline"]
-    return validate_request(
-        model=model, prompt=prompt, opts=opts, settings=parse_setting_args(settings) or None, **kw
+    return build_request(
+        model=model, prompt=prompt, optimizations=opts, settings=parse_setting_args(settings) or None, **kw
     )
 
 

@@ -62,12 +62,18 @@ def measure_one(folder: str, config: str, steps: int) -> dict:
     from studio.manager import PipelineManager
     from studio.measure import bench
     from studio.measure.memory_probe import PeakMemory, rss
-    from studio.request import validate_request
+    from studio.request import build_request
     from studio.request.configs import parse_config
 
     opts, settings = parse_config("" if config == "fp32" else config)
-    request = validate_request(
-        model=folder, prompt="a photo", steps=steps, width=64, height=64, opts=opts, settings=settings
+    request = build_request(
+        model=folder,
+        prompt="a photo",
+        steps=steps,
+        width=64,
+        height=64,
+        optimizations=opts,
+        settings=settings,
     )
     with PipelineManager(load=loader.load).acquire(request) as prepared:
         _trim()

@@ -32,7 +32,7 @@ from benchmarks.cpu_peers import cpu_line
 from studio.engine import Studio
 from studio.manager import PipelineManager
 from studio.measure import protocol
-from studio.request import validate_request
+from studio.request import build_request
 from studio.sweeps.compare import run_compare
 
 COMPILED = "torch_compile[dynamic=false,freezing=true]"
@@ -97,7 +97,7 @@ def run_group(
     studio = Studio(
         db_path=f"{home}/runs.db", outputs=f"{home}/out", manager=PipelineManager(max_pipelines=8)
     )
-    request = validate_request(model="flux-tiny", prompt="a red circle", seed=1, steps=steps)
+    request = build_request(model="flux-tiny", prompt="a red circle", seed=1, steps=steps)
     result = run_compare(studio, request, ["bf16", *configs], warmup=1, rounds=rounds)
     times = {r.request.config_label: r.metrics["latency_all"] for r in result.results if r is not None}
     print(f"\n{name} (group {result.group_id}, {rounds} rounds, {steps} steps, 64x64):\n")

@@ -33,13 +33,13 @@ def say(**message) -> None:
 def serve(home: Path, seed: int) -> None:
     """One studio process: start up, then generate runs with random settings until killed."""
     from studio.engine import Studio
-    from studio.request import validate_request
+    from studio.request import build_request
 
     studio = Studio(db_path=home / "runs.db", outputs=home / "out")
     say(ready=os.getpid(), running=[r["id"] for r in studio.runlog.runs(status="running")])
     rng = random.Random(seed)
     while True:
-        request = validate_request(
+        request = build_request(
             model="tiny-shapes",
             prompt=PROMPT,
             seed=rng.randrange(1000),
@@ -55,7 +55,7 @@ def main(home: Path) -> None:
     # the imports every forked studio process shares (the packages import their names lazily: importing
     # `studio.engine` alone loads neither torch nor diffusers)
     from studio.engine import Studio  # noqa: F401
-    from studio.request import validate_request  # noqa: F401
+    from studio.request import build_request  # noqa: F401
 
     for line in sys.stdin:
         pid = os.fork()

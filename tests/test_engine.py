@@ -10,14 +10,14 @@ import torch
 from studio import report
 from studio.errors import Cancelled, RunFailed
 from studio.measure.protocol import verdict
-from studio.request import validate_request
+from studio.request import build_request
 from studio.sweeps.compare import run_compare
 
 PROMPT = "a small blue square at the top, on a black background"
 
 
 def request(**kw):
-    return validate_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 5, "steps": 3, **kw})
+    return build_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 5, "steps": 3, **kw})
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -47,7 +47,7 @@ def test_a_busy_host_is_a_warning_of_its_own(studio, monkeypatch):
 
 
 def test_generate_logs_an_ok_run_with_image_and_metrics(studio):
-    result = studio.generate(request(opts=["channels_last"]))
+    result = studio.generate(request(optimizations=["channels_last"]))
     row = studio.runlog.get_run(result.run_id)
     assert row["status"] == "ok"
     assert row["requested"] == ["channels_last"] and row["applied"] == ["channels_last"]
@@ -174,13 +174,13 @@ def test_unknown_words_are_ignored_with_a_warning_not_a_crash(studio):
 
 def test_a_recompile_storm_is_detected_and_reported(studio):
     results = [
-        studio.generate(request(opts=["jit_trace_unet"], width=side, height=side, steps=2))
+        studio.generate(request(optimizations=["jit_trace_unet"], width=side, height=side, steps=2))
         for side in (64, 72, 80, 88)
     ]
     assert [r.metrics["stats"]["trace_count"] for r in results] == [1, 2, 3, 4]
     assert [bool(own_warnings(r)) for r in results] == [False, False, False, True]
     assert "Recompile storm" in results[-1].warnings[0] and "4 times" in results[-1].warnings[0]
-    again = studio.generate(request(opts=["jit_trace_unet"], width=88, height=88, steps=2))
+    again = studio.generate(request(optimizations=["jit_trace_unet"], width=88, height=88, steps=2))
     assert own_warnings(again) == [], "a shape already traced builds nothing: no storm warning"
 
 
@@ -199,7 +199,7 @@ def test_pays_off_after_counts_the_images_that_repay_a_first_call_cost():
 
 
 def test_a_generated_run_in_the_shared_vocabulary(studio):
-    result = studio.generate(request(opts=["channels_last"]), warmup=1, repeats=2)
+    result = studio.generate(request(optimizations=["channels_last"]), warmup=1, repeats=2)
     record = report.single_record(result)
     assert record["config"] == "channels_last" and record["rounds"] == 2 and record["status"] == "ok"
     assert record["latency_s"] == pytest.approx(statistics.median(result.metrics["latency_all"]), abs=1e-4)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from studio.manager import PipelineManager
-from studio.request import validate_request
+from studio.request import build_request
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCELERATORS = ("cuda", "mps", "xpu")
@@ -75,7 +75,7 @@ def _import_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _request(device: str):
-    return validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, device=device)
+    return build_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, device=device)
 
 
 @pytest.mark.parametrize("gpus", [0, 2], ids=["cpu-only", "two-fake-gpus"])
@@ -135,13 +135,13 @@ def test_after_an_offload_the_next_plain_request_is_on_the_gpu_again(fake_gpus, 
     monkeypatch.setattr(diffusers.DiffusionPipeline, "enable_model_cpu_offload", offload)
     manager = PipelineManager()
     plain = _request("cuda:0")
-    offloaded = validate_request(
+    offloaded = build_request(
         model="tiny-shapes",
         prompt="a red circle",
         seed=1,
         steps=2,
         device="cuda:0",
-        opts=["model_cpu_offload"],
+        optimizations=["model_cpu_offload"],
     )
     for request in (plain, offloaded, plain):
         with manager.acquire(request):

@@ -12,7 +12,7 @@ from pipelines.registry import ASSETS
 from studio.errors import ModelLoadError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
-from studio.request import validate_request
+from studio.request import build_request
 
 PROMPT = "a small cyan circle at the bottom, on a grey background"
 
@@ -55,12 +55,12 @@ def remote_code(d: Path) -> None:
 )
 def test_a_failed_load_leaves_the_loaded_pipelines_serving(roots, damage):
     manager = PipelineManager()
-    good = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2)
+    good = build_request(model="tiny-shapes", prompt=PROMPT, steps=2)
     with manager.acquire(good) as prepared:
         before = bench.run_once(prepared, good).images
     bad_dir = broken_copy(roots, f"bad-{damage.__name__}", damage)
     with pytest.raises((ModelLoadError, ValueError)) as info:
-        bad = validate_request(model=str(bad_dir), prompt=PROMPT, steps=2, width=64, height=64)
+        bad = build_request(model=str(bad_dir), prompt=PROMPT, steps=2, width=64, height=64)
         with manager.acquire(bad):
             pass
     assert "remote code ran" not in str(info.value)
@@ -72,7 +72,7 @@ def test_a_failed_load_leaves_the_loaded_pipelines_serving(roots, damage):
 def test_missing_hub_model_offline_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_TOKEN", "hf_fakeSECRETtoken123")
-    req = validate_request(model="nobody/no-such-model", prompt=PROMPT, steps=2, width=64, height=64)
+    req = build_request(model="nobody/no-such-model", prompt=PROMPT, steps=2, width=64, height=64)
     with pytest.raises(ModelLoadError, match="Could not load 'nobody/no-such-model'") as info:
         with PipelineManager().acquire(req):
             pass
@@ -106,9 +106,9 @@ def test_a_vae_override_changes_the_image_and_only_its_own_pipeline(
     before and after, the shifted VAE's is brighter, and its folder and single file draw the same image."""
     monkeypatch.setenv("STUDIO_MODEL_ROOTS", str(shifted_vae))
     manager = PipelineManager()
-    base = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2)
-    folder = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2, vae=str(shifted_vae / "shifted"))
-    single = validate_request(
+    base = build_request(model="tiny-shapes", prompt=PROMPT, steps=2)
+    folder = build_request(model="tiny-shapes", prompt=PROMPT, steps=2, vae=str(shifted_vae / "shifted"))
+    single = build_request(
         model="tiny-shapes", prompt=PROMPT, steps=2, vae=str(shifted_vae / "shifted.safetensors")
     )
     assert folder.vae == str((shifted_vae / "shifted").resolve()) and base.vae is None
@@ -141,12 +141,12 @@ def test_a_vae_is_checked_like_a_model(shifted_vae, tmp_path, monkeypatch):
     }
     for name, message in refused.items():
         with pytest.raises(ValidationError, match=message):
-            validate_request(model="tiny-shapes", prompt=PROMPT, vae=name)
-    pipeline_folder = validate_request(model="tiny-shapes", prompt=PROMPT, vae=str(ASSETS / "tiny-shapes"))
+            build_request(model="tiny-shapes", prompt=PROMPT, vae=name)
+    pipeline_folder = build_request(model="tiny-shapes", prompt=PROMPT, vae=str(ASSETS / "tiny-shapes"))
     assert pipeline_folder.vae == str(ASSETS / "tiny-shapes"), "a pipeline folder lends its vae/"
     monkeypatch.setenv("STUDIO_MODEL_ALLOWLIST", "tiny-shapes")
     with pytest.raises(ValidationError, match="VAE 'owner/some-vae' is not in STUDIO_MODEL_ALLOWLIST"):
-        validate_request(model="tiny-shapes", prompt=PROMPT, vae="owner/some-vae")
+        build_request(model="tiny-shapes", prompt=PROMPT, vae="owner/some-vae")
 
 
 def test_a_vae_that_cannot_be_loaded_or_does_not_fit_is_a_sentence(tmp_path, monkeypatch):
@@ -164,7 +164,7 @@ def test_a_vae_that_cannot_be_loaded_or_does_not_fit_is_a_sentence(tmp_path, mon
         ),
     }
     for name, message in cases.items():
-        req = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2, vae=name)
+        req = build_request(model="tiny-shapes", prompt=PROMPT, steps=2, vae=name)
         with pytest.raises(ModelLoadError, match=message):
             with PipelineManager().acquire(req):
                 pass

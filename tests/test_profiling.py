@@ -9,7 +9,7 @@ from studio import report
 from studio.engine import profile_run as profiling
 from studio.errors import RunFailed, ValidationError
 from studio.report import profile_text
-from studio.request import validate_request
+from studio.request import build_request
 from studio.runlog import RunLog
 from studio.runlog.migrations import migrations
 
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def request(**kw):
-    return validate_request(
+    return build_request(
         **{"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": 3, "width": 64, "height": 64, **kw}
     )
 
 
 def test_a_profile_is_stored_with_its_run_and_reads_back(studio):
-    run = studio.profile(request(opts=["channels_last"]))
+    run = studio.profile(request(optimizations=["channels_last"]))
     row = studio.runlog.get_run(run.run_id)
     assert row["status"] == "ok" and row["requested"] == row["applied"] == ["channels_last"]
     stored = row["profile"]

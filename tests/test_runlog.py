@@ -74,7 +74,7 @@ def test_runs_record_the_vae_and_config_folder_they_were_loaded_with(tmp_path):
 
     from pipelines.registry import ASSETS
     from studio.engine.run_data import run_columns
-    from studio.request import validate_request
+    from studio.request import build_request
 
     path = tmp_path / "runs.db"
     old = Database(path)
@@ -84,7 +84,7 @@ def test_runs_record_the_vae_and_config_folder_they_were_loaded_with(tmp_path):
     log = RunLog(path)
     assert (log.runs()[0]["vae"], log.runs()[0]["single_file_config"]) == (None, None)
     vae = str(ASSETS / "tiny-shapes")
-    request = validate_request(model="tiny-shapes", prompt="a red circle", vae=vae)
+    request = build_request(model="tiny-shapes", prompt="a red circle", vae=vae)
     row = log.get_run(log.start_run(run_columns(request, 0, 1, None)))
     assert (row["vae"], row["single_file_config"]) == (vae, None)
 

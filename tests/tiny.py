@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from studio.measure import bench
-from studio.request import GenerationRequest, validate_request
+from studio.request import GenerationRequest, build_request
 
 PROMPT = "a big red circle on the left, on a white background"
 STEPS = 6  # what the techniques' tests (tests/optimizations) run unless they say otherwise
@@ -27,7 +27,7 @@ needs_torchao = pytest.mark.skipif(
 def request(opts: Any = (), settings: dict | None = None, steps: int = 4, **kw: Any) -> GenerationRequest:
     """tiny-shapes, seed 3, `steps` steps at the model's 64x64, with `opts` and their `settings`."""
     args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": steps, **kw}
-    return validate_request(opts=list(opts), settings=settings, **args)
+    return build_request(optimizations=list(opts), settings=settings, **args)
 
 
 def technique_request(
@@ -48,5 +48,5 @@ def fidelity(images: Any, prompt: str = PROMPT) -> dict:
     image."""
     from studio.measure.quality import prompt_fidelity
 
-    spec = validate_request(model="tiny-shapes", prompt=prompt).spec
+    spec = build_request(model="tiny-shapes", prompt=prompt).spec
     return prompt_fidelity(images[0], prompt, spec.hook("prompt_fidelity"))

@@ -16,7 +16,7 @@ from studio.engine import Studio
 from studio.manager import PipelineManager
 from studio.measure.bench import release_memory
 from studio.optimizations import REGISTRY
-from studio.request import GenerationRequest, validate_request
+from studio.request import GenerationRequest, build_request
 
 _studios = itertools.count(1)
 CPU_ONLY = frozenset({"cpu", "cpu-x86"})
@@ -55,7 +55,7 @@ def new_studio(plan: Plan, name: str) -> Studio:
 
 def base_request(plan: Plan, model: ModelPlan, **changes: Any) -> GenerationRequest:
     """The model plan's baseline request (its own precision on a GPU: fp16, bf16; fp32 in the dry run), with
-    `changes` (steps, num_images)."""
+    `changes` (steps, batch)."""
     args = {
         "model": model.model,
         "prompt": plan.prompt,
@@ -64,10 +64,10 @@ def base_request(plan: Plan, model: ModelPlan, **changes: Any) -> GenerationRequ
         "width": model.side,
         "height": model.side,
         "device": plan.device,
-        "opts": list(model.baseline) if plan.own_precision else [],
+        "optimizations": list(model.baseline) if plan.own_precision else [],
         **changes,
     }
-    return validate_request(**args)
+    return build_request(**args)
 
 
 def baseline_label(request: GenerationRequest) -> str:

@@ -33,7 +33,7 @@ from studio.benchmark.system import snapshot
 from studio.errors import Cancelled, StudioError
 from studio.measure import bench, quality
 from studio.measure.bench import StopFn
-from studio.request import GenerationRequest, validate_request, with_config
+from studio.request import GenerationRequest, build_request, with_config
 from studio.sweeps.compare import CompareResult, run_compare
 
 Progress = Callable[[float, str], None]  # (fraction done 0-1, what runs now): gr.Progress fits
@@ -288,7 +288,7 @@ def run_benchmark(
     options = options or Options()
     device = devices.resolve(options.device)
     chosen = cases or pick_cases(suite_for(devices.detect(), device), list(options.models or ()) or None)
-    requests = {c.model: validate_request(**c.request_fields(device)) for c in chosen}
+    requests = {c.model: build_request(**c.fields_on(device)) for c in chosen}
     for config in options.configs or ():
         for request in requests.values():
             with_config(request, config)

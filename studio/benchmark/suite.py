@@ -52,8 +52,8 @@ class Case:
         """'sd15-arch 256x256, 10 steps'."""
         return f"{self.model} {self.width}x{self.height}, {self.steps} steps"
 
-    def request_fields(self, device: str) -> dict[str, Any]:
-        """The fields `studio.request.validate_request` takes for this case on `device`."""
+    def fields_on(self, device: str) -> dict[str, Any]:
+        """This case's request on `device`, as `studio.request.build_request`'s fields."""
         return {
             "model": self.model,
             "prompt": self.prompt,

@@ -45,7 +45,8 @@ MAX_DEPTH = 8  # the studio's JSON nests 3 deep (a GPU inside the hardware)
 MAX_CHUNKS = 100_000  # chunks walked at most: a PNG's pixels come in a few dozen
 _TEXT_KINDS = (b"tEXt", b"zTXt", b"iTXt")
 _AS_REQUEST = ("prompt", "negative_prompt", "seed", "steps", "guidance", "width", "height", "scheduler")
-_AS_REQUEST += ("settings", "num_images", "vae", "single_file_config")  # `request_fields`; num_images: batch
+# the run-log columns `fields_from_settings` gives as a request's fields (num_images as batch)
+_AS_REQUEST += ("settings", "num_images", "vae", "single_file_config")
 
 
 def embedded(columns: dict[str, Any], record: dict[str, Any], index: int = 0) -> dict[str, Any]:
@@ -241,7 +242,7 @@ def read(source: str | Path | IO[bytes]) -> ImageSettings:
 
     Never raises for what a file holds: a file that is not an image, truncated or damaged, or whose text is
     too large or too deeply nested, gets a sentence in `message` (pixels are never decoded). The settings
-    are a file's claims: check them as a typed request before use (`request_fields`)."""
+    are a file's claims: check them as a typed request before use (`fields_from_settings`)."""
     try:
         with open(source, "rb") if isinstance(source, str | Path) else contextlib.nullcontext(source) as f:
             if f.read(8) != PNG_SIGNATURE:
@@ -274,9 +275,9 @@ def read(source: str | Path | IO[bytes]) -> ImageSettings:
     return ImageSettings(None, None, note or NO_METADATA)
 
 
-def request_fields(settings: dict[str, Any], model: str) -> dict[str, Any]:
+def fields_from_settings(settings: dict[str, Any], model: str) -> dict[str, Any]:
     """The settings an image carries as `studio.request.build_request`'s fields, so that a face checks them
-    exactly as it checks a typed request: `build_request(**request_fields(found.settings, model))`.
+    exactly as it checks a typed request: `build_request(**fields_from_settings(found.settings, model))`.
 
     Args:
         settings: `read(...).settings` (run-log column names).

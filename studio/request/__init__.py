@@ -2,7 +2,8 @@
 
 Every face builds its `GenerationRequest` and its sweep, auto-tune and History settings with these functions;
 nothing outside this package validates input. A request's fields are named once, in `REQUEST_FIELDS`
-(`studio.request.fields`), and `build_request` takes them by name.
+(`studio.request.fields`), and `build_request` takes them by name: it is the only way to a
+`GenerationRequest`, and the checks behind it are private to this package.
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ _WHERE = {
     "parse_opts": "studio.request.generation",
     "parse_setting_args": "studio.request.generation",
     "parse_settings": "studio.request.fields",
-    "request_fields": "studio.request.fields",
-    "request_from_args": "studio.request.generation",
+    "pick_fields": "studio.request.fields",
+    "request_from_args": "studio.request.fields",
     "validate_autotune": "studio.request.sweeps",
     "validate_counts": "studio.request.sweeps",
     "validate_history": "studio.request.queries",
-    "validate_request": "studio.request.generation",
     "validate_run_id": "studio.request.queries",
     "validate_shard_target": "studio.request.queries",
     "with_config": "studio.request.generation",
@@ -85,12 +85,11 @@ __all__ = [
     "parse_setting_args",
     "with_config",
     "parse_settings",
-    "request_fields",
+    "pick_fields",
     "request_from_args",
     "validate_autotune",
     "validate_counts",
     "validate_history",
-    "validate_request",
     "validate_run_id",
     "validate_shard_target",
 ]

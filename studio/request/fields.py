@@ -16,7 +16,8 @@ from typing import Any
 
 from studio import checks
 from studio.errors import ValidationError
-from studio.request.generation import GenerationRequest, validate_request
+from studio.request.configs import parse_opts
+from studio.request.generation import GenerationRequest, _validated, parse_setting_args
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()  # a field without a default
@@ -59,7 +60,7 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in REQUEST_FIELDS)
 
 
-def request_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+def pick_fields(values: Mapping[str, Any]) -> dict[str, Any]:
     """The request's fields among `values` (a form's or a tool's arguments by name), in the table's order;
     the other names are left out."""
     return {name: values[name] for name in FIELD_NAMES if name in values}
@@ -103,8 +104,9 @@ def build_request(**fields: Any) -> GenerationRequest:
     optimizations=(), prompt, ...)` (`inspect.signature(build_request)`). A field left out takes its default;
     an unknown name, a missing model or prompt, or a value given by position is a TypeError, as for any
     keyword-only function. `precision` is a technique like the others, put first among `optimizations` (a
-    list of names, or one name); `settings` is a mapping or a JSON object string; `batch` is
-    `validate_request`'s `num_images`; the others are `validate_request`'s, empty for their defaults.
+    list of names, or a string of names joined by commas or "+", as `bf16+channels_last`; a precision may
+    also stay among them); `settings` is a mapping or a JSON object string; `batch` is the images per prompt
+    (the request's `num_images`); the others are checked as given, empty for their defaults.
     """
     bound = SIGNATURE.bind(**fields)
     bound.apply_defaults()
@@ -112,12 +114,34 @@ def build_request(**fields: Any) -> GenerationRequest:
     precision, names, batch = given.pop("precision"), given.pop("optimizations"), given.pop("batch")
     if precision not in (None, "", *PRECISIONS):
         raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
-    opts = list(names or []) if not isinstance(names, str) else [names]
+    opts = parse_opts(names) if isinstance(names, str) else list(names or [])
     if precision in ("bf16", "fp16"):
         opts.insert(0, precision)
     given.update(device=given["device"] or "auto", settings=parse_settings(given["settings"]))
-    return validate_request(**given, opts=opts, num_images=1 if batch in (None, "") else batch)
+    return _validated(**given, opts=opts, num_images=1 if batch in (None, "") else batch)
 
 
 SIGNATURE = _signature()
 build_request.__signature__ = SIGNATURE  # help() and inspect show the table's fields
+
+
+def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> GenerationRequest:
+    """A request from the command line's arguments (`studio.cli.arguments.request_args`), for the CLI and the
+    distributed launcher alike, through `build_request`."""
+    return build_request(
+        model=args.model,
+        prompt=args.prompt,
+        negative_prompt=args.negative_prompt,
+        seed=args.seed,
+        steps=args.steps,
+        guidance=args.guidance,
+        width=args.width,
+        height=args.height,
+        scheduler=args.scheduler,
+        device=device or args.device,
+        optimizations=list(opts),
+        settings=parse_setting_args(args.setting),
+        batch=getattr(args, "batch", 1),
+        vae=getattr(args, "vae", None),
+        single_file_config=getattr(args, "single_file_config", None),
+    )

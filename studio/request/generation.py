@@ -131,7 +131,7 @@ def with_config(request: GenerationRequest, config: Any) -> GenerationRequest:
     return check_settings_here(dataclasses.replace(request, opts=opts, settings=settings))
 
 
-def validate_request(
+def _validated(
     *,
     model: Any,
     prompt: Any,
@@ -150,6 +150,9 @@ def validate_request(
     single_file_config: Any = None,
 ) -> GenerationRequest:
     """Check one generation request; unspecified sizes, steps and guidance use the model's defaults.
+
+    The door's own checks, private to this package: every face and script calls
+    `studio.request.build_request`, which takes the request's fields by name and calls this.
 
     `vae` names a VAE to swap in (see `pipelines.sources.resolve_vae`); `single_file_config`, for a
     .safetensors checkpoint, the local diffusers folder its configs come from (`pipelines.registry.resolve`).
@@ -203,25 +206,3 @@ def parse_setting_args(items: list[str]) -> dict[str, dict[str, Any]]:
             raise ValidationError(f"--setting {item!r} must look like technique.setting=value.")
         settings.setdefault(name, {})[setting] = value
     return settings
-
-
-def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> GenerationRequest:
-    """A request from the command line's arguments (`studio.cli.arguments.request_args`), for the CLI and the
-    distributed launcher alike."""
-    return validate_request(
-        model=args.model,
-        prompt=args.prompt,
-        negative_prompt=args.negative_prompt,
-        seed=args.seed,
-        steps=args.steps,
-        guidance=args.guidance,
-        width=args.width,
-        height=args.height,
-        scheduler=args.scheduler,
-        device=device or args.device,
-        opts=list(opts),
-        settings=parse_setting_args(args.setting),
-        num_images=getattr(args, "batch", 1),
-        vae=getattr(args, "vae", None),
-        single_file_config=getattr(args, "single_file_config", None),
-    )

@@ -22,7 +22,7 @@ from PIL import Image
 
 from studio import report
 from studio.engine import Studio
-from studio.request import build_request, request_fields, validate_autotune, validate_counts, validate_history
+from studio.request import build_request, pick_fields, validate_autotune, validate_counts, validate_history
 from studio.request.axes import parse_axis
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import xy
@@ -100,7 +100,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             repeats: Timed calls; latency_s is their median.
             batch: Images per prompt in one call (1-8); seconds_per_image and images_per_s report it.
         """
-        req = build_request(**request_fields(locals()))  # first, while locals() are only the arguments
+        req = build_request(**pick_fields(locals()))  # first, while locals() are only the arguments
         counts = validate_counts(warmup, repeats)
         result = studio.generate(
             req, warmup=counts.warmup, repeats=counts.rounds, should_stop=stop_check(cancels, request)
@@ -148,7 +148,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             axis: Optional X axis: steps, size, scheduler, batch or a setting (deepcache.interval).
             axis_values: The axis values, e.g. "1,2,4,8" ("auto" for batch); rows then carry x and y.
         """
-        req = build_request(**request_fields(locals()))  # as in generate; the baseline: fp32, no technique
+        req = build_request(**pick_fields(locals()))  # as in generate; the baseline: fp32, no technique
         counts = validate_counts(warmup, rounds)
         x_axis = parse_axis(axis, axis_values, req)
         options = {
@@ -201,7 +201,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             rounds: Timed calls per configuration in the search.
             confirm_rounds: Interleaved baseline/winner rounds that confirm the winner.
         """
-        req = build_request(**request_fields(locals()))  # as in generate; the baseline: fp32, no technique
+        req = build_request(**pick_fields(locals()))  # as in generate; the baseline: fp32, no technique
         checked = validate_autotune(
             min_psnr=min_psnr,
             min_ssim=min_ssim,

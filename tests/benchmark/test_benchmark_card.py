@@ -20,7 +20,7 @@ from studio.benchmark.runner import run_benchmark
 from studio.benchmark.suite import CPU_CASES, SUITE_VERSION
 from studio.benchmark.system import this_fingerprint
 from studio.errors import Cancelled
-from studio.request import parse_config, validate_request, with_config
+from studio.request import build_request, parse_config, with_config
 from studio.sweeps.compare import run_compare
 
 CONFIGS = ("channels_last", "openvino") if importlib.util.find_spec("openvino") else ("channels_last",)
@@ -81,7 +81,7 @@ def test_the_card_is_written_whole_and_reads_back_in_its_schema(measured):
 def test_a_winning_configuration_is_a_request_and_compare_reproduces_it(measured):
     done, studio, _ = measured
     entry = done.card["models"][0]
-    base = validate_request(**TINY.request_fields("cpu"))
+    base = build_request(**TINY.fields_on("cpu"))
     for winner in entry["winners"]:
         names, _ = parse_config(winner["config"])
         assert names and with_config(base, winner["config"]).config_label == winner["config"]
@@ -120,7 +120,7 @@ def test_a_cancelled_benchmark_raises_and_returns_nothing(studio):
 
 
 def test_the_auto_tuner_stops_at_its_budget_and_says_so(studio):
-    request = validate_request(model="tiny-shapes", prompt="a red circle", steps=2, width=32, height=32)
+    request = build_request(model="tiny-shapes", prompt="a red circle", steps=2, width=32, height=32)
     found, about = search.lossy_search(
         studio, request, ("deepcache",), budget_s=0.2, call_s=0.001, warmup=0, rounds=1, keep_db=100.0
     )
@@ -131,7 +131,7 @@ def test_the_auto_tuner_stops_at_its_budget_and_says_so(studio):
 
 
 def test_a_user_cancel_is_not_taken_for_the_budget(studio):
-    request = validate_request(model="tiny-shapes", prompt="a red circle", steps=2, width=32, height=32)
+    request = build_request(model="tiny-shapes", prompt="a red circle", steps=2, width=32, height=32)
     with pytest.raises(Cancelled):
         search.lossy_search(
             studio,
@@ -164,7 +164,7 @@ def test_a_refused_confirmation_keeps_the_first_compares_rows_and_says_why(studi
     monkeypatch.setattr(runner, "run_compare", compare)
     monkeypatch.setattr(runner, "lossy_search", lambda *a, **kw: (["deepcache[interval=2]"], dict(found)))
     case = dataclasses.replace(TINY, steps=2, width=32, height=32, keep=("channels_last",))
-    request = validate_request(**case.request_fields("cpu"))
+    request = build_request(**case.fields_on("cpu"))
     run = runner.measure_case(studio, case, request, Options(rounds=1, device="cpu"), lambda f, m: None)
     assert calls == [["channels_last"], ["channels_last", "deepcache[interval=2]"]]
     assert [r["config"] for r in run.entry["rows"]] == ["baseline", "channels_last"]

@@ -9,7 +9,7 @@ import pytest
 from studio import devices
 from studio.benchmark import doc_table
 from studio.errors import UnavailableError
-from studio.request import parse_config, validate_request, with_config
+from studio.request import build_request, parse_config, with_config
 
 
 def test_the_docs_table_is_what_the_cards_render():
@@ -49,7 +49,7 @@ def test_every_winner_in_the_docs_cards_is_a_configuration_the_request_accepts(d
     assert names
     if device != "cpu":
         return  # a GPU's configurations (fp16, CUDA graphs) are refused on this machine for want of CUDA
-    request = validate_request(model=model, prompt="a photo", device="cpu")
+    request = build_request(model=model, prompt="a photo", device="cpu")
     try:
         configured = with_config(request, config)
     except UnavailableError as exc:  # a technique this machine lacks (an optional package): said, not silent

@@ -13,7 +13,7 @@ from studio.benchmark import picks, search
 from studio.benchmark.options import Options, validate_options
 from studio.benchmark.suite import CPU_CASES, SUITE_VERSION, pick_cases, suite_for
 from studio.errors import ValidationError
-from studio.request import validate_request
+from studio.request import build_request
 
 
 def hardware(gpu_gb: float | None) -> devices.Hardware:
@@ -112,7 +112,7 @@ def test_the_best_of_each_kind_is_the_fastest_and_a_slower_one_is_still_named():
 
 
 def tiny_request():
-    return validate_request(
+    return build_request(
         model="tiny-shapes", prompt="a red circle", steps=4, width=32, height=32, device="cpu"
     )
 

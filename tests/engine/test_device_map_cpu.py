@@ -108,7 +108,7 @@ def test_the_pipelines_device_map_is_logged_with_the_run_and_shown(tmp_path):
     from studio import report
     from studio.engine import Studio
     from studio.manager import PipelineManager
-    from studio.request import validate_request
+    from studio.request import build_request
     from studio.ui.views import generate_card
 
     placed = {
@@ -125,7 +125,7 @@ def test_the_pipelines_device_map_is_logged_with_the_run_and_shown(tmp_path):
     studio = Studio(
         db_path=tmp_path / "runs.db", outputs=tmp_path / "out", manager=PipelineManager(load=load)
     )
-    result = studio.generate(validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2))
+    result = studio.generate(build_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2))
     expected = {name: str(device) for name, device in placed.items()}
     assert studio.runlog.get_run(result.run_id)["stats"]["hf_device_map"] == expected
     record = report.single_record(result)

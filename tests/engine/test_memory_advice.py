@@ -9,7 +9,7 @@ import torch
 from studio.engine import memory_advice
 from studio.engine.run_data import run_columns
 from studio.errors import OutOfMemory
-from studio.request import validate_request
+from studio.request import build_request
 from studio.runlog import RunLog
 
 GB = 2**30
@@ -17,12 +17,19 @@ PROMPT = "a big green star on the right, on a white background"
 
 
 def request(**kw):
-    return validate_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 1, "steps": 2, **kw})
+    return build_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 1, "steps": 2, **kw})
 
 
 def log_run(runlog: RunLog, opts: list[str], peak: int, device: str = "cpu", size: int = 64) -> None:
-    req = validate_request(
-        model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, opts=opts, device=device, width=size, height=size
+    req = build_request(
+        model="tiny-shapes",
+        prompt=PROMPT,
+        seed=1,
+        steps=2,
+        optimizations=opts,
+        device=device,
+        width=size,
+        height=size,
     )
     run_id = runlog.start_run(run_columns(req, 0, 1, None))
     runlog.finish_run(run_id, "ok", peak_memory=peak, latency_median=1.0)
@@ -54,7 +61,7 @@ def test_out_of_memory_error_names_techniques_available_here_and_not_already_req
 
     monkeypatch.setattr(UNet2DConditionModel, "forward", oom)
     with pytest.raises(OutOfMemory) as info:
-        studio.generate(request(opts=["vae_slicing"]))
+        studio.generate(request(optimizations=["vae_slicing"]))
     message = str(info.value)
     assert "vae_tiling (not measured yet" in message and "--opt vae_tiling" in message
     assert "vae_slicing (" not in message, "already requested"

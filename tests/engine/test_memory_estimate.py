@@ -13,7 +13,7 @@ import pytest
 
 from studio.engine import memory_estimate
 from studio.errors import ValidationError
-from studio.request import validate_request
+from studio.request import build_request
 from tests import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def _measured_within(studio, request, tolerance=0.25):
 
 
 def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_the_bundled_model(studio):
-    before, result = _measured_within(studio, tiny.request(steps=2, num_images=2))
+    before, result = _measured_within(studio, tiny.request(steps=2, batch=2))
     assert before.known and before.weights > 0 and before.kind == "cpu_rss"
     logged = result.metrics["stats"]["memory_estimate"]  # the engine's own, taken as the run started
     assert logged["peak"] == pytest.approx(before.peak / 2**20, rel=0.1) and logged["sentence"]
@@ -40,10 +40,10 @@ def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_the_bundled_mo
 SD15_IN_A_FRESH_PROCESS = """
 import json, sys
 from studio.engine import Studio
-from studio.request import validate_request
+from studio.request import build_request
 from studio.engine import memory_estimate
 studio = Studio(db_path=sys.argv[1] + "/runs.db", outputs=sys.argv[1] + "/out")
-request = validate_request(model="sd15-arch", prompt="a red circle", steps=1, width=256, height=256)
+request = build_request(model="sd15-arch", prompt="a red circle", steps=1, width=256, height=256)
 before = memory_estimate.estimate(studio.manager, request, studio.runlog)
 measured = studio.generate(request).metrics["peak_memory"]
 print(json.dumps({"peak": before.peak, "weights": before.weights, "measured": measured}))
@@ -73,7 +73,7 @@ def test_the_run_log_corrects_the_next_estimate(studio):
 
 
 def test_techniques_change_the_estimate_the_way_they_change_memory():
-    request = validate_request(model="sdxl-arch", prompt="x", width=1024, height=1024, num_images=2)
+    request = build_request(model="sdxl-arch", prompt="x", width=1024, height=1024, batch=2)
     shape = memory_estimate.spec_shape(request.spec)
 
     def activations(**kw):
@@ -85,9 +85,7 @@ def test_techniques_change_the_estimate_the_way_they_change_memory():
 
 def test_a_run_that_would_not_fit_a_gpu_is_refused_with_what_would_make_it_fit(studio, fake_gpus):
     fake_gpus(1)  # one fake 24 GB GPU
-    request = validate_request(
-        model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024, num_images=2
-    )
+    request = build_request(model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024, batch=2)
     with pytest.raises(ValidationError, match="Does not fit in 24.0 GB") as info:
         studio.generate(request)
     assert "It would fit with: vae_slicing" in str(info.value)
@@ -102,9 +100,7 @@ def test_on_a_cpu_a_run_that_would_not_fit_in_ram_is_refused_with_what_would_mak
     """sd15-arch 1024x1024, batch 8 (an estimate of about 46 GB) against the RAM this process may reach."""
     # 20 GB on top of what this process holds now (it differs with what the tests before loaded)
     monkeypatch.setattr(memory_estimate, "cpu_capacity", lambda now: now + 20 * 2**30)
-    request = validate_request(
-        model="sd15-arch", prompt="x", device="cpu", width=1024, height=1024, num_images=8
-    )
+    request = build_request(model="sd15-arch", prompt="x", device="cpu", width=1024, height=1024, batch=8)
     found = memory_estimate.estimate(studio.manager, request)
     assert found.fits is False and found.capacity == found.now + 20 * 2**30 and found.peak > 40 * 2**30
     with pytest.raises(ValidationError, match=r"Does not fit in [\d.]+ GB of RAM") as info:

@@ -158,12 +158,12 @@ def test_what_the_studio_shards_it_loads_back_whatever_the_roots_say(tmp_path, m
     """Big models' shard lands under the studio's home; a request naming it then runs, even with
     STUDIO_MODEL_ROOTS pointing elsewhere."""
     from studio.engine import Studio
-    from studio.request import validate_request
+    from studio.request import build_request
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("STUDIO_MODEL_ROOTS", str(tmp_path / "elsewhere"))
     studio = Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")
     report = studio.shard("tiny-shapes", "mine", MAX)
     assert report["loadable"] is True and report["out"].startswith(str(tmp_path / "home"))
-    run = studio.generate(validate_request(model=report["out"], prompt="a red circle", steps=2))
+    run = studio.generate(build_request(model=report["out"], prompt="a red circle", steps=2))
     assert run.images and studio.logged_run(run.run_id)["status"] == "ok"

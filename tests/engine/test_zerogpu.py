@@ -198,7 +198,7 @@ def test_import_spaces_happens_first_and_torch_is_not_imported(tmp_path):
 
 def test_studio_runs_the_compute_under_spaces_gpu_and_logs_outside(zero, tmp_path, monkeypatch):
     from studio.engine import Studio
-    from studio.request import validate_request
+    from studio.request import build_request
     from studio.runlog import RunLog as RealRunLog
 
     writes: list[str] = []
@@ -212,7 +212,7 @@ def test_studio_runs_the_compute_under_spaces_gpu_and_logs_outside(zero, tmp_pat
 
         monkeypatch.setattr(RealRunLog, name, guarded)
     studio = Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")
-    request = validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, device="cpu")
+    request = build_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, device="cpu")
     result = studio.generate(request, on_step=lambda i, n: None)
     [call] = zero.calls
     assert call["args"][0] == request and call["duration"] == zerogpu.request_duration(request)

@@ -60,11 +60,16 @@ def zerogpu_space(monkeypatch, tmp_path, one_torch_thread):
 @pytest.mark.slow  # one C++ compile of the bundled model's UNet
 def test_the_first_request_compiles_in_its_worker_and_later_workers_load_the_package(zerogpu_space, tmp_path):
     from studio.engine import Studio
-    from studio.request import validate_request
+    from studio.request import build_request
 
     studio = Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")
-    request = validate_request(
-        model="tiny-shapes", prompt="a red circle", seed=1, steps=2, device="cpu", opts=["aot_package"]
+    request = build_request(
+        model="tiny-shapes",
+        prompt="a red circle",
+        seed=1,
+        steps=2,
+        device="cpu",
+        optimizations=["aot_package"],
     )
     first = studio.generate(request)
     second = studio.generate(request)

@@ -18,7 +18,7 @@ from unittest import mock
 
 import numpy as np
 
-from studio.request import validate_request
+from studio.request import build_request
 from tests.faults.cases import Outcome, Workspace, lost, serves, snapshot
 from tests.faults.files import PROMPT
 
@@ -62,11 +62,13 @@ def _openvino_outcome(ws: Workspace, home: Path, db: str, case: str) -> Outcome:
     fields = {"model": "tiny-shapes", "prompt": PROMPT, "steps": 2, "seed": 5}
     with mock.patch.dict(os.environ, {"STUDIO_HOME": str(home)}):
         studio = ws.studio(db)
-        plain = studio.generate(validate_request(**fields))
+        plain = studio.generate(build_request(**fields))
         before = snapshot(studio.runlog)
         with warnings_logged() as logged:
             start = perf_counter()
-            converted = studio.generate(validate_request(opts=["openvino"], settings=UNET_ONLY, **fields))
+            converted = studio.generate(
+                build_request(optimizations=["openvino"], settings=UNET_ONLY, **fields)
+            )
             seconds = perf_counter() - start
     difference = float(np.abs(_pixels(plain) - _pixels(converted)).max())
     facts = {"difference": difference, "run_id": converted.run_id}

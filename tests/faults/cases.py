@@ -120,7 +120,7 @@ def load_from_image(path: Path) -> str:
     if found.settings is None:
         return found.message
     try:
-        build_request(**image_metadata.request_fields(found.settings, "tiny-shapes"))
+        build_request(**image_metadata.fields_from_settings(found.settings, "tiny-shapes"))
     except StudioError as exc:
         return f"{found.message} Refused as a request: {describe(exc)}"
     return f"{found.message} Accepted as a request."

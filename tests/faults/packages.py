@@ -26,7 +26,7 @@ import torch
 from studio.engine import Studio
 from studio.manager import PipelineManager
 from studio.optimizations import packages
-from studio.request import validate_request
+from studio.request import build_request
 from tests.faults.cases import Outcome, Workspace, lost, snapshot
 from tests.faults.files import PROMPT
 
@@ -39,7 +39,9 @@ def good_package(ws: Workspace) -> tuple[Path, np.ndarray]:
     home = ws.root / "package-good"
     if not hasattr(ws, "package"):
         with mock.patch.dict(os.environ, {"STUDIO_HOME": str(home)}):
-            result = ws.studio("package-good.db").generate(validate_request(opts=["aot_package"], **FIELDS))
+            result = ws.studio("package-good.db").generate(
+                build_request(optimizations=["aot_package"], **FIELDS)
+            )
         (entry,) = [p.parent for p in (home / "packages").glob("*/package.pt2")]
         ws.package = (entry, np.asarray(result.images[0]))
     return ws.package
@@ -69,7 +71,7 @@ def _run(ws: Workspace, home: Path, case: str, settings: dict | None = None) -> 
         studio = Studio(db_path=ws.root / db, outputs=ws.root / f"out-{home.name}", manager=PipelineManager())
         before = snapshot(studio.runlog)
         start = perf_counter()
-        result = studio.generate(validate_request(opts=["aot_package"], settings=settings, **FIELDS))
+        result = studio.generate(build_request(optimizations=["aot_package"], settings=settings, **FIELDS))
         seconds = perf_counter() - start
     same = np.array_equal(np.asarray(result.images[0]), image)
     facts = {"compiled": len(compiled), "phase": result.metrics.get("first_call_phase"), "home": home}

@@ -9,7 +9,7 @@ from typing import Any
 
 from studio.errors import RunLogError, StudioError, describe
 from studio.optimizations import REGISTRY
-from studio.request import validate_request
+from studio.request import build_request
 from studio.runlog import RunLog
 from tests.faults import inject
 from tests.faults.cases import Outcome, Workspace, lost, serves, snapshot
@@ -22,7 +22,7 @@ HOST_NOTE = "The host was busy while this was measured"
 def generate(studio: Any, seed: int = 1) -> tuple[str, float, Any]:
     """One tiny-shapes generation as a face runs it: the warnings the user is shown (or the error's sentence;
     a busy host's note is left out), the seconds to answer, and the result (None when it failed)."""
-    request = validate_request(model="tiny-shapes", prompt=PROMPT, steps=2, seed=seed)
+    request = build_request(model="tiny-shapes", prompt=PROMPT, steps=2, seed=seed)
     start = perf_counter()
     try:
         result = studio.generate(request)

@@ -25,13 +25,13 @@ COMPARE = """
 import sys
 from pathlib import Path
 from studio.engine import Studio
-from studio.request import validate_request
+from studio.request import build_request
 from studio.sweeps.compare import run_compare
 
 home = Path(sys.argv[1])
 studio = Studio(db_path=home / "runs.db", outputs=home / "out")
-studio.generate(validate_request(model="tiny-shapes", prompt="a red circle", steps=2))  # logged before
-request = validate_request(model="tiny-shapes", prompt="a red circle", steps=20)
+studio.generate(build_request(model="tiny-shapes", prompt="a red circle", steps=2))  # logged before
+request = build_request(model="tiny-shapes", prompt="a red circle", steps=20)
 run_compare(studio, request, ["channels_last", "sdpa"], warmup=0, rounds=50)
 """
 

@@ -66,7 +66,7 @@ def test_settings_outside_a_request_are_refused_by_the_requests_own_checks(tmp_p
     refused with the sentence a typed one gets."""
     meta = image_metadata.read(files.outside_png(tmp_path)).settings
     assert meta["model"] == "/etc/passwd.safetensors" and meta["steps"] == 10**9, "read returns the claims"
-    fields = image_metadata.request_fields(meta, "tiny-shapes")
+    fields = image_metadata.fields_from_settings(meta, "tiny-shapes")
     refusals = {
         "model": "outside the allowed roots",
         "vae": r"VAE '/root/vae.ckpt' is a pickle checkpoint",
@@ -85,7 +85,7 @@ def test_another_tools_parameters_read_as_a_request(tmp_path):
     path = files.png(
         tmp_path / "a1111.png", files.text("parameters", "a cat\nSteps: 3, Seed: 5, Size: 64x64")
     )
-    fields = image_metadata.request_fields(image_metadata.read(path).settings, "tiny-shapes")
+    fields = image_metadata.fields_from_settings(image_metadata.read(path).settings, "tiny-shapes")
     request = build_request(**fields)
     assert (request.model, request.steps, request.seed, request.width) == ("tiny-shapes", 3, 5, 64)
 

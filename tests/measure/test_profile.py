@@ -15,7 +15,7 @@ from studio.manager import PipelineManager
 from studio.measure import bench, profile
 from studio.measure.op_kinds import op_stats, split_by_kind
 from studio.report import profile_text
-from studio.request import validate_request
+from studio.request import build_request
 
 PROMPT = "a big red circle on the left, on a white background"
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def request(**kw):
-    return validate_request(
+    return build_request(
         **{"model": "tiny-shapes", "prompt": PROMPT, "seed": 1, "steps": 4, "width": 64, "height": 64, **kw}
     )
 
@@ -93,7 +93,7 @@ def test_flops_do_not_depend_on_the_attention_kernel(manager):
     """SDPA's FLOPs (from its shapes) equal the classic kernel's counted bmm/baddbmm FLOPs, and the
     technique reaches the profiled step through the manager."""
     sdpa = profile.profile_step(manager, request(steps=2)).as_json()
-    classic = profile.profile_step(manager, request(steps=2, opts=["classic_attention"])).as_json()
+    classic = profile.profile_step(manager, request(steps=2, optimizations=["classic_attention"])).as_json()
     assert classic["applied"] == ["classic_attention"] and sdpa["unprofiled_step_s"] is None
     names = {op["name"] for op in classic["top_ops"]} | {op["name"] for op in sdpa["top_ops"]}
     assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names

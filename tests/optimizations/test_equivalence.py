@@ -16,7 +16,7 @@ from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, unavailable_reason
-from studio.request import validate_request
+from studio.request import build_request
 from tests.tiny import fidelity
 
 PROMPT = "a big red circle on the left, on a white background"
@@ -106,7 +106,7 @@ def manager():
 
 
 def run(manager: PipelineManager, opts: tuple[str, ...] = ()) -> np.ndarray:
-    request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=3, steps=STEPS, opts=list(opts))
+    request = build_request(model="tiny-shapes", prompt=PROMPT, seed=3, steps=STEPS, optimizations=list(opts))
     with manager.acquire(request) as prepared:
         assert prepared.applied == request.opts
         return bench.run_once(prepared, request).images

@@ -17,7 +17,7 @@ from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, unavailable_reason
-from studio.request import validate_request
+from studio.request import build_request
 from tests.optimizations.test_equivalence import EXACTISH, Bound
 
 STEPS = 6
@@ -61,8 +61,14 @@ SETTINGS = {**CACHED, "attention_backend": {"backend": "_native_math"}}
 
 
 def _request(model: str, opts=(), settings=None, **kw):
-    return validate_request(
-        model=model, prompt="a red circle", seed=3, steps=STEPS, opts=list(opts), settings=settings, **kw
+    return build_request(
+        model=model,
+        prompt="a red circle",
+        seed=3,
+        steps=STEPS,
+        optimizations=list(opts),
+        settings=settings,
+        **kw,
     )
 
 

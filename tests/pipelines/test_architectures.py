@@ -6,7 +6,7 @@ import torch
 from pipelines import architectures, transformer_architectures
 from pipelines.registry import SPECS
 from studio import devices
-from studio.request import validate_request
+from studio.request import build_request
 
 
 @pytest.mark.slow
@@ -16,7 +16,9 @@ def test_sd15_arch_runs_through_the_engine_in_the_cpus_own_precision(studio):
     spec = SPECS["sd15-arch"]
     assert "speed measurement only" in spec.label and "noise" in spec.note
     opts = ["bf16"] if devices.detect().cpu_bf16 else []
-    req = validate_request(model="sd15-arch", prompt="a red circle", steps=1, width=64, height=64, opts=opts)
+    req = build_request(
+        model="sd15-arch", prompt="a red circle", steps=1, width=64, height=64, optimizations=opts
+    )
     result = studio.generate(req)
     pipe = studio.manager._entries[next(iter(studio.manager._entries))].base
     assert pipe.unet.config.block_out_channels == (320, 640, 1280, 1280)

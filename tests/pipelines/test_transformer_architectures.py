@@ -8,7 +8,7 @@ from pipelines import loader, transformer_architectures
 from pipelines.errors import ModelLoadError, ValidationError
 from pipelines.registry import FAMILIES, SPECS, resolve
 from pipelines.shapes import check_memory
-from studio.request import validate_request
+from studio.request import build_request
 
 
 def _params(name: str) -> dict[str, float]:
@@ -46,7 +46,7 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_is_built(monkeypat
 
 @pytest.mark.parametrize("model", ["flux-tiny", "sd3-tiny"])
 def test_the_tiny_variants_run_through_the_engine(studio, model):
-    req = validate_request(model=model, prompt="a red circle", steps=2, opts=["bf16"])
+    req = build_request(model=model, prompt="a red circle", steps=2, optimizations=["bf16"])
     result = studio.generate(req)
     pipe = studio.manager.loaded_pipeline(req)
     assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.config.latent_channels == 16
@@ -56,7 +56,7 @@ def test_the_tiny_variants_run_through_the_engine(studio, model):
 
 def test_the_flow_matching_models_refuse_a_discrete_time_scheduler():
     with pytest.raises(ValidationError, match="flux-tiny runs with its own flow-matching scheduler"):
-        validate_request(model="flux-tiny", prompt="a red circle", scheduler="euler")
+        build_request(model="flux-tiny", prompt="a red circle", scheduler="euler")
 
 
 @pytest.mark.parametrize(("free_gib", "where"), [(80, "cuda"), (40, "cuda"), (38, "cpu")])

@@ -101,11 +101,11 @@ def test_images_without_settings_get_a_sentence(tmp_path):
 
 
 def test_a_generated_pngs_settings_check_back_into_the_same_request(studio):
-    """`request_fields` gives `build_request` what the image carries: the same request comes back, weights
-    precision and technique settings included."""
+    """`fields_from_settings` gives `build_request` what the image carries: the same request comes back,
+    weights precision and technique settings included."""
     from studio.request import build_request
 
     req = tiny.request(["bf16", "vae_slicing"], negative_prompt="blurry", guidance=5.0, steps=2, seed=11)
     found = image_metadata.read(studio.generate(req).image_path)
-    again = build_request(**image_metadata.request_fields(found.settings, "another-model"))
+    again = build_request(**image_metadata.fields_from_settings(found.settings, "another-model"))
     assert again == req

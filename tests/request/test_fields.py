@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 from studio.errors import ValidationError
-from studio.request import FIELD_NAMES, REQUEST_FIELDS, build_request, request_fields
+from studio.request import FIELD_NAMES, REQUEST_FIELDS, build_request, pick_fields
 
 PROMPT = "a big red circle on the left, on a white background"
 
@@ -60,6 +60,6 @@ def test_settings_come_as_a_mapping_or_as_json():
         build_request(model="tiny-shapes", prompt=PROMPT, settings="{not json")
 
 
-def test_request_fields_picks_the_tables_names_in_its_order():
+def test_pick_fields_picks_the_tables_names_in_its_order():
     given = {"warmup": 1, "prompt": PROMPT, "custom_model": "", "model": "tiny-shapes", "steps": 2}
-    assert list(request_fields(given).items()) == [("model", "tiny-shapes"), ("prompt", PROMPT), ("steps", 2)]
+    assert list(pick_fields(given).items()) == [("model", "tiny-shapes"), ("prompt", PROMPT), ("steps", 2)]

@@ -5,12 +5,12 @@ import pytest
 
 from studio.errors import ConflictError, UnavailableError, ValidationError
 from studio.optimizations.memory import parse_max_memory
-from studio.request import parse_config, parse_opts, validate_request, with_config
+from studio.request import build_request, parse_config, parse_opts, with_config
 
 
 def ok(**kw):
     args = {"model": "tiny-shapes", "prompt": "a big red circle on the left, on a white background"}
-    return validate_request(**{**args, **kw})
+    return build_request(**{**args, **kw})
 
 
 def test_defaults_come_from_the_model_spec():
@@ -21,22 +21,24 @@ def test_defaults_come_from_the_model_spec():
 
 def test_config_label_names_the_techniques_in_order_with_the_settings_given():
     assert (
-        ok(opts=["deepcache", "bf16"], settings={"deepcache": {"interval": 2}}).config_label
+        ok(optimizations=["deepcache", "bf16"], settings={"deepcache": {"interval": 2}}).config_label
         == "bf16+deepcache[interval=2]"
     )
-    tome = ok(opts=["token_merging"], settings={"token_merging": {"ratio": 0.5, "max_downsample": 2}})
+    tome = ok(
+        optimizations=["token_merging"], settings={"token_merging": {"ratio": 0.5, "max_downsample": 2}}
+    )
     assert tome.config_label == "token_merging[max_downsample=2,ratio=0.5]", "settings sorted by name"
-    assert ok(opts=["deepcache"]).config_label == "deepcache", "no settings given: the bare name"
-    vae = ok(opts=["int8_static"], settings={"int8_static": {"vae": "false"}})
+    assert ok(optimizations=["deepcache"]).config_label == "deepcache", "no settings given: the bare name"
+    vae = ok(optimizations=["int8_static"], settings={"int8_static": {"vae": "false"}})
     assert vae.config_label == "int8_static[vae=false]", "a boolean as it is typed, not Python's False"
-    dropped = ok(opts=["bf16"], settings={"deepcache": {"interval": 2}})
+    dropped = ok(optimizations=["bf16"], settings={"deepcache": {"interval": 2}})
     assert dropped.settings == {} and dropped.config_label == "bf16", (
         "settings of a technique not asked for are dropped"
     )
 
 
 def test_opts_are_ordered_and_deduplicated():
-    r = ok(opts="jit_trace_unet,bf16+channels_last bf16")
+    r = ok(optimizations="jit_trace_unet,bf16+channels_last bf16")
     assert r.opts == ("bf16", "channels_last", "jit_trace_unet")
     assert r.dtype_name == "bf16"
 
@@ -64,13 +66,13 @@ def test_opts_are_ordered_and_deduplicated():
         ({"negative_prompt": "x\x00"}, "negative prompt contains a NUL"),
         ({"model": "no-such-model"}, "Unknown model 'no-such-model'"),
         ({"model": 3}, "model must be text"),
-        ({"opts": ["warp_drive"]}, "Unknown optimization 'warp_drive'"),
-        ({"opts": [1]}, "optimization names must be text"),
+        ({"optimizations": ["warp_drive"]}, "Unknown optimization 'warp_drive'"),
+        ({"optimizations": [1]}, "optimization names must be text"),
         ({"scheduler": "magic"}, "Unknown scheduler 'magic'"),
         ({"seed": -5}, "seed must be a whole number"),
-        ({"num_images": 99}, "batch must be a whole number between 1 and 8"),
+        ({"batch": 99}, "batch must be a whole number between 1 and 8"),
         (
-            {"settings": {"torch_compile": {"mode": "ludicrous"}}, "opts": ["torch_compile"]},
+            {"settings": {"torch_compile": {"mode": "ludicrous"}}, "optimizations": ["torch_compile"]},
             "torch_compile mode",
         ),
         ({"settings": {"bf16": {"x": 1}}}, "bf16 settings"),
@@ -85,7 +87,7 @@ def test_conflicts_are_refused():
     with pytest.raises(
         ConflictError, match="sdpa and xformers cannot be combined|classic_attention and sdpa"
     ):
-        ok(opts=["sdpa", "classic_attention"])
+        ok(optimizations=["sdpa", "classic_attention"])
 
 
 def test_unavailable_techniques_are_refused_not_skipped(monkeypatch):
@@ -93,7 +95,7 @@ def test_unavailable_techniques_are_refused_not_skipped(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UnavailableError, match="cudnn_benchmark needs CUDA"):
-        ok(opts=["cudnn_benchmark"])
+        ok(optimizations=["cudnn_benchmark"])
     with pytest.raises(UnavailableError, match="Device 'cuda:0' is not available"):
         ok(device="cuda:0")
 
@@ -149,7 +151,7 @@ def test_a_malformed_configuration_is_refused_with_an_example(text):
 
 
 def test_a_configuration_replaces_the_techniques_and_adds_its_settings():
-    base = validate_request(model="tiny-shapes", prompt="a red circle", opts=["deepcache"])
+    base = build_request(model="tiny-shapes", prompt="a red circle", optimizations=["deepcache"])
     assert with_config(base, "bf16+deepcache[interval=2]").config_label == "bf16+deepcache[interval=2]"
     with pytest.raises(ValidationError, match="deepcache interval"):
         with_config(base, "deepcache[interval=0]")
@@ -180,6 +182,8 @@ def test_a_technique_refused_for_the_model_says_to_change_the_model_and_for_the_
     with pytest.raises(
         UnavailableError, match=r"not on a flux pipeline\)\. Remove it or choose another model\."
     ):
-        validate_request(model="flux-tiny", prompt="a red circle", opts=["channels_last"])
+        build_request(model="flux-tiny", prompt="a red circle", optimizations=["channels_last"])
     with pytest.raises(UnavailableError, match=r"needs CUDA.*Remove it or choose another device\."):
-        validate_request(model="tiny-shapes", prompt="a red circle", device="cpu", opts=["cudnn_benchmark"])
+        build_request(
+            model="tiny-shapes", prompt="a red circle", device="cpu", optimizations=["cudnn_benchmark"]
+        )

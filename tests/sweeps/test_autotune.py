@@ -12,7 +12,7 @@ from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY, Optimization
-from studio.request import validate_request
+from studio.request import build_request
 from studio.sweeps.autotune import as_json, markdown, pareto, run_autotune, summary
 from studio.sweeps.autotune_search_space import Candidate, Floor, candidates
 
@@ -21,7 +21,7 @@ ANY_IMAGE = Floor(min_psnr=0, min_ssim=-1, fidelity_drop=1)  # the stubs below d
 
 
 def request(**kw):
-    return validate_request(
+    return build_request(
         **{"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": 4, "width": 32, "height": 32, **kw}
     )
 
@@ -357,10 +357,10 @@ def test_the_summary_of_a_failed_confirmation_says_it_failed():
 def test_a_search_over_every_candidate_here_runs(studio):
     """No restriction: every technique that can run here, with its settings grid, in one singles sweep (more
     configurations than a Compare may hold: the pool comes from the registry, not from the user)."""
-    from studio.request import MAX_CONFIGS, validate_request
+    from studio.request import MAX_CONFIGS, build_request
     from studio.sweeps.autotune_search_space import GRID
 
-    request = validate_request(
+    request = build_request(
         model="tiny-shapes", prompt="a big red circle on the left", steps=2, width=32, height=32
     )
     pool = candidates(request)

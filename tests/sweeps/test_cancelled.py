@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from studio.request import validate_request
+from studio.request import build_request
 from studio.request.axes import parse_axis
 from studio.sweeps.autotune import run_autotune
 from studio.sweeps.autotune_search_space import Floor
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def request(**kw):
-    return validate_request(
+    return build_request(
         **{"model": "tiny-shapes", "prompt": PROMPT, "seed": 7, "steps": 2, "width": 32, "height": 32, **kw}
     )
 

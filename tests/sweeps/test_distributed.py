@@ -52,10 +52,10 @@ def rows(db: Path, sql: str) -> list[dict]:
 
 def single_process_images(studio) -> dict[str, np.ndarray]:
     """The same configurations run by the ordinary in-process compare, with the ranks' one torch thread."""
-    from studio.request import validate_request
+    from studio.request import build_request
     from studio.sweeps.compare import run_compare
 
-    request = validate_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, device="cpu")
+    request = build_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=2, device="cpu")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

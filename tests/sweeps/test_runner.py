@@ -20,7 +20,7 @@ from studio.measure.host import BUSY_PCT, HostMonitor
 from studio.measure.memory_probe import weight_bytes
 from studio.measure.protocol import verdict
 from studio.report.records import _memory_change
-from studio.request import validate_request
+from studio.request import build_request
 from studio.sweeps.compare import run_compare
 from studio.sweeps.ladder import plan, run_ladder
 
@@ -39,7 +39,7 @@ OLD = ("latency_median", "peak_memory", "latency")
 
 
 def request(**kw):
-    return validate_request(
+    return build_request(
         **{"model": "tiny-shapes", "prompt": PROMPT, "seed": 7, "steps": 2, "width": 32, "height": 32, **kw}
     )
 
@@ -178,7 +178,9 @@ def test_a_traced_configuration_is_traced_once_in_its_own_pipeline(studio, monke
     (shared,) = studio.manager._entries.values()
     assert "trace_count" not in shared.stats, "the shared pipeline was never traced"
     with pytest.raises(RuntimeError, match="outside manager.own_pipelines"):
-        with studio.manager.acquire(request(opts=["jit_trace_unet"]), slot=("sweep-1", "jit_trace_unet")):
+        with studio.manager.acquire(
+            request(optimizations=["jit_trace_unet"]), slot=("sweep-1", "jit_trace_unet")
+        ):
             pass
 
 
@@ -241,7 +243,7 @@ def test_on_a_gpu_the_sweeps_copies_are_bounded_by_its_free_memory(studio, fake_
 
     fake_gpus(1)
     entries = [
-        Entry(label, request(opts=opts, device="cuda:0"))
+        Entry(label, request(optimizations=opts, device="cuda:0"))
         for label, opts in (("baseline", ()), ("jit_trace_unet", ("jit_trace_unet",)))
     ]
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (24 * 2**30, 24 * 2**30))

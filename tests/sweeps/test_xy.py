@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from studio.errors import ValidationError
-from studio.request import validate_request
+from studio.request import build_request
 from studio.request.axes import auto_batches, parse_axis
 from studio.sweeps import xy
 from tests import tiny
@@ -109,11 +109,11 @@ def test_the_whole_grid_is_bounded_by_the_request_budget(studio, monkeypatch):
 
 def test_batch_auto_goes_up_to_what_is_predicted_to_fit(studio, fake_gpus):
     fake_gpus(1)  # one fake 24 GB GPU: SDXL's fp32 weights (14 GB) leave room for a batch of 1 at 1024x1024
-    req = validate_request(model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024)
+    req = build_request(model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024)
     axis = parse_axis("batch", "auto", req)
     assert axis.auto and axis.values == ("1", "2", "4", "8")
     assert xy.fitting_batches(studio, req, axis) == ("1",)
-    slim = validate_request(
-        model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024, opts=["vae_slicing"]
+    slim = build_request(
+        model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024, optimizations=["vae_slicing"]
     )
     assert xy.fitting_batches(studio, slim, axis) == ("1", "2", "4"), "one image decoded at a time"

@@ -93,11 +93,16 @@ def test_a_run_of_another_model_loads_with_its_own_steps_and_size(page, server):
     from playwright.sync_api import expect
 
     from studio.engine.run_data import run_columns
-    from studio.request import validate_request
+    from studio.request import build_request
     from studio.runlog import RunLog
 
-    request = validate_request(
-        model="sd15-arch", prompt="a lighthouse at dusk", steps=2, width=64, height=64, opts=["channels_last"]
+    request = build_request(
+        model="sd15-arch",
+        prompt="a lighthouse at dusk",
+        steps=2,
+        width=64,
+        height=64,
+        optimizations=["channels_last"],
     )
     log = RunLog(server.home / "runs.db")
     log.finish_run(log.start_run(run_columns(request, 0, 1, None)), "ok")

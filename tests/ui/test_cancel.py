@@ -47,13 +47,13 @@ def test_a_run_cancelled_before_it_starts_is_logged_cancelled_and_loads_nothing(
 def cancelled_compare(studio, monkeypatch, stop_at: int, **kw):
     """A Compare of the baseline, channels_last and sdpa (1 warm-up, 3 rounds) whose stop check says
     'cancelled by the user' from its `stop_at`-th call on; the SweepCancelled it raises."""
-    from studio.request import validate_request
+    from studio.request import build_request
     from studio.sweeps.compare import run_compare
     from studio.sweeps.runner import SweepCancelled
 
     real, called = studio.compute, []
     monkeypatch.setattr(studio, "compute", lambda req, **k: called.append(1) or real(req, **k))
-    req = validate_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, width=32, height=32)
+    req = build_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, width=32, height=32)
     with pytest.raises(SweepCancelled) as caught:
         run_compare(
             studio,

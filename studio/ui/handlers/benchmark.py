@@ -29,14 +29,14 @@ from studio.benchmark.suite import CPU_CASES, GPU_CASES, suite_for
 from studio.engine import Studio
 from studio.engine.run_data import run_columns
 from studio.errors import Cancelled, UnavailableError, ValidationError
-from studio.request import validate_request, with_config
+from studio.request import build_request, with_config
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import engine_errors, form_values, session_of, stop_check
 
 NOTHING_WRITTEN = "Nothing was written: a card is written only once every model is measured."
 STOPPING = "Stopping at the next denoising step: a cancelled benchmark writes no card."
-# What a card's model entry ran, as `validate_request` takes it (the entry's `batch` is its `num_images`).
+# What a card's model entry ran, as `build_request` takes it (with the entry's `batch`).
 REQUEST_KEYS = ("model", "prompt", "seed", "steps", "guidance", "width", "height", "scheduler", "device")
 SUITE_CASES = {case.model: case for case in (*GPU_CASES, *CPU_CASES)}  # a model's prompt and seed
 
@@ -111,10 +111,10 @@ def winner_request(cards: Any, chosen: str | None):
     entry, winner = named[chosen]
     case = SUITE_CASES.get(entry["model"])
     fields = {key: entry.get(key) for key in REQUEST_KEYS}
-    fields.update(device=here(entry.get("device")), num_images=entry.get("batch") or 1)
+    fields.update(device=here(entry.get("device")), batch=entry.get("batch") or 1)
     if case is not None:  # a transcribed card records no prompt or seed: the suite's
         fields.update({key: getattr(case, key) for key in ("prompt", "seed") if fields[key] is None})
-    return with_config(validate_request(**fields), winner["config"])
+    return with_config(build_request(**fields), winner["config"])
 
 
 def finished(benchmark: Any) -> tuple:

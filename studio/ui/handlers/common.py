@@ -17,7 +17,7 @@ from gradio.context import LocalContext
 from pipelines.registry import SPECS, resolve
 from studio.errors import Cancelled, StudioError, describe
 from studio.optimizations import REGISTRY, availability
-from studio.request import FIELD_NAMES, REQUEST_FIELDS, GenerationRequest, build_request, request_fields
+from studio.request import FIELD_NAMES, REQUEST_FIELDS, GenerationRequest, build_request, pick_fields
 from studio.ui.cancel import Cancellations
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def form_request(fields: dict[str, Any]) -> GenerationRequest:
     request's and are left out): the custom model over the menu's, Generate's ticked boxes as the
     techniques. A field not given takes `build_request`'s default: a sweep's baseline is fp32, with no
     technique and no negative prompt."""
-    given = request_fields(fields)
+    given = pick_fields(fields)
     given["model"] = model_name(fields.get("model"), fields.get("custom_model", ""))
     if any(box in fields for box in TECHNIQUE_BOXES):
         given["optimizations"] = [name for box in TECHNIQUE_BOXES for name in fields.get(box) or []]

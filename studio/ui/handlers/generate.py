@@ -55,7 +55,7 @@ def checked_image_settings(found: image_metadata.ImageSettings) -> tuple[dict | 
     """An image's settings checked as a typed request (`build_request`): every value but the techniques must
     pass, else nothing is loaded and the sentence says why; techniques this machine cannot run are loaded with
     the reason (the user may switch machine or untick them)."""
-    fields = image_metadata.request_fields(found.settings, DEFAULT_MODEL)
+    fields = image_metadata.fields_from_settings(found.settings, DEFAULT_MODEL)
     try:
         build_request(**{**fields, "optimizations": []})  # a bad path or value cannot hide behind a technique
         build_request(**fields)
