@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from studio import checks
+from studio import checks, devices
 from studio.errors import ValidationError
 from studio.optimizations import compile_cache, phases
 from studio.optimizations.base import JUST_IN_TIME, Context, Optimization, Settings, register
@@ -192,7 +192,7 @@ def saving(fn: Callable[..., Any], ctx: Context) -> Callable[..., Any]:
         built = ctx.stats.get("compile_count", 0)
         result = fn(*args, **kwargs)
         if ctx.stats.get("compile_count", 0) > built:
-            compile_cache.save(ctx.hw, ctx.device_type)
+            compile_cache.save(ctx.hw or devices.detect(), ctx.device_type)
         return result
 
     return call
@@ -223,7 +223,9 @@ def _room_for_graphs() -> None:
 def _compile(pipe: Any, ctx: Context) -> None:
     settings = compile_settings(ctx)
     _room_for_graphs()
-    compile_cache.load(ctx.hw, ctx.device_type)  # once per process, before its first compile
+    compile_cache.load(
+        ctx.hw or devices.detect(), ctx.device_type
+    )  # once per process, before its first compile
     if not settings.regional:
         swap_denoiser(_compiled)(pipe, ctx)
         return

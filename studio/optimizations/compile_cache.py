@@ -54,8 +54,8 @@ MAX_FILES = 16  # files kept in the folder, all machine keys together
 FORMAT = 1  # the layout of this module's header line
 MAGIC = "diffusion-studio compile cache"
 
-# This process's files by machine key: each file it loaded or saved, and the artifact keys the file holds. A
-# key present means that key's files were loaded (once per process).
+# This process's files by folder and machine key: each file it loaded or saved, and the artifact keys the file
+# holds. An entry present means its files were loaded (once per process and studio home).
 _known: dict[str, dict[Path, frozenset[str]]] = {}
 
 
@@ -210,10 +210,10 @@ def load(hw: devices.Hardware, device_type: str) -> frozenset[str]:
         The artifact keys loaded now ("type:key"), empty when there were none.
     """
     key = machine_key(hw, device_type)
-    if key in _known:
+    if f"{folder()}:{key}" in _known:
         return frozenset()
     start, header = time.perf_counter(), _header(hw, device_type)
-    known = _known[key] = {}
+    known = _known[f"{folder()}:{key}"] = {}
     for path in _files(key):
         keys = _load_file(path, header)
         if keys is not None:
@@ -278,7 +278,7 @@ def save(hw: devices.Hardware, device_type: str) -> Path | None:
     except OSError as exc:
         _unsaved(exc)
         return None
-    known = _known.setdefault(key, {})
+    known = _known.setdefault(f"{folder()}:{key}", {})
     for old in [p for p, held in known.items() if p != path and held <= keys]:
         del known[old]
         _remove(old)
