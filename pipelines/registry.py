@@ -228,8 +228,3 @@ def resolve(name: str, single_file_config: str | None = None) -> PipelineSpec:
             f"single_file_config is for a single-file .safetensors model; {name!r} brings its own configs."
         )
     return spec
-
-
-def with_family(spec: PipelineSpec, pipeline_class: str) -> PipelineSpec:
-    """The spec updated once the real pipeline class is known (hub ids learn it at load time)."""
-    return replace(spec, pipeline_class=pipeline_class, family=FAMILIES.get(pipeline_class, "other"))

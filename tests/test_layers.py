@@ -40,18 +40,40 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 2 else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every `studio…` module `path` imports, `from studio import x` counted as `studio.x`."""
+def imports_of(path: Path, module: str | None = None) -> set[str]:
+    """Every `studio…` module `path` imports, `from studio import x` counted as `studio.x`: absolute and
+    relative imports (resolved against the module's package; `module` names it where `path` is elsewhere), and
+    modules named by a string to `importlib.import_module` or `__import__`."""
+    module = module or module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("studio"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "studio":
-                found.update(f"studio.{a.name}" for a in node.names)
-            elif node.module.startswith("studio."):
-                found.add(node.module)
-    return found
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            if base == "studio" or (node.level and not node.module):
+                found.update(f"{base}.{a.name}" for a in node.names)
+            elif base.startswith("studio."):
+                found.add(base)
+        elif isinstance(node, ast.Call) and _names_a_module(node):
+            found.add(node.args[0].value)
+    return {name for name in found if name.startswith("studio")}
+
+
+def _names_a_module(call: ast.Call) -> bool:
+    """`importlib.import_module("studio.x")`, `import_module("studio.x")` or `__import__("studio.x")`."""
+    name = ast.unparse(call.func)
+    first = call.args[0] if call.args else None
+    return (
+        name in ("importlib.import_module", "import_module", "__import__")
+        and isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and first.value.startswith("studio")
+    )
 
 
 def upward_imports() -> list[str]:
@@ -84,7 +106,7 @@ def test_an_upward_import_is_caught(tmp_path):
     """The check itself: the run log importing the engine is reported."""
     fake = tmp_path / "bad.py"
     fake.write_text("from studio.engine import Studio\nimport studio.ui\n")
-    targets = imports_of(fake)
+    targets = imports_of(fake, module="studio.runlog.bad")
     assert targets == {"studio.engine", "studio.ui"}
     assert all(layer_of(t) > layer_of("studio.runlog.migrations") for t in targets)
 
@@ -107,3 +129,25 @@ def test_modules_stay_small_and_the_top_level_short():
         if (n := len(p.read_text().splitlines())) > 330
     }
     assert not long, long
+
+
+def test_relative_imports_and_import_strings_are_seen(tmp_path):
+    """A relative import or a module named by a string is an import like any other."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import importlib\n"
+        "from ..ui import views\n"
+        "from .. import engine\n"
+        "from . import base\n"
+        "def f():\n"
+        "    importlib.import_module('studio.sweeps.compare')\n"
+        "    __import__('studio.cli')\n"
+    )
+    found = imports_of(planted, module="studio.optimizations.planted")
+    assert found == {
+        "studio.ui",
+        "studio.engine",
+        "studio.optimizations.base",
+        "studio.sweeps.compare",
+        "studio.cli",
+    }

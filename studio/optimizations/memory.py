@@ -15,8 +15,6 @@ from studio.errors import ValidationError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.facts import DEFAULTS_ONLY, MemoryEffect, Preset
 
-PLACEMENT = ("model_cpu_offload", "sequential_cpu_offload", "device_map_balanced")
-
 
 def _vae_switch(method: str):
     def switch(pipe: Any, ctx: Context) -> None:

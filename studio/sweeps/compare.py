@@ -13,7 +13,6 @@ from studio.measure.bench import StopFn
 from studio.request import GenerationRequest, with_config
 from studio.sweeps.runner import Entry, Progress, SweepCancelled, SweepResult, run_sweep
 
-NOT_STARTED = "the sweep stopped before its first round"
 DEFAULT_ROUNDS = 5  # with 5 rounds one disturbed round cannot flip a verdict (see studio.measure.protocol)
 
 
