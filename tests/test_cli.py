@@ -101,7 +101,7 @@ def test_a_run_from_the_shell_prints_its_result_and_no_library_noise(tmp_path):
         [*cmd, "--opt", "jit_trace_unet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr
-    line = r"run 1: jit_trace_unet [\d.]+ m?s, peak \d+ MB -> \S+\.png\n"
+    line = r"run 1: jit_trace_unet [\d.]+ m?s, first call [\d.]+ m?s, peak \d+ MB -> \S+\.png\n"
     assert re.fullmatch(line, proc.stdout), proc.stdout
     noise = [line for line in proc.stderr.splitlines() if not line.startswith("warning: ")]
     assert not noise, proc.stderr

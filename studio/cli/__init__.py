@@ -122,9 +122,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args, args.opt)
     result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
     data = report.single_record(result)
+    first = data["first_call_s"] is not None or data["first_call_phase"]
     text = (
         f"run {data['run_id']}: {data['config']} {report.seconds(data['latency_s'])}, "
-        f"peak {report.memory(data)} -> {data['image_path']}"
+        + (f"first call {report.first_call(data)}, " if first else "")
+        + f"peak {report.memory(data)} -> {data['image_path']}"
     )
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
