@@ -13,6 +13,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 
+import psutil
 import torch
 
 from studio.errors import UnavailableError
@@ -53,6 +54,7 @@ class Hardware:
     cpu_count: int = 1
     cuda_visible_devices: str | None = None
     cpu_signature: str = ""  # "family 25 model 17 stepping 1" where /proc/cpuinfo says it, else ""
+    memory_bytes: int = 0  # the machine's RAM (0: not known)
 
     @property
     def avx512(self) -> bool:
@@ -112,6 +114,7 @@ class Hardware:
             "cpu_name": self.cpu_name,
             "cpu_kernels": self.cpu_kernels,
             "cpu_count": self.cpu_count,
+            "ram_gb": round(self.memory_bytes / 2**30, 1),
             "avx512": self.avx512,
             "amx_bf16": self.amx_bf16,
         }
@@ -188,6 +191,7 @@ def detect() -> Hardware:
         cpu_count=os.cpu_count() or 1,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         cpu_signature=signature,
+        memory_bytes=psutil.virtual_memory().total,
     )
 
 

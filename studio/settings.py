@@ -24,6 +24,8 @@ PACKAGES = (
     "safetensors",
     "torchao",
     "tomesd",
+    "openvino",
+    "nncf",
 )
 
 

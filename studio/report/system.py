@@ -12,6 +12,7 @@ def machine_rows(hardware: dict[str, Any], versions: dict[str, str]) -> list[tup
     why = "" if hardware["cuda_functional"] else f" — {hardware['cuda_reason']}"
     return [
         ("CPU", f"{hardware['cpu_name']}, {hardware['cpu_count']} cores"),
+        *([("RAM", f"{hardware['ram_gb']:g} GB")] if hardware.get("ram_gb") else []),
         ("GPUs", f"{gpus or 'none'}{why}"),
         ("Devices", ", ".join(hardware["devices"])),
         ("Libraries", ", ".join(f"{k} {v}" for k, v in versions.items())),
