@@ -27,8 +27,9 @@ from tests.tiny import technique_request as request
 # 0.378 / 29.3 dB with the converted graph run uncompiled. reduced_range (activations 0..127, CPUs without
 # VNNI or AMX) measured here, forced: 0.738 / 26.6 dB uncompiled, 0.560 / 26.6 dB compiled. Full-range
 # activations on an AVX2-only EPYC gave 21.1 dB (saturating int16 pairs): the reduced_range bound must stay
-# above that. vnni on an AMD EPYC (family 25 model 17) measured 0.535 / 28.5 dB in the full suite.
-INT8_STATIC_BOUNDS = {"amx": (0.5, 25.0), "vnni": (0.65, 25.0), "reduced_range": (0.9, 23.0)}
+# above that. vnni on an AMD EPYC (family 25 model 17) measured 0.535 / 28.5 dB in the full suite, and amx on
+# the Xeon (model 167) 0.546 / 26.8 dB with the retrained weights: the same integers, so the same bound.
+INT8_STATIC_BOUNDS = {"amx": (0.65, 25.0), "vnni": (0.65, 25.0), "reduced_range": (0.9, 23.0)}
 
 
 # /proc/cpuinfo flags (the int8-relevant part) of the CPUs CI runs on, and the path each must take.
