@@ -245,8 +245,8 @@ def skip_known_isa_probe(root: Path | None = None) -> None:
     Loading a package asks inductor which instruction sets the CPU runs (`pick_vec_isa`): it builds and
     loads a small program per candidate, each in a child Python, about 1.3 s in every new process. The answer
     is kept in `root/cpu-isa.json` with the torch version and the CPU's flags; when it said that every set the
-    CPU declares works, later processes tell inductor so (`cpp.vec_isa_ok`) instead of probing again. Where a
-    set failed its probe, the probe runs as before.
+    CPU declares works, later processes tell inductor so (`cpp.vec_isa_ok`, only while it lists them)
+    instead of probing again. Where a set failed its probe, the probe runs as before.
     """
     from torch._inductor import config
     from torch._inductor import cpu_vec_isa as isa
@@ -263,7 +263,10 @@ def skip_known_isa_probe(root: Path | None = None) -> None:
     except (OSError, ValueError):
         known = None
     if known == {**facts, "valid": declared} and declared:
-        config.cpp.vec_isa_ok = True
+        # Only while inductor lists the valid sets (the list is kept for the process): its config stays as it
+        # was, since torch.compile's cache keys read it.
+        with config.patch({"cpp.vec_isa_ok": True}):
+            isa.valid_vec_isa_list()
         return
     valid = [str(i) for i in isa.valid_vec_isa_list()]  # the probe, once in this process
     try:

@@ -194,27 +194,30 @@ def test_a_source_that_is_not_a_folder_is_refused_before_any_compile(tmp_path):
     assert get("aot_package").settings(source="someone/studio-cards").source == "someone/studio-cards"
 
 
-def test_the_cpu_probe_is_remembered_only_where_every_declared_set_passed(tmp_path):
+def test_the_cpu_probe_is_remembered_only_where_every_declared_set_passed(tmp_path, monkeypatch):
     from torch._inductor import config, cpu_vec_isa
 
-    before = (
-        config.cpp.vec_isa_ok
-    )  # set and put back by hand: monkeypatch would delete inductor's config entry
-    try:
-        config.cpp.vec_isa_ok = None
-        packages.skip_known_isa_probe(tmp_path)
-        noted = json.loads((tmp_path / packages.ISA_FILE).read_text())
-        assert noted["valid"] == [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]
-        if noted["valid"] != noted["declared"] or not noted["declared"]:
-            pytest.skip("a declared instruction set failed its probe here: nothing is remembered")
-        packages.skip_known_isa_probe(tmp_path)
-        assert config.cpp.vec_isa_ok is True
-        config.cpp.vec_isa_ok = None
-        (tmp_path / packages.ISA_FILE).write_text(json.dumps({**noted, "valid": noted["valid"][1:]}))
-        packages.skip_known_isa_probe(tmp_path)
-        assert config.cpp.vec_isa_ok is None, "a set that failed its probe keeps the probe"
-    finally:
-        config.cpp.vec_isa_ok = before
+    before = config.cpp.vec_isa_ok
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    packages.skip_known_isa_probe(tmp_path)
+    noted = json.loads((tmp_path / packages.ISA_FILE).read_text())
+    assert noted["valid"] == [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]
+    if noted["valid"] != noted["declared"] or not noted["declared"]:
+        pytest.skip("a declared instruction set failed its probe here: nothing is remembered")
+    probed = []
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", lambda self, code: probed.append(self) or True)
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    packages.skip_known_isa_probe(tmp_path)
+    assert not probed and [str(i) for i in cpu_vec_isa.valid_vec_isa_list()] == noted["valid"]
+    assert config.cpp.vec_isa_ok == before, (
+        "inductor's config is left as it was (torch.compile's keys read it)"
+    )
+    (tmp_path / packages.ISA_FILE).write_text(json.dumps({**noted, "valid": noted["valid"][1:]}))
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    packages.skip_known_isa_probe(tmp_path)
+    rewritten = json.loads((tmp_path / packages.ISA_FILE).read_text())
+    assert rewritten["valid"] == noted["valid"], "a set that failed its probe is probed again, and noted anew"
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
 
 
 def test_the_architecture_digest_is_the_same_in_every_process():

@@ -245,15 +245,22 @@ SECOND_PROCESS = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_second_process_loads_the_artifacts_and_builds_warm(tmp_path):
-    compiled_call()
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-inductor-cache"),
-        "PYTHONPATH": str(ROOT),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", SECOND_PROCESS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    events = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [(e["technique"], e["phase"]) for e in events] == [("torch_compile", "warm")], done.stderr[-2000:]
+    """Two new processes, each with an empty inductor cache: the first compiles (cold) and keeps its
+    artifacts in the studio's home, the second builds from them (warm). Both are processes of their own, so
+    what other tests left in this one cannot decide the result."""
+
+    def process(cache: str) -> list[tuple[str, str]]:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache), "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [sys.executable, "-c", SECOND_PROCESS],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return [(e["technique"], e["phase"]) for e in json.loads(done.stdout.strip().splitlines()[-1])]
+
+    assert process("first-inductor-cache") == [("torch_compile", "cold")]
+    assert process("empty-inductor-cache") == [("torch_compile", "warm")]
