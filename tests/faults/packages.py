@@ -127,7 +127,7 @@ def disk_full_case(ws: Workspace) -> Outcome:
 
     with mock.patch.object(packages.os, "replace", full):
         outcome = _run(ws, home, "disk full while keeping a package")
-    outcome.facts["left"] = sorted(p.name for p in (home / "packages").iterdir())
+    outcome.facts["left"] = sorted(p.name for p in (home / "packages").iterdir() if p.is_dir())
     return outcome
 
 
