@@ -3,7 +3,7 @@
 
     .venv/bin/python -m benchmarks.openvino_decoder [--side 256] [--rounds 5]
 
-The static int8 model is made by the studio's own `openvino_int8.decoder_quantize`, with this CPU's
+The static int8 model is made by the studio's own `openvino.int8.decoder_quantize`, with this CPU's
 overflow fix, calibrated on seeded random latents (the technique calibrates on denoised ones); PSNR is of the
 decoded image (as the pipeline maps it to 0-1) against f32's, on another latent.
 """
@@ -25,9 +25,9 @@ from pipelines.architectures import VAE
 from studio import devices
 from studio.measure import protocol
 from studio.measure.quality import psnr
-from studio.optimizations import openvino_int8 as int8
-from studio.optimizations import openvino_models as ovm
-from studio.optimizations.openvino import overflow_fix
+from studio.optimizations.openvino import int8 as int8
+from studio.optimizations.openvino import models as ovm
+from studio.optimizations.openvino.technique import overflow_fix
 
 
 def main() -> None:

@@ -27,8 +27,8 @@ from benchmarks.cpu_peers import cpu_line
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import psnr
-from studio.optimizations import openvino_int8 as int8
-from studio.optimizations import openvino_models as ovm
+from studio.optimizations.openvino import int8 as int8
+from studio.optimizations.openvino import models as ovm
 from studio.request import build_request
 
 PHASES = {  # phase -> (owner, attribute) timed around each call

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.cpu_peers import cpu_line
-from studio.optimizations import openvino_models as ovm
+from studio.optimizations.openvino import models as ovm
 
 
 def inputs_of(model) -> list[np.ndarray]:

@@ -5,7 +5,7 @@ activations on inputs like the ones it will see. `denoising_trajectory` makes su
 the call's shape, denoised for a few steps with a fresh copy of the pipeline's scheduler, each sample of
 the batch following its own conditioning (so guided and unguided activations are both seen). The run is a
 generator (`denoising_steps`), so that the model's predictions can come from wherever the inputs are
-already being run (NNCF's statistics inference: `openvino_statistics.Denoised`).
+already being run (NNCF's statistics inference: `openvino.statistics.Denoised`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
 from studio.optimizations import REGISTRY, unavailable_reason
-from studio.optimizations import openvino_int8 as ov_int8
+from studio.optimizations.openvino import int8 as ov_int8
 from tests import tiny
 
 pytestmark = pytest.mark.skipif(
@@ -129,7 +129,7 @@ def test_a_build_keeps_the_libraries_chatter_to_itself(tmp_path, monkeypatch, ca
 def decoder_constants(home: Path, entries: set[str]) -> set[str]:
     """The element types of the constants of the VAE decoder among `entries` (the one model whose only input
     is a float latent)."""
-    from studio.optimizations import openvino_models as ovm
+    from studio.optimizations.openvino import models as ovm
 
     core = ovm.openvino().Core()
     for entry in entries:
@@ -167,7 +167,7 @@ def test_linears_as_convolutions_computes_what_the_linear_layers_did():
     two activations (attention's) stays a MatMul."""
     import torch
 
-    from studio.optimizations import openvino_models as ovm
+    from studio.optimizations.openvino import models as ovm
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -195,8 +195,8 @@ def test_winograd_computes_the_3x3_convolutions_and_leaves_the_others(m):
     and a dilated convolution are left as they are."""
     import torch
 
-    from studio.optimizations import openvino_models as ovm
-    from studio.optimizations import openvino_winograd as owg
+    from studio.optimizations.openvino import models as ovm
+    from studio.optimizations.openvino import winograd as owg
 
     torch.manual_seed(0)
     layers = torch.nn.Sequential(
@@ -236,8 +236,8 @@ def test_winograd_in_strips_computes_the_same_convolution(m):
     of the transformed weights; an image the strips do not divide keeps the direct convolution."""
     import torch
 
-    from studio.optimizations import openvino_models as ovm
-    from studio.optimizations import openvino_winograd as owg
+    from studio.optimizations.openvino import models as ovm
+    from studio.optimizations.openvino import winograd as owg
 
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(6, 10, 3, padding=1).eval()
@@ -269,8 +269,8 @@ def test_winograd_is_timed_per_shape_and_fits_the_shape():
     that does not divide the image, and the rewrite keeps a convolution its choice says to keep."""
     import torch
 
-    from studio.optimizations import openvino_models as ovm
-    from studio.optimizations import openvino_winograd as owg
+    from studio.optimizations.openvino import models as ovm
+    from studio.optimizations.openvino import winograd as owg
 
     assert owg.fastest_convolution((1, 8, 8, 6, 6), calls=2) in (None, (2, None))
     assert owg.fastest_convolution((1, 7, 7, 5, 5), calls=1) is None, "neither tile fits 5x5"
@@ -288,7 +288,7 @@ def test_winograd_draws_the_same_image_and_says_what_it_rewrote(manager, baselin
     """Every 3x3 convolution of the UNet and the VAE decoder that F(2, 3) fits, forced to it (which ones gain
     is timed, so depends on the CPU): the image stays PyTorch's fp32 one to rounding; the run's stats count
     the rewritten convolutions per part; other settings are refused before anything runs."""
-    from studio.optimizations import openvino_parts
+    from studio.optimizations.openvino import parts as openvino_parts
 
     monkeypatch.setattr(openvino_parts, "fastest_convolution", lambda shape: (2, None))
     images, prepared = tiny.run(manager, openvino(winograd=True))
@@ -311,7 +311,7 @@ def test_a_rewrite_timed_on_one_cpu_is_read_back_there_and_timed_again_on_anothe
     the same model name ("AMD EPYC" is a Zen 3 or a Zen 4) times and rewrites them again, and reads the shared
     fp32 conversion back."""
     from studio import devices
-    from studio.optimizations import openvino_parts
+    from studio.optimizations.openvino import parts as openvino_parts
 
     timed = []
     monkeypatch.setattr(openvino_parts, "fastest_convolution", lambda shape: timed.append(shape) or (2, None))
@@ -337,7 +337,7 @@ def test_openvino_profile_says_where_a_models_time_goes(tmp_path, monkeypatch, c
     import torch
 
     from benchmarks import openvino_profile
-    from studio.optimizations import openvino_models as ovm
+    from studio.optimizations.openvino import models as ovm
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
     layer = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).eval()
@@ -412,8 +412,8 @@ def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_
     int8 weights and activations (calibrated on their MatMuls)."""
     import torch
 
-    from studio.optimizations import openvino_models as ovm
-    from studio.optimizations import openvino_statistics
+    from studio.optimizations.openvino import models as ovm
+    from studio.optimizations.openvino import statistics as openvino_statistics
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
     as_matmuls = openvino_statistics.token_convolutions_as_matmuls
@@ -448,7 +448,7 @@ def test_full_int8_with_int8_matmuls_quantizes_the_linear_layers_where_they_are(
     """`int8_linears=matmul` (the choice on CPUs with VNNI or AMX) keeps the Linear layers as MatMuls and
     quantizes them, weights and activations, but those fed by the text encoder's states or the timestep
     embedding, which keep 8-bit weights over float math as in hybrid; the image stays close to fp32's."""
-    from studio.optimizations import openvino_models as ovm
+    from studio.optimizations.openvino import models as ovm
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
     settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "matmul"}
@@ -498,7 +498,7 @@ def test_activation_ranges_without_int8_activations_is_a_sentence():
     ],
 )
 def test_int8_linears_auto_picks_the_faster_form_for_the_cpu(flags, form):
-    from studio.optimizations.openvino import int8_linears
+    from studio.optimizations.openvino.technique import int8_linears
 
     assert int8_linears("auto", frozenset(flags)) == form
     assert int8_linears("convolution", frozenset(flags)) == "convolution"
@@ -511,7 +511,7 @@ def test_int8_linears_outside_full_int8_is_a_sentence():
 
 def int8_weight_peaks(model_xml: Path) -> list[int]:
     """The largest |value| of each signed 8-bit constant (the static int8 convolutions' weights)."""
-    from studio.optimizations import openvino_models as ovm
+    from studio.optimizations.openvino import models as ovm
 
     model = ovm.openvino().Core().read_model(model_xml)
     return [
@@ -543,8 +543,8 @@ def test_weight_reductions_fold_to_the_values_the_plugin_computes():
     and name; a reduction over an activation stays in the graph."""
     from openvino import opset13 as ops
 
-    from studio.optimizations import openvino_models as ovm
-    from studio.optimizations import openvino_statistics
+    from studio.optimizations.openvino import models as ovm
+    from studio.optimizations.openvino import statistics as openvino_statistics
 
     def model():
         rng = np.random.default_rng(0)
@@ -583,8 +583,8 @@ def test_token_convolutions_run_as_the_matmuls_they_came_from_in_nncfs_statistic
     it was, under the same output name and to fp32 rounding; a 1x1 over a real image and a 3x3 stay."""
     from openvino import opset13 as ops
 
-    from studio.optimizations import openvino_models as ovm
-    from studio.optimizations import openvino_statistics
+    from studio.optimizations.openvino import models as ovm
+    from studio.optimizations.openvino import statistics as openvino_statistics
 
     def model():
         rng = np.random.default_rng(0)
@@ -622,7 +622,7 @@ def test_token_convolutions_run_as_the_matmuls_they_came_from_in_nncfs_statistic
 
 
 def test_another_nncf_without_the_engine_is_used_as_it_is_and_says_so(monkeypatch, caplog):
-    from studio.optimizations import openvino_statistics
+    from studio.optimizations.openvino import statistics as openvino_statistics
 
     real = importlib.import_module
 
@@ -643,7 +643,7 @@ def test_another_nncf_without_the_engine_is_used_as_it_is_and_says_so(monkeypatc
 def _built_with_and_without(rewrite: str, settings: dict, tmp_path, monkeypatch) -> tuple[list[int], dict]:
     """The UNet's stored weights built with the statistics engine's `rewrite` and without it, and what the
     rewrite returned for each model NNCF's engine compiled."""
-    from studio.optimizations import openvino_statistics
+    from studio.optimizations.openvino import statistics as openvino_statistics
 
     openvino_statistics.install()
     real = getattr(openvino_statistics, rewrite)
@@ -714,7 +714,7 @@ def test_a_tensor_two_quantiles_read_is_copied_out_once_and_builds_the_same_mode
     ],
 )
 def test_auto_overflow_fix_follows_the_cpus_int8_kernels(flags, expected):
-    from studio.optimizations.openvino import overflow_fix
+    from studio.optimizations.openvino.technique import overflow_fix
 
     assert overflow_fix("auto", frozenset(flags)) == expected
     assert overflow_fix("disable", frozenset(flags)) == "disable", "an explicit setting is kept"
@@ -752,7 +752,7 @@ def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
 def pytorch_trajectories(prepared, request, like: tuple) -> list[tuple]:
     """Every UNet input along `request`'s calibration trajectories, denoised by the PyTorch UNet, formatted as
     NNCF's samples (`like`: one of them)."""
-    from studio.optimizations import openvino_calibration as calibration
+    from studio.optimizations.openvino import calibration_samples as calibration
 
     pipe, records = prepared.pipe, []
     unet = getattr(pipe.unet, "original", pipe.unet)  # the stand-in's PyTorch UNet
@@ -780,8 +780,8 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
     import contextlib
 
     from pipelines.schedulers import fresh_scheduler
-    from studio.optimizations import openvino_calibration as calibration
-    from studio.optimizations import openvino_statistics as ovs
+    from studio.optimizations.openvino import calibration_samples as calibration
+    from studio.optimizations.openvino import statistics as ovs
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
     # the Linear layers as convolutions: every weight fp32 in NNCF's statistics model, which runs in f32
@@ -878,7 +878,7 @@ def test_it_says_why_when_it_cannot_run(monkeypatch):
 def test_a_compiled_part_follows_the_runs_thread_count():
     """OpenVINO fixes a compiled model's threads: a run on a busy host (one thread) gets a model compiled for
     one thread, once; the last two counts stay compiled."""
-    from studio.optimizations import openvino_parts
+    from studio.optimizations.openvino import parts as openvino_parts
 
     compiled: list[int] = []
 
@@ -914,7 +914,7 @@ def test_a_compiled_part_follows_the_runs_thread_count():
 
 
 def test_quantiles_near_the_ends_are_numpys_to_the_bit_without_numpys_full_selection(monkeypatch):
-    from studio.optimizations import openvino_quantiles
+    from studio.optimizations.openvino import quantiles as openvino_quantiles
 
     rng = np.random.default_rng(0)
     cases = [
@@ -968,7 +968,7 @@ def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(tmp_path
     weights and quantizer ranges are byte for byte the same."""
     from nncf.common.tensor_statistics import collectors
 
-    from studio.optimizations import openvino_statistics
+    from studio.optimizations.openvino import statistics as openvino_statistics
 
     openvino_statistics.install()
     faster = collectors.QuantileReducer._reduce_out_of_place
@@ -994,7 +994,7 @@ def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_st
     import openvino as ov
 
     from studio import devices
-    from studio.optimizations import openvino as technique
+    from studio.optimizations.openvino import technique
 
     real = devices.detect()
     native = dataclasses.replace(real, cpu_flags=real.cpu_flags | {"avx512_bf16"})

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from studio.manager import PipelineManager
-from studio.optimizations import openvino_cache as ovk
 from studio.optimizations import phases
+from studio.optimizations.openvino import cache as ovk
 from tests import tiny
 
 pytestmark = pytest.mark.skipif(

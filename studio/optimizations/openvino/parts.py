@@ -1,8 +1,8 @@
 """The stand-ins the `openvino` technique swaps into a pipeline: the UNet, the VAE decoder and the text
 encoder, each converted, compressed or quantized as the settings say, and compiled for the CPU by OpenVINO on
-the first call of each input shape (read back from the disk cache, `openvino_cache`, where it was built
+the first call of each input shape (read back from the disk cache, `openvino.cache`, where it was built
 before), each saying which phase that preparation paid (`phases`: cold or warm); the PyTorch module each wraps
-is kept (`original`) for revert. The int8 parts' calibration samples come from `openvino_calibration`.
+is kept (`original`) for revert. The int8 parts' calibration samples come from `openvino.calibration_samples`.
 """
 
 from __future__ import annotations
@@ -16,22 +16,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from studio import devices
-from studio.optimizations import openvino_cache as ovk
-from studio.optimizations import openvino_calibration as ovc
-from studio.optimizations import openvino_int8 as int8
-from studio.optimizations import openvino_models as ovm
-from studio.optimizations import openvino_statistics as ovs
-from studio.optimizations import openvino_winograd as owg
 from studio.optimizations import phases
+from studio.optimizations.openvino import cache as ovk
+from studio.optimizations.openvino import calibration_samples as ovc
+from studio.optimizations.openvino import int8 as int8
+from studio.optimizations.openvino import models as ovm
+from studio.optimizations.openvino import statistics as ovs
+from studio.optimizations.openvino import winograd as owg
 from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
 if TYPE_CHECKING:
-    from studio.optimizations.openvino import OpenVINOSettings
+    from studio.optimizations.openvino.technique import OpenVINOSettings
 
 
 @functools.cache
 def fastest_convolution(shape: tuple[int, ...]) -> owg.Form | None:
-    """`openvino_winograd.fastest_convolution`, timed once per shape in a process."""
+    """`openvino.winograd.fastest_convolution`, timed once per shape in a process."""
     return owg.fastest_convolution(shape)
 
 
@@ -209,8 +209,8 @@ class OpenVINOUNet(OpenVINOPart, PerShapeUNet):
         return quantized
 
     def calibration(self, inputs: tuple[torch.Tensor, ...], model: Any) -> ovs.Denoised:
-        """NNCF's samples at this call's shape and steps (`openvino_calibration.unet_samples`), the calls
-        between them run by the converted fp32 UNet `model`."""
+        """NNCF's samples at this call's shape and steps (`openvino.calibration_samples.unet_samples`), the
+        calls between them run by the converted fp32 UNet `model`."""
         fp32 = functools.partial(fp32_runner, model)
         return ovc.unet_samples(
             self._pipe(),

@@ -9,7 +9,7 @@ is about to compile (`install` wraps NNCF's OpenVINO engine):
   against 4 s with them folded here with numpy (1 s). min, max and abs are exact: every statistic, and
   the quantized model, is the same to the bit.
 - `token_convolutions_as_matmuls`: full int8 runs the Linear layers as 1x1 convolutions over [tokens, in,
-  1, 1] (`openvino_int8.linears_as_convolutions`), fast in int8 but, in fp32, half the speed of the
+  1, 1] (`openvino.int8.linears_as_convolutions`), fast in int8 but, in fp32, half the speed of the
   MatMul they came from: the statistics model of SD 1.5's UNet ran 4.1 s per sample, 2.1 s with them back
   as MatMuls. The same products and sums (statistics within 5e-6 relative); the quantized model keeps
   its convolutions.
@@ -24,7 +24,7 @@ that makes them as NNCF goes, answering each sample with the prediction NNCF's o
 (the engine passes what it infers to a listener).
 
 And quantile statistics (`activation_ranges=quantile`) from the few values nearest each end of a tensor
-(`openvino_quantiles`), the same numbers as NumPy's full selection, over ten times faster.
+(`openvino.quantiles`), the same numbers as NumPy's full selection, over ten times faster.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 from studio.optimizations.calibration import Inputs, Steps
-from studio.optimizations.openvino_models import opset
-from studio.optimizations.openvino_quantiles import faster_reducer
+from studio.optimizations.openvino.models import opset
+from studio.optimizations.openvino.quantiles import faster_reducer
 
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {"ReduceMin": np.min, "ReduceMax": np.max}
 ELEMENTWISE: dict[str, Callable[[np.ndarray], np.ndarray]] = {"Abs": np.abs}
@@ -147,7 +147,7 @@ def install() -> None:
     """Once per process: NNCF's OpenVINO engine (the model it infers for statistics and bias correction)
     folds its model's weight reductions, drops its repeated Results, runs its token convolutions as MatMuls
     and tells a listener (`listening`) what it infers, and its quantile statistics take
-    `openvino_quantiles`' faster path; left as it is, with a warning, where this nncf's engine is not where
+    `openvino.quantiles`' faster path; left as it is, with a warning, where this nncf's engine is not where
     expected."""
     with _installed:
         try:

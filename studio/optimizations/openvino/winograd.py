@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from studio.optimizations.openvino_models import compile_for_cpu, openvino, opset
+from studio.optimizations.openvino.models import compile_for_cpu, openvino, opset
 
 # Winograd's minimal filtering F(m x m, 3 x 3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural
 # Networks", 2016): an m x m block of a 3x3 convolution's output from an a x a tile of its input

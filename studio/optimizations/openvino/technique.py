@@ -3,7 +3,7 @@
 Applied at request time like every technique: each part is swapped for a stand-in that, on the first call
 of each input shape, converts the part (or reads the conversion from the disk cache), compresses or
 quantizes it as the `mode` setting says, and compiles it for the CPU; the PyTorch parts are kept and put
-back on revert. Modes (see `openvino_models`): "fp32" (fp32 weights; with `inference_precision` "f32" the math
+back on revert. Modes (see `openvino.models`): "fp32" (fp32 weights; with `inference_precision` "f32" the math
 of PyTorch's fp32 to rounding), "int8_weights" (8-bit weights), "hybrid_int8" (8-bit weights plus static
 int8 of the convolutions, calibrated on the model's calibration prompts along a denoising trajectory of the
 call's own size and steps) and "full_int8" (hybrid with the UNet's Linear layers as 1x1 convolutions, so
@@ -16,15 +16,15 @@ weights to 7 bits so that a pair always fits; NNCF and optimum-intel apply it to
 other convolutions clip. `overflow_fix` "auto" applies it to every int8 convolution on such CPUs (measured on
 the bundled model: 25.1 dB against fp32, 23.6 dB with the first layer only), and NNCF's default elsewhere.
 
-What a first call prepares is kept under the studio's home (`openvino_cache`): each part as converted and
+What a first call prepares is kept under the studio's home (`openvino.cache`): each part as converted and
 quantized, and OpenVINO's compile of it (its `CACHE_DIR`, a few MB for SD 1.5's int8 UNet, ~200 MB per image
 size for the VAE decoder, all compiles together under a cap), so a new process reads both back; each part's
 preparation is recorded as a phase ("cold": built now, "warm": read back from those caches).
 
 This module is the technique: its settings, apply and revert, and its facts. The stand-ins it swaps in are
-`openvino_parts`, their calibration samples `openvino_calibration`, the conversion and compression
-`openvino_models` (with `openvino_statistics` and `openvino_winograd`), the disk cache `openvino_cache`, the
-int8 recipes `openvino_int8`.
+`openvino.parts`, their calibration samples `openvino.calibration_samples`, the conversion and compression
+`openvino.models` (with `openvino.statistics` and `openvino.winograd`), the disk cache `openvino.cache`, the
+int8 recipes `openvino.int8`.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Any
 
 from studio import checks, devices
 from studio.errors import ValidationError
-from studio.optimizations import openvino_models as ovm
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.facts import NO_MEMORY_EFFECT, LadderRung
-from studio.optimizations.openvino_parts import OpenVINODecoder, OpenVINOTextEncoder, OpenVINOUNet
+from studio.optimizations.openvino import models as ovm
+from studio.optimizations.openvino.parts import OpenVINODecoder, OpenVINOTextEncoder, OpenVINOUNet
 
 PRECISIONS = ("f32", "auto")
 OVERFLOW_FIXES = ("auto", *ovm.OVERFLOW_FIXES)

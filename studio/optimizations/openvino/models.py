@@ -11,12 +11,12 @@ with NNCF:
 - "full_int8": static int8 for the Linear layers too: as int8 MatMuls on CPUs with VNNI or AMX, or,
   elsewhere, as 1x1 convolutions over the tokens, on the CPU plugin's int8 convolution kernels (its int8
   matmul is no faster than fp32 there; the convolutions, one 1x1 image per token, are slower than int8
-  MatMuls where VNNI is). The recipes are in `openvino_int8`.
-An fp32 model's 3x3 convolutions can be rewritten as Winograd's minimal filtering (`openvino_winograd`).
+  MatMuls where VNNI is). The recipes are in `openvino.int8`.
+An fp32 model's 3x3 convolutions can be rewritten as Winograd's minimal filtering (`openvino.winograd`).
 Converting and calibrating cost a first call (minutes for SD 1.5); the result is written under
 `$STUDIO_HOME/openvino/`, keyed by the part's weights, the shapes, the mode, the calibration and the
 library versions, so a later process reads it back, and its compile too, in a fraction of that
-(`openvino_cache`).
+(`openvino.cache`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def nncf() -> Any:
         raise UnavailableError(
             f"openvino's int8 modes need nncf, which could not be imported ({exc})."
         ) from exc
-    from studio.optimizations import openvino_statistics  # it builds nodes with `opset`
+    from studio.optimizations.openvino import (
+        statistics as openvino_statistics,  # it builds nodes with `opset`
+    )
 
     openvino_statistics.install()  # the models it infers for statistics: cheaper, computing the same
     return lib

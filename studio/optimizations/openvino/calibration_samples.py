@@ -3,7 +3,7 @@ trajectory per calibration prompt, at the call's size and steps, and the VAE dec
 those trajectories end at.
 
 A UNet's samples are spread over each trajectory (at most `CALIBRATION_SAMPLES` in all) and made as NNCF
-goes (`openvino_statistics.Denoised`): each one is denoised by NNCF's own inference of it, the calls between
+goes (`openvino.statistics.Denoised`): each one is denoised by NNCF's own inference of it, the calls between
 samples by the converted fp32 UNet.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from pipelines.schedulers import denoiser_calls
-from studio.optimizations import openvino_statistics as ovs
 from studio.optimizations.calibration import Inputs, Steps, answer, denoising_steps
+from studio.optimizations.openvino import statistics as ovs
 
 # The most UNet calls a calibrated UNet is calibrated on: NNCF's statistics cost ~5 s a sample for SD 1.5 at
 # 256x256 on a 2-core CPU, so a 50-step request would pay five times what a 10-step one pays for the same

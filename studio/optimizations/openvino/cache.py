@@ -1,6 +1,6 @@
 """The `openvino` technique's disk cache: the parts it converts, compresses or calibrates, and their compiles.
 
-Under `$STUDIO_HOME/openvino/<key>/` (`openvino_models.cache_key`: everything that decides the model):
+Under `$STUDIO_HOME/openvino/<key>/` (`openvino.models.cache_key`: everything that decides the model):
 
 - `model.xml`, `model.bin`: a part as converted (and compressed or calibrated) for one input shape, written
   once, atomically (a folder renamed into place). A new process compiles it from the file, its weights mapped
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from studio.optimizations import openvino_models as ovm
+from studio.optimizations.openvino import models as ovm
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Entry:
             return self.model()
 
     def compile(self, precision: str, threads: int) -> Any:
-        """The model compiled for the CPU with `threads` (`openvino_models.compile_for_cpu`): from the stored
+        """The model compiled for the CPU with `threads` (`openvino.models.compile_for_cpu`): from the stored
         file through the compiled-model cache, or from memory where it could not be stored."""
         if self.memory is not None:
             return ovm.compile_for_cpu(self.memory, precision, threads=threads)

@@ -2,7 +2,7 @@
 NNCF's static int8 (`static_int8`), optimum-intel's hybrid (`hybrid_quantize`), full int8 with int8 MatMuls
 (`full_quantize`) or with the Linear layers first rewritten as 1x1 convolutions over the tokens
 (`linears_as_convolutions`, for CPUs without VNNI), and the VAE decoder's (`decoder_quantize`). The modes and
-the settings' values they take are named in `openvino_models`."""
+the settings' values they take are named in `openvino.models`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-from studio.optimizations.openvino_models import nncf, opset
+from studio.optimizations.openvino.models import nncf, opset
 
 
 def _constant_behind(op: Any, port: int) -> bool:
