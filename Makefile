@@ -56,7 +56,7 @@ test-fast: $(VENV)/.dev-deps
 # the cards in docs/cards/ (tests fail while either is stale).
 docs: $(VENV)/.deps
 	$(PY) -m studio.optimizations.table README.md
-	$(PY) -m studio.benchmark.doc_table
+	$(PY) -m studio.cards.doc_table
 
 # The wheels an offline GPU machine lacks (benchmarks/gpu/kit.txt), for Python 3.12 on x86-64 Linux, into .gpu-kit/:
 # downloaded with `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform ...`, an xformers

@@ -21,7 +21,7 @@ import torch
 from diffusers import AutoencoderKL
 
 from benchmarks.cpu_peers import cpu_line
-from pipelines.architectures import VAE
+from pipelines.architecture_configs import VAE
 from studio import devices
 from studio.measure import protocol
 from studio.measure.quality import psnr

@@ -38,7 +38,8 @@ from transformers import (
     T5Tokenizer,
 )
 
-from pipelines.architectures import CLIP_G, CLIP_L, VAE, clip_tokenizer, init_models
+from pipelines.architecture_configs import CLIP_G, CLIP_L, VAE, clip_tokenizer
+from pipelines.random_weights import init_models
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ def build(name: str, tokenizer_source: str, dtype: torch.dtype = torch.float32) 
         raise ValueError(f"the stand-in tokenizers have more than {TINY_VOCAB} tokens")
     torch.manual_seed(0)
     with default_dtype(dtype):
-        parts = init_models(name, dtype)
+        parts = init_models(lambda: models(name), dtype)
     for part in parts.values():
         part.eval()  # built from config, the models are in training mode: T5's dropout would be on
     if family == "sd3":

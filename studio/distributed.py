@@ -27,8 +27,8 @@ from studio.cli.arguments import request_args, rounds_arg
 from studio.errors import StudioError
 from studio.report import emit
 from studio.sweeps import compare, ladder
-from studio.sweeps.distributed import agreed_plan, spread
 from studio.sweeps.process_group import join_process_group, placement, shared_seed
+from studio.sweeps.spread import agreed_plan, spread
 
 COMPARABLE = (
     "Timings measured by different processes compare only when their devices are alike "

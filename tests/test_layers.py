@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pipeline manager", ("studio.manager",)),
     ("engine", ("studio.engine",)),
     ("sweeps", ("studio.sweeps",)),
-    ("benchmark", ("studio.benchmark",)),
+    ("cards", ("studio.cards",)),
     ("faces", ("studio.cli", "studio.distributed", "studio.ui", "studio.__main__")),
 )
 
@@ -151,3 +151,45 @@ def test_relative_imports_and_import_strings_are_seen(tmp_path):
         "studio.sweeps.compare",
         "studio.cli",
     }
+
+
+def test_no_two_modules_of_the_studio_share_a_name():
+    """A module's name says what it is: two modules of one name in two packages (a `runner` here and a
+    `runner` there) make a reader open both to learn which is meant."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "studio").rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def pipelines_imports(path: Path) -> set[str]:
+    """The `pipelines` modules `path` imports, at module level or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("pipelines."))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipelines"):
+            if node.module == "pipelines":
+                found.update(f"pipelines.{a.name}" for a in node.names)
+            else:
+                found.add(node.module)
+    return found
+
+
+def test_the_model_side_has_no_import_circle():
+    """No two modules of `pipelines/` import each other, directly or through others: a circle is what
+    forces imports inside functions, and a reader cannot tell which module the knowledge belongs to."""
+    graph = {
+        module_name(p): pipelines_imports(p)
+        for p in (ROOT / "pipelines").rglob("*.py")
+        if "tiny_shapes" not in p.parts
+    }
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    assert sorted(m for m in graph if reaches(m, m, {m})) == []

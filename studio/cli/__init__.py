@@ -10,10 +10,10 @@ import sys
 
 from studio import settings
 from studio.cli.arguments import request_args, rounds_arg
-from studio.cli.benchmark import add_benchmark_parser, cmd_benchmark
+from studio.cli.benchmark_command import add_benchmark_parser, cmd_benchmark
 from studio.cli.output import emit, results_only_on_stdout
-from studio.cli.packages import add_packages_parser, cmd_packages
-from studio.cli.shard import add_shard_parser, cmd_shard
+from studio.cli.packages_command import add_packages_parser, cmd_packages
+from studio.cli.shard_command import add_shard_parser, cmd_shard
 from studio.errors import StudioError, describe
 
 log = logging.getLogger("studio")
@@ -188,7 +188,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from studio.engine import Studio
     from studio.report import profile_text
     from studio.request import request_from_args
-    from studio.request.profile import validate_profile
+    from studio.request.profile_request import validate_profile
 
     request = validate_profile(request_from_args(args, args.opt))  # refused before the run log is opened
     run = Studio().profile(request)
@@ -200,13 +200,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from studio.benchmark import first_calls
+    from studio.cards import measured_first_calls
     from studio.engine import Studio
     from studio.request import request_from_args
 
     request = request_from_args(args, args.opt)
     studio = Studio()
-    found = {**studio.estimate(request).as_json(), "first_call": first_calls.sentence(studio, request)}
+    found = {
+        **studio.estimate(request).as_json(),
+        "first_call": measured_first_calls.sentence(studio, request),
+    }
     emit(found, args.json, " ".join(filter(None, [found["sentence"], found["first_call"]])))
     return 0
 

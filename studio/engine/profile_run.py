@@ -1,9 +1,9 @@
 """`Studio.profile`: one denoising step of a request under torch.profiler, logged as a run.
 
 A mixin of `studio.engine.Studio`, which keeps the engine's module short: the request is checked
-(`studio.request.profile`), logged as `running`, its step 2 profiled on the pipeline the manager prepares
-for it (`studio.measure.profile`; on ZeroGPU inside the GPU allocation), and the run finished `ok` with the
-profile's JSON in its `profile` column, or `failed` with the reason.
+(`studio.request.profile_request`), logged as `running`, its step 2 profiled on the pipeline the manager
+prepares for it (`studio.measure.step_profile`; on ZeroGPU inside the GPU allocation), and the run finished
+`ok` with the profile's JSON in its `profile` column, or `failed` with the reason.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from studio.engine import zerogpu
 from studio.measure.host import HostMonitor
-from studio.measure.profile import ProfileResult, profile_step
+from studio.measure.step_profile import ProfileResult, profile_step
 from studio.request import GenerationRequest
-from studio.request.profile import validate_profile
+from studio.request.profile_request import validate_profile
 
 
 @dataclass

@@ -9,9 +9,10 @@ and the run log's export all speak in `KEYS`; `docs/api.md` lists them with thei
 - `studio.report.text`: records as words, Markdown and CSV;
 - `studio.report.notes`: sentences that explain a sweep's table (what Latency and Speedup are, rows where the
   two disagree);
-- `studio.report.system`: this machine in words.
+- `studio.report.machine_text`: this machine in words.
 """
 
+from studio.report.machine_text import machine_rows
 from studio.report.notes import disagreements, figures_legend, point_name, speedup_title
 from studio.report.records import (
     MEMORY_RESOLUTION_MB,
@@ -21,7 +22,6 @@ from studio.report.records import (
     run_record,
     single_record,
 )
-from studio.report.system import machine_rows
 from studio.report.text import (
     TABLE,
     breakable,

@@ -1,4 +1,4 @@
-"""A profiled step (`studio.measure.profile.ProfileResult.as_json()`) in words and units: the summary
+"""A profiled step (`studio.measure.step_profile.ProfileResult.as_json()`) in words and units: the summary
 paragraph, the tables of time by kind and of the top operators, the bar chart's rows, and Markdown."""
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def m005_model_sources(db: Database) -> None:
 
 @migrations()
 def m006_profile(db: Database) -> None:
-    """A profiled step's figures (`studio.measure.profile`: time by kind, top operators, FLOPs, peak), as
+    """A profiled step's figures (`studio.measure.step_profile`: time by kind, top operators, FLOPs, peak), as
     JSON; empty for runs that were not profiles."""
     db["runs"].add_column("profile", str)
 

@@ -23,13 +23,13 @@ from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
 from studio.ui.mcp_server import hide_form_endpoints
 from studio.ui.mcp_tools import mcp_enabled, register_mcp_tools
-from studio.ui.tabs.autotune import autotune_tab
-from studio.ui.tabs.benchmark import benchmark_tab
-from studio.ui.tabs.compare import compare_tab, ladder_tab
-from studio.ui.tabs.generate import generate_tab
-from studio.ui.tabs.history import history_tab
-from studio.ui.tabs.profile import profile_tab
-from studio.ui.tabs.system import shard_tab, system_tab
+from studio.ui.tabs.autotune_tab import autotune_tab
+from studio.ui.tabs.benchmark_tab import benchmark_tab
+from studio.ui.tabs.compare_tab import compare_tab, ladder_tab
+from studio.ui.tabs.generate_tab import generate_tab
+from studio.ui.tabs.history_tab import history_tab
+from studio.ui.tabs.profile_tab import profile_tab
+from studio.ui.tabs.system_tab import shard_tab, system_tab
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 # Every table fits a 1280 px page: Gradio sizes a table's columns from its longest cells laid out on one line,

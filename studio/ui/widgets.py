@@ -12,7 +12,6 @@ from gradio.context import Context
 from pipelines.registry import SPECS
 from studio import devices
 from studio.optimizations import REGISTRY
-from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
     GROUPS,
@@ -22,6 +21,7 @@ from studio.ui.handlers.common import (
     techniques_by_group,
     unavailable_list,
 )
+from studio.ui.raw_fields import RawNumber
 
 # What `model_inputs` returns, by the request's field names (`custom_model`: the text beside the menu).
 MODEL_INPUTS = ("model", "custom_model", "device", "prompt", "seed", "steps", "guidance", "width", "height")

@@ -3,8 +3,8 @@ configuration on a pipeline, even one already warm with another), else from a be
 
 from __future__ import annotations
 
-from studio.benchmark.cards import DOCS_CARDS, load_folder
-from studio.benchmark.first_calls import from_cards
+from studio.cards.collection import DOCS_CARDS, load_folder
+from studio.cards.measured_first_calls import from_cards
 from tests import tiny
 
 

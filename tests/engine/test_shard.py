@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pipelines import loader, registry
-from studio.cli.shard import add_shard_parser, cmd_shard
+from studio.cli.shard_command import add_shard_parser, cmd_shard
 from studio.engine import shard
 from studio.errors import ValidationError
 

@@ -19,7 +19,7 @@ from diffusers.loaders.single_file_utils import (
 from safetensors.torch import load_file, save_file
 
 from pipelines import single_file
-from pipelines.architectures import SD15_UNET
+from pipelines.architecture_configs import SD15_UNET
 from pipelines.registry import ASSETS, resolve
 from studio.errors import ModelLoadError, ValidationError
 from studio.manager import PipelineManager

@@ -1,6 +1,8 @@
 """SD3 and Flux from config: the real shapes counted on the meta device, refused before loading where they do
 not fit, and the tiny variants through the engine."""
 
+import functools
+
 import pytest
 import torch
 
@@ -63,13 +65,14 @@ def test_the_flow_matching_models_refuse_a_discrete_time_scheduler():
 def test_random_weights_are_drawn_on_a_gpu_only_with_room_to_spare(monkeypatch, free_gib, where):
     """Flux's 16.87 billion bf16 parameters (31.4 GiB) are drawn on the GPU when its free memory holds them
     with a quarter to spare, 39.3 GiB (on a 16-core CPU they took over 6 minutes); never without one."""
-    from pipelines import architectures
+    from pipelines.random_weights import init_device
 
+    flux = functools.partial(transformer_architectures.models, "flux")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (free_gib * 2**30, 141 * 2**30))
-    assert architectures.init_device("flux", torch.bfloat16) == where
+    assert init_device(flux, torch.bfloat16) == where
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert architectures.init_device("flux", torch.bfloat16) == "cpu"
+    assert init_device(flux, torch.bfloat16) == "cpu"
 
 
 def test_the_denoiser_calls_of_flow_matching_with_a_dynamic_shift_are_counted_without_the_pipeline():

@@ -4,7 +4,7 @@ model), and a winner of the card just measured or of any card the Machines view 
 (the way History loads a logged run: `form_values`), checked for this machine: another machine's GPU card runs
 here on this machine's device, and a configuration this machine cannot run is one sentence.
 
-Options are checked (`studio.benchmark.options.validate_options`, then every model's request and
+Options are checked (`studio.cards.options.validate_options`, then every model's request and
 configuration in `run_benchmark`) before anything runs; a bad one is one sentence, as `gr.Error`. A cancelled
 benchmark writes nothing and says where it stopped."""
 
@@ -20,12 +20,12 @@ from PIL import Image
 
 from pipelines.sources import inside_roots
 from studio import devices
-from studio.benchmark import card as card_files
-from studio.benchmark import hub, picks, text
-from studio.benchmark.cards import machine_name, machines_markdown
-from studio.benchmark.options import validate_options
-from studio.benchmark.runner import run_benchmark
-from studio.benchmark.suite import CPU_CASES, GPU_CASES, suite_for
+from studio.cards import card as card_files
+from studio.cards import hub, picks, wording
+from studio.cards.collection import machine_name, machines_markdown
+from studio.cards.options import validate_options
+from studio.cards.run_suite import run_benchmark
+from studio.cards.suite import CPU_CASES, GPU_CASES, suite_for
 from studio.engine import Studio
 from studio.engine.run_data import run_columns
 from studio.errors import Cancelled, UnavailableError, ValidationError
@@ -64,7 +64,7 @@ def as_cards(cards: Any) -> list[dict[str, Any]]:
 def winner_choice(entry: dict[str, Any], winner: dict[str, Any], machine: str | None = None) -> str:
     """How a winners' menu names one: 'tiny-shapes 64x64, 20 steps — keeps the math: channels_last', with
     the machine in front in the Machines view's menu ('Intel Xeon with AMX — sd15-arch 256x256, ...')."""
-    named = f"{text.shape(entry)} — {picks.WORDS[winner['kind']]}: {winner['config']}"
+    named = f"{wording.shape(entry)} — {picks.WORDS[winner['kind']]}: {winner['config']}"
     return f"{machine} — {named}" if machine else named
 
 

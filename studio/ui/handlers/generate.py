@@ -14,7 +14,7 @@ import gradio as gr
 
 from pipelines.spec import PipelineSpec
 from studio import report
-from studio.benchmark import first_calls
+from studio.cards import measured_first_calls
 from studio.engine import Studio
 from studio.errors import (
     Cancelled,
@@ -116,13 +116,16 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         (`studio.engine.memory_estimate`), and what its first call cost before (`first_call`: a sentence, or
         empty when nothing was measured)."""
         request = form_request(fields)
-        return {**studio.estimate(request).as_json(), "first_call": first_calls.sentence(studio, request)}
+        return {
+            **studio.estimate(request).as_json(),
+            "first_call": measured_first_calls.sentence(studio, request),
+        }
 
     def first_call_note(**fields):
         """Under Generate's buttons, as the form changes: what the first call of this configuration costs,
         before it is started. Nothing while the form is not yet a valid request (Generate says why)."""
         try:
-            return first_calls.sentence(studio, form_request(fields))
+            return measured_first_calls.sentence(studio, form_request(fields))
         except ValidationError:
             return ""
 
@@ -135,7 +138,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             fits = studio.check_fits(request).as_json()["sentence"]
         except ValidationError as exc:
             return f"⚠ {describe(exc)}"
-        return " ".join(filter(None, [fits, first_calls.sentence(studio, request)]))
+        return " ".join(filter(None, [fits, measured_first_calls.sentence(studio, request)]))
 
     def load_image(path):
         """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found

@@ -15,7 +15,7 @@ import pandas as pd
 
 from studio.engine import Studio
 from studio.report import profile_text
-from studio.request.profile import validate_profile
+from studio.request.profile_request import validate_profile
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import engine_errors, form_request, optional_fields, session_of, stop_check
 

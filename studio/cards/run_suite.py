@@ -4,13 +4,13 @@ For each model of the suite:
 
 1. Compare: the baseline (and on a GPU the reference precision), the configurations expected to keep the math
    and, on a GPU, the fixed lossy list; or the baseline and `--configs`. Warm-up calls apart, then
-   interleaved rounds; each configuration is classified by its measured image (`studio.benchmark.picks`);
+   interleaved rounds; each configuration is classified by its measured image (`studio.cards.picks`);
 2. on a CPU, the auto-tuner looks for a faster configuration that changes the image, within the budget
-   (`studio.benchmark.search`);
+   (`studio.cards.search`);
 3. when it found one, a last Compare measures the baseline, the best keeping the math and the auto-tuner's
    winner in the same rounds: the card's rows.
 
-Nothing is written here: `studio.benchmark.card.save` writes the card once everything is measured, so a
+Nothing is written here: `studio.cards.card.save` writes the card once everything is measured, so a
 cancelled or failed benchmark leaves no card behind.
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 from PIL import Image
 
 from studio import devices
-from studio.benchmark import picks, text
-from studio.benchmark.card import model_entry, new_card
-from studio.benchmark.options import Options
-from studio.benchmark.search import lossy_search
-from studio.benchmark.suite import Case, pick_cases, suite_for
-from studio.benchmark.system import snapshot
+from studio.cards import picks, wording
+from studio.cards.card import model_entry, new_card
+from studio.cards.machine import snapshot
+from studio.cards.options import Options
+from studio.cards.search import lossy_search
+from studio.cards.suite import Case, pick_cases, suite_for
 from studio.errors import Cancelled, StudioError
 from studio.measure import bench, quality
 from studio.measure.bench import StopFn
@@ -50,7 +50,7 @@ class ModelRun:
 
 @dataclass
 class Benchmark:
-    """A finished benchmark: the card (`studio.benchmark.card`) and each model's images."""
+    """A finished benchmark: the card (`studio.cards.card`) and each model's images."""
 
     card: dict[str, Any]
     runs: list[ModelRun]
@@ -127,17 +127,23 @@ def _images(result: CompareResult, chosen: list[dict[str, Any]]) -> list[tuple[l
     base = result.records[0]
     shown = [
         (
-            ["baseline (PyTorch fp32)", f"{text.seconds(base['seconds_per_image'])} s per image"],
+            ["baseline (PyTorch fp32)", f"{wording.seconds(base['seconds_per_image'])} s per image"],
             base["config"],
         )
     ]
     for p in chosen:
         figures = ", ".join(
-            f for f in (text.ratio(p), f"{p['psnr_db']:.1f} dB" if p.get("psnr_db") is not None else "") if f
+            f
+            for f in (wording.ratio(p), f"{p['psnr_db']:.1f} dB" if p.get("psnr_db") is not None else "")
+            if f
         )
         shown.append(
             (
-                [picks.WORDS[p["kind"]], p["config"], f"{text.seconds(p['seconds_per_image'])} s, {figures}"],
+                [
+                    picks.WORDS[p["kind"]],
+                    p["config"],
+                    f"{wording.seconds(p['seconds_per_image'])} s, {figures}",
+                ],
                 p["config"],
             )
         )
@@ -274,7 +280,7 @@ def run_benchmark(
     """Measure the suite (or `cases`) on this machine; the card is returned, not written (see `card.save`).
 
     Args:
-        options: what to measure (`studio.benchmark.options.validate_options`); default: the whole suite.
+        options: what to measure (`studio.cards.options.validate_options`); default: the whole suite.
         studio: the engine (`studio.engine.Studio`); default: a new one on the studio's home.
         cases: the cases to measure instead of the suite's (tests shorten them).
         progress: told (fraction done, what runs now) as the benchmark goes.

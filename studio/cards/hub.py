@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from studio.benchmark.cards import DOCS_CARDS, Loaded, load_folder, machine_tables
+from studio.cards.collection import DOCS_CARDS, Loaded, load_folder, machine_tables
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import packages
 
@@ -159,11 +159,11 @@ def machines(
 
     Args:
         source: more cards: a local folder or OWNER/DATASET; None or "" for none.
-        folder: this studio's cards (default `studio.benchmark.card.default_folder()`).
+        folder: this studio's cards (default `studio.cards.card.default_folder()`).
         here: the running machine's fingerprint (default: detected), whose cards are marked.
     """
-    from studio.benchmark.card import default_folder
-    from studio.benchmark.system import this_fingerprint
+    from studio.cards.card import default_folder
+    from studio.cards.machine import this_fingerprint
 
     local = [Path(folder) if folder else default_folder(), DOCS_CARDS]
     note = None

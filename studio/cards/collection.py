@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from studio import checks
-from studio.benchmark import text
-from studio.benchmark.card import SCHEMA, baseline_of
-from studio.benchmark.picks import CHANGES, KEEPS, pick
-from studio.benchmark.system import display_name, fingerprint
+from studio.cards import wording
+from studio.cards.card import SCHEMA, baseline_of
+from studio.cards.machine import display_name, fingerprint
+from studio.cards.picks import CHANGES, KEEPS, pick
 from studio.errors import ValidationError
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,8 @@ def machine_name(card: dict[str, Any]) -> str:
 
 
 def _cell(entry: dict[str, Any], kind: str, gpu: bool) -> str:
-    first = text.first_of(entry, kind)
-    return text.pick(first, gpu) if first else "–"
+    first = wording.first_of(entry, kind)
+    return wording.pick(first, gpu) if first else "–"
 
 
 def _size(shape: str) -> tuple[int, ...]:
@@ -160,7 +160,7 @@ def machine_tables(cards: list[dict[str, Any]], here: str | None = None) -> dict
 
     Args:
         cards: loaded cards (`load_folder`).
-        here: the running machine's fingerprint (`studio.benchmark.system.this_fingerprint`): its cards
+        here: the running machine's fingerprint (`studio.cards.machine.this_fingerprint`): its cards
             are marked `this_machine`.
     """
     tables: dict[str, list[dict[str, Any]]] = {}
@@ -172,7 +172,7 @@ def machine_tables(cards: list[dict[str, Any]], here: str | None = None) -> dict
                 {
                     "device": machine_name(card),
                     "this_machine": here is not None and card["system"].get("fingerprint") == here,
-                    "shape": text.shape(entry),
+                    "shape": wording.shape(entry),
                     "seconds_per_image": base.get("seconds_per_image"),
                     "steps_per_s": base.get("steps_per_s"),
                     "peak_memory_mb": base.get("peak_memory_mb"),
@@ -193,7 +193,7 @@ def machine_tables(cards: list[dict[str, Any]], here: str | None = None) -> dict
 COLUMNS = (
     ("device", lambda r: r["device"] + (" **(this machine)**" if r["this_machine"] else "")),
     ("shape", lambda r: r["shape"]),
-    ("s / image", lambda r: text.seconds(r["seconds_per_image"])),
+    ("s / image", lambda r: wording.seconds(r["seconds_per_image"])),
     ("it/s", lambda r: "–" if r["steps_per_s"] is None else f"{r['steps_per_s']:.2f}"),
     ("peak MB", lambda r: "–" if r["peak_memory_mb"] is None else f"{r['peak_memory_mb']:,.0f}"),
     ("best keeping the math", lambda r: r[KEEPS]),

@@ -60,7 +60,7 @@ def test_the_benchmark_writes_a_card_and_the_machines_table_shows_it(cli, tmp_pa
 
 
 def test_a_cancelled_benchmark_writes_no_card(cli, tmp_path, monkeypatch):
-    import studio.benchmark.runner as runner
+    import studio.cards.run_suite as runner
 
     def cancelled(*args, **kw):
         raise Cancelled("Cancelled by the test.")

@@ -37,7 +37,7 @@ def _caption(lines: list[str]) -> list[str]:
 
 
 def contact_sheet(runs: list[Any]) -> Image.Image:
-    """One PNG-ready image: a row per model run (`studio.benchmark.runner.ModelRun`: its `case` and its
+    """One PNG-ready image: a row per model run (`studio.cards.run_suite.ModelRun`: its `case` and its
     `images`, (caption lines, image) pairs, baseline first)."""
     font = ImageFont.load_default()
     columns = max((len(r.images) for r in runs), default=1) or 1

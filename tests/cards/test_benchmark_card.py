@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 
 from studio import report
-from studio.benchmark import card as card_module
-from studio.benchmark import picks, search
-from studio.benchmark.cards import load_card
-from studio.benchmark.options import Options
-from studio.benchmark.runner import run_benchmark
-from studio.benchmark.suite import CPU_CASES, SUITE_VERSION
-from studio.benchmark.system import this_fingerprint
+from studio.cards import card as card_module
+from studio.cards import picks, search
+from studio.cards.collection import load_card
+from studio.cards.machine import this_fingerprint
+from studio.cards.options import Options
+from studio.cards.run_suite import run_benchmark
+from studio.cards.suite import CPU_CASES, SUITE_VERSION
 from studio.errors import Cancelled
 from studio.request import build_request, parse_config, with_config
 from studio.sweeps.compare import run_compare
@@ -149,7 +149,7 @@ def test_a_user_cancel_is_not_taken_for_the_budget(studio):
 def test_a_refused_confirmation_keeps_the_first_compares_rows_and_says_why(studio, monkeypatch):
     """The last Compare can be refused (its copies no longer fit in memory): the card is still written from
     the first Compare, and the search says what was not measured again and why."""
-    from studio.benchmark import runner
+    from studio.cards import run_suite
     from studio.errors import ValidationError
 
     calls = []
@@ -161,11 +161,11 @@ def test_a_refused_confirmation_keeps_the_first_compares_rows_and_says_why(studi
         return run_compare(*args, **kw)
 
     found = {"kind": "autotune", "summary": "Fastest configuration: deepcache[interval=2]."}
-    monkeypatch.setattr(runner, "run_compare", compare)
-    monkeypatch.setattr(runner, "lossy_search", lambda *a, **kw: (["deepcache[interval=2]"], dict(found)))
+    monkeypatch.setattr(run_suite, "run_compare", compare)
+    monkeypatch.setattr(run_suite, "lossy_search", lambda *a, **kw: (["deepcache[interval=2]"], dict(found)))
     case = dataclasses.replace(TINY, steps=2, width=32, height=32, keep=("channels_last",))
     request = build_request(**case.fields_on("cpu"))
-    run = runner.measure_case(studio, case, request, Options(rounds=1, device="cpu"), lambda f, m: None)
+    run = run_suite.measure_case(studio, case, request, Options(rounds=1, device="cpu"), lambda f, m: None)
     assert calls == [["channels_last"], ["channels_last", "deepcache[interval=2]"]]
     assert [r["config"] for r in run.entry["rows"]] == ["baseline", "channels_last"]
     assert run.entry["search"]["unconfirmed"] == ["deepcache[interval=2]"]

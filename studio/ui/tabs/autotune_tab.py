@@ -8,8 +8,8 @@ from typing import Any
 import gradio as gr
 
 from studio.optimizations import availability
-from studio.ui.fields import RawNumber
 from studio.ui.progress_views import status_area, wire_job
+from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, sweep_counts
 
 

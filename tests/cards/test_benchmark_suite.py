@@ -9,9 +9,9 @@ import time
 import pytest
 
 from studio import devices
-from studio.benchmark import picks, search
-from studio.benchmark.options import Options, validate_options
-from studio.benchmark.suite import CPU_CASES, SUITE_VERSION, pick_cases, suite_for
+from studio.cards import picks, search
+from studio.cards.options import Options, validate_options
+from studio.cards.suite import CPU_CASES, SUITE_VERSION, pick_cases, suite_for
 from studio.errors import ValidationError
 from studio.request import build_request
 
@@ -238,8 +238,8 @@ def test_on_a_gpu_the_math_is_held_to_the_reference_rows_image():
     0.01 from it (40 dB) and a bf16 row: only the compiled one keeps fp16's math."""
     from types import SimpleNamespace
 
-    from studio.benchmark.runner import candidates_of
-    from studio.benchmark.suite import GPU_CASES
+    from studio.cards.run_suite import candidates_of
+    from studio.cards.suite import GPU_CASES
 
     runs = [
         FakeRun("baseline", "fp32", 0.0),
@@ -262,7 +262,7 @@ def test_on_a_gpu_the_math_is_held_to_the_reference_rows_image():
 
 
 def test_a_configuration_written_with_its_defaults_is_measured_once():
-    from studio.benchmark.runner import distinct
+    from studio.cards.run_suite import distinct
 
     configs = [
         "openvino",

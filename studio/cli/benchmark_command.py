@@ -74,13 +74,13 @@ def _progress() -> Any:
 
 def cmd_machines(args: argparse.Namespace) -> int:
     """`--machines`: this studio's cards (--out), docs/cards and the source given, one table per model."""
-    from studio.benchmark import cards, hub
+    from studio.cards import collection, hub
     from studio.cli.output import emit
 
     found = hub.machines(args.machines, args.out)
     for sentence in [*found.refused, *([found.note] if found.note else [])]:
         print(f"warning: {sentence}", file=sys.stderr)
-    emit(found.data(), args.json, cards.machines_markdown(found.tables))
+    emit(found.data(), args.json, collection.machines_markdown(found.tables))
     return 0
 
 
@@ -88,9 +88,9 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     """Run the suite, write the card (and publish it), print its summary (StudioError exits 2 in cli.main)."""
     if args.machines is not None:
         return cmd_machines(args)
-    from studio.benchmark import card, hub
-    from studio.benchmark.options import validate_options
-    from studio.benchmark.runner import run_benchmark
+    from studio.cards import card, hub
+    from studio.cards.options import validate_options
+    from studio.cards.run_suite import run_benchmark
     from studio.cli.output import emit
     from studio.optimizations import packages
 

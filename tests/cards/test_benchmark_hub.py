@@ -12,7 +12,7 @@ import huggingface_hub
 import pytest
 from huggingface_hub import constants
 
-from studio.benchmark import hub
+from studio.cards import hub
 from studio.cli import main
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import packages
@@ -104,7 +104,7 @@ def test_nothing_is_uploaded_without_a_token_offline_or_to_a_malformed_name(
 
 
 def test_the_cli_refuses_to_publish_before_it_measures(fake_hub, tmp_path, monkeypatch, capsys):
-    import studio.benchmark.runner as runner
+    import studio.cards.run_suite as runner
 
     monkeypatch.delenv("HF_TOKEN")
     monkeypatch.setattr(runner, "run_benchmark", lambda *a, **kw: pytest.fail("nothing may run"))

@@ -1,8 +1,8 @@
 """docs/benchmarks.md's "What is fastest where" table, rendered from the cards in docs/cards/.
 
-The cards are the source: a figure changes in its card, then `python -m studio.benchmark.doc_table` writes the
-table into docs/benchmarks.md again (tests/benchmark/test_doc_table.py fails while the two differ). One row
-per card that measured sd15-arch, GPUs first, then by the baseline's seconds per image.
+The cards are the source: a figure changes in its card, then `python -m studio.cards.doc_table` writes the
+table into docs/benchmarks.md again (tests/cards/test_benchmark_doc_table.py fails while the two differ).
+One row per card that measured sd15-arch, GPUs first, then by the baseline's seconds per image.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studio.benchmark import text
-from studio.benchmark.cards import DOCS_CARDS, load_folder
-from studio.benchmark.picks import CHANGES, KEEPS
+from studio.cards import wording
+from studio.cards.collection import DOCS_CARDS, load_folder
+from studio.cards.picks import CHANGES, KEEPS
 
 ROOT = Path(__file__).resolve().parents[2]
 CARDS = DOCS_CARDS
@@ -41,10 +41,10 @@ def render(cards: list[dict[str, Any]], model: str = MODEL) -> str:
         gpu = _is_gpu(card)
         cells = [
             card["system"]["name"],
-            text.shape(entry),
-            text.baseline(entry),
-            text.picks_of(entry, KEEPS, gpu),
-            text.picks_of(entry, CHANGES, gpu),
+            wording.shape(entry),
+            wording.baseline(entry),
+            wording.picks_of(entry, KEEPS, gpu),
+            wording.picks_of(entry, CHANGES, gpu),
             "; ".join(f"`{c}`" for c in entry.get("commands") or []) or "–",
         ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")

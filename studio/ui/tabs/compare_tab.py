@@ -9,10 +9,10 @@ import gradio as gr
 
 from pipelines.schedulers import menu_choices
 from studio.request.axes import AXES
-from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import DEFAULT_MODEL, family_of
 from studio.ui.presets import presets_for, presets_for_model
 from studio.ui.progress_views import status_area, wire_job
+from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, sweep_counts
 
 AXIS_CHOICES = ("none", *AXES, "deepcache.interval", "cfg_cutoff.after", "token_merging.ratio")

@@ -28,7 +28,7 @@ from studio.measure import bench
 from studio.measure.op_kinds import CLASSIFIER, KINDS, OpStat, classify, op_stats, split_by_kind
 from studio.optimizations import call_contexts
 from studio.request import GenerationRequest
-from studio.request.profile import validate_profile
+from studio.request.profile_request import validate_profile
 
 __all__ = [
     "CLASSIFIER",

@@ -1,13 +1,13 @@
 """docs/benchmarks.md's "What is fastest where" table is what the cards in docs/cards/ render (as the
 README's techniques table is the registry's): change a figure in its card, then run
-`python -m studio.benchmark.doc_table`. Every winner in those cards is a configuration the request accepts."""
+`python -m studio.cards.doc_table`. Every winner in those cards is a configuration the request accepts."""
 
 from __future__ import annotations
 
 import pytest
 
 from studio import devices
-from studio.benchmark import doc_table
+from studio.cards import doc_table
 from studio.errors import UnavailableError
 from studio.request import build_request, parse_config, with_config
 
@@ -15,8 +15,7 @@ from studio.request import build_request, parse_config, with_config
 def test_the_docs_table_is_what_the_cards_render():
     doc = doc_table.DOC.read_text()
     assert doc_table.table_in(doc) == doc_table.render(doc_table.docs_cards()), (
-        "docs/benchmarks.md's 'What is fastest where' table is stale: "
-        "run `python -m studio.benchmark.doc_table`"
+        "docs/benchmarks.md's 'What is fastest where' table is stale: run `python -m studio.cards.doc_table`"
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from studio.benchmark.picks import CHANGES, KEEPS
+from studio.cards.picks import CHANGES, KEEPS
 from studio.report.text import ratio as report_ratio
 
 

@@ -92,7 +92,7 @@ def validate_options(
 ) -> Options:
     """Check a benchmark's options (numbers may arrive as text); the budget is bounded like any request's
     work (`STUDIO_MAX_REQUEST_S`), the counts like a sweep's."""
-    from studio.request.sweeps import max_request_seconds, validate_counts
+    from studio.request.sweep_limits import max_request_seconds, validate_counts
 
     counts = validate_counts(warmup, rounds)
     if not isinstance(device, str) or not device.strip():

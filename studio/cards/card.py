@@ -1,8 +1,8 @@
 """The card: one machine's benchmark as JSON (versioned by `SCHEMA`), with a Markdown summary and a contact
 sheet beside it, written all at once.
 
-A card (schema 1) holds `schema`, `suite` (`studio.benchmark.suite.SUITE_VERSION`), `created_at`, `source`,
-`system` (`studio.benchmark.system.snapshot`, with its `fingerprint`), `device`, `options`, `seconds` and
+A card (schema 1) holds `schema`, `suite` (`studio.cards.suite.SUITE_VERSION`), `created_at`, `source`,
+`system` (`studio.cards.machine.snapshot`, with its `fingerprint`), `device`, `options`, `seconds` and
 `models`: per model its request (model, size, steps, guidance, batch, scheduler, prompt, seed, device), the
 `reference` precision on a GPU, the `baseline`, the `winners` (each a configuration as Compare and Generate
 take it, `kind` keeps_the_math or changes_the_image), `kinds` (every candidate measured), `rows` (the shared
@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from studio.benchmark import picks, text
-from studio.benchmark.suite import SUITE_VERSION, Case
+from studio.cards import picks, wording
+from studio.cards.suite import SUITE_VERSION, Case
 
 SCHEMA = 1
 BASELINE_FIGURES = (
@@ -103,7 +103,7 @@ def model_entry(
 def new_card(
     system: dict[str, Any], options: Any, device: str, models: list[dict[str, Any]], seconds: float
 ) -> dict[str, Any]:
-    """A measured card (`options`: `studio.benchmark.options.Options`)."""
+    """A measured card (`options`: `studio.cards.options.Options`)."""
     return {
         "schema": SCHEMA,
         "suite": SUITE_VERSION,
@@ -144,8 +144,10 @@ def summary(card: dict[str, Any]) -> str:
     ]
     gpu = str(card.get("device")).startswith("cuda")
     for entry in card["models"]:
-        lines += ["", f"## {text.shape(entry)}", "", f"- baseline: {text.baseline(entry)}"]
-        lines += [f"- {title}: {text.picks_of(entry, kind, gpu)}" for kind, title in text.KIND_TITLES.items()]
+        lines += ["", f"## {wording.shape(entry)}", "", f"- baseline: {wording.baseline(entry)}"]
+        lines += [
+            f"- {title}: {wording.picks_of(entry, kind, gpu)}" for kind, title in wording.KIND_TITLES.items()
+        ]
         if (entry.get("search") or {}).get("summary"):
             lines.append(f"- search: {entry['search']['summary']}")
         lines += [f"- note: {n}" for n in entry.get("notes") or []]
@@ -168,7 +170,7 @@ def rows_markdown(entry: dict[str, Any]) -> str:
     columns = (
         ("Configuration", lambda r: f"`{r['config']}`"),
         ("Kind", lambda r: _kind(entry, r)),
-        ("s / image", lambda r: text.seconds(r.get("seconds_per_image"))),
+        ("s / image", lambda r: wording.seconds(r.get("seconds_per_image"))),
         ("it/s", lambda r: "–" if r.get("steps_per_s") is None else f"{r['steps_per_s']:.2f}"),
         ("Speedup (range)", report.ratio),
         ("Verdict", lambda r: r.get("verdict") or f"{r['status']}: {r.get('error') or ''}"),
@@ -188,7 +190,7 @@ def save(benchmark: Any, out: str | Path | None = None) -> dict[str, Path]:
     """Write the card (`<stem>.json`), its summary (`.md`) and contact sheet (`.png`) into `out` (default:
     `default_folder()`). Each file is written under a temporary name and renamed once all three are
     written: a failure leaves none of them."""
-    from studio.benchmark.sheet import contact_sheet
+    from studio.cards.sheet import contact_sheet
 
     folder = Path(out) if out else default_folder()
     folder.mkdir(parents=True, exist_ok=True)

@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 
 from studio import report
-from studio.benchmark import cards
-from studio.benchmark.card import SCHEMA
-from studio.benchmark.doc_table import CARDS
-from studio.benchmark.picks import CHANGES, KEEPS
-from studio.benchmark.system import fingerprint, this_fingerprint
+from studio.cards import collection
+from studio.cards.card import SCHEMA
+from studio.cards.doc_table import CARDS
+from studio.cards.machine import fingerprint, this_fingerprint
+from studio.cards.picks import CHANGES, KEEPS
 from studio.errors import ValidationError
 
 V0 = Path(__file__).parent / "fixtures" / "card-v0.json"
 
 
 def test_a_schema_0_card_is_migrated():
-    card = cards.load_card(V0)
+    card = collection.load_card(V0)
     assert card["schema"] == SCHEMA and card["created_at"] == "2026-10-01"
     assert card["source"].startswith("migrated from a schema-0 card (the card's first draft)")
     system = card["system"]
@@ -64,7 +64,7 @@ def test_a_card_this_studio_cannot_read_is_refused_with_a_sentence(tmp_path, con
     path = tmp_path / "card.json"
     path.write_text(json.dumps(content))
     with pytest.raises(ValidationError, match=message.replace("(", r"\(")):
-        cards.load_card(path)
+        collection.load_card(path)
 
 
 def test_a_folder_loads_what_it_can_and_names_what_it_cannot(tmp_path):
@@ -72,7 +72,7 @@ def test_a_folder_loads_what_it_can_and_names_what_it_cannot(tmp_path):
     (tmp_path / "new.json").write_text(json.dumps({"schema": 7}))
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "notes.txt").write_text("not a card")
-    loaded = cards.load_folder(tmp_path, tmp_path / "missing")
+    loaded = collection.load_folder(tmp_path, tmp_path / "missing")
     assert [Path(c["path"]).name for c in loaded.cards] == ["old.json"]
     assert len(loaded.refused) == 2
     assert any("schema version 7" in r for r in loaded.refused)
@@ -81,15 +81,15 @@ def test_a_folder_loads_what_it_can_and_names_what_it_cannot(tmp_path):
 
 def this_machines_card() -> dict:
     """One of the docs' cards, its machine replaced by this one."""
-    card = copy.deepcopy(next(c for c in cards.load_folder(CARDS).cards if c["device"] == "cpu"))
+    card = copy.deepcopy(next(c for c in collection.load_folder(CARDS).cards if c["device"] == "cpu"))
     card["system"].update(name="this machine's CPU", fingerprint=this_fingerprint())
     return card
 
 
 def test_one_table_per_model_across_machines_with_this_machine_marked():
-    loaded = cards.load_folder(CARDS)
+    loaded = collection.load_folder(CARDS)
     assert not loaded.refused and len(loaded.cards) == 6
-    tables = cards.machine_tables([*loaded.cards, this_machines_card()], this_fingerprint())
+    tables = collection.machine_tables([*loaded.cards, this_machines_card()], this_fingerprint())
     assert set(tables) == {"sd15-arch", "sdxl-arch", "tiny-shapes"}
     sd15 = tables["sd15-arch"]
     assert len(sd15) == 7 and [r["this_machine"] for r in sd15].count(True) == 1
@@ -101,15 +101,15 @@ def test_one_table_per_model_across_machines_with_this_machine_marked():
         "`openvino[inference_precision=auto,mode=hybrid_int8]` (bf16 + hybrid int8)"
     )
     assert amx["steps_per_s"] is None and amx["peak_memory_mb"] is None, "what the document lacks is null"
-    text = cards.machines_markdown(tables)
+    text = collection.machines_markdown(tables)
     assert (
         "## sd15-arch" in text and "**(this machine)**" in text and "| device | shape | s / image |" in text
     )
-    assert cards.machines_markdown({}) == "_no cards_"
+    assert collection.machines_markdown({}) == "_no cards_"
 
 
 def test_the_docs_cards_say_where_they_come_from():
-    for card in cards.load_folder(CARDS).cards:
+    for card in collection.load_folder(CARDS).cards:
         assert card["source"].startswith("transcribed from docs/benchmarks.md's recorded runs"), card["path"]
         assert card["system"]["fingerprint"] == fingerprint(card["system"])
         for entry in card["models"]:

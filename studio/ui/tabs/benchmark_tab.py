@@ -10,10 +10,10 @@ from typing import Any
 import gradio as gr
 
 from studio import devices
-from studio.benchmark.options import DEFAULT_BUDGET_S, DEFAULT_ROUNDS, MIN_BUDGET_S
-from studio.ui.fields import RawNumber
+from studio.cards.options import DEFAULT_BUDGET_S, DEFAULT_ROUNDS, MIN_BUDGET_S
 from studio.ui.handlers.benchmark import suite_models
 from studio.ui.progress_views import status_area, wire_job
+from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import sweep_counts
 
 INTRO = (

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from studio import report
-from studio.benchmark.card import default_folder
-from studio.benchmark.cards import DOCS_CARDS, load_folder, machine_name
+from studio.cards.card import default_folder
+from studio.cards.collection import DOCS_CARDS, load_folder, machine_name
 from studio.engine.first_call import notable
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from studio.optimizations import REGISTRY
-from studio.ui.fields import RawNumber
+from studio.ui.raw_fields import RawNumber
 
 STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
 READ_ME = (

@@ -8,9 +8,9 @@ import gradio as gr
 
 from studio.optimizations import availability
 from studio.request import PRECISIONS
-from studio.ui.fields import RawNumber
 from studio.ui.handlers.common import GROUPS, in_form_order, techniques_by_group
 from studio.ui.progress_views import status_area, wire_job
+from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, settings_placeholder
 
 
