@@ -175,6 +175,24 @@ def test_old_flags_and_bad_counts_are_refused_before_anything_runs(cli):
     assert json.loads(cli("history", "--json")[1]) == [], "nothing ran, nothing was logged"
 
 
+def test_every_face_speaks_the_requests_words_and_the_old_flags_still_parse():
+    """`--optimizations` and `--rounds` are the words of the request, the API and the records; `--opt` and
+    generate's `--repeats` are kept as aliases, so a script written for them parses to the same request."""
+    from studio.cli import build_parser
+
+    parser = build_parser()
+    new = parser.parse_args(
+        ["generate", "--prompt", "p", "--optimizations", "bf16", "channels_last", "--rounds", "3"]
+    )
+    old = parser.parse_args(
+        ["generate", "--prompt", "p", "--opt", "bf16", "--opt", "channels_last", "--repeats", "3"]
+    )
+    assert vars(new) == vars(old) and new.optimizations == ["bf16", "channels_last"] and new.rounds == 3
+    for command in ("profile", "estimate"):
+        parsed = parser.parse_args([command, "--prompt", "p", "--opt", "bf16", "--optimizations", "tome"])
+        assert parsed.optimizations == ["bf16", "tome"]
+
+
 def test_generate_help_says_each_arguments_range_and_default_as_the_validation_has_them(cli):
     from studio.request.generation import MAX_STEPS
 

@@ -9,7 +9,7 @@ import logging
 import sys
 
 from studio import settings
-from studio.cli.arguments import request_args, rounds_arg
+from studio.cli.arguments import optimizations_arg, request_args, rounds_arg
 from studio.cli.benchmark_command import add_benchmark_parser, cmd_benchmark
 from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.packages_command import add_packages_parser, cmd_packages
@@ -30,10 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen = sub.add_parser("generate", help="one image, timed and logged")
     request_args(gen)
-    gen.add_argument("--repeats", type=int, default=None, help="timed calls (default 1)")
-    gen.add_argument(
-        "--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`"
-    )
+    rounds_arg(gen, 1, "--repeats")
+    optimizations_arg(gen)
     cmp_ = sub.add_parser("compare", help="baseline vs configurations, side by side")
     request_args(cmp_)
     rounds_arg(cmp_, 5)
@@ -69,9 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         one = sub.add_parser(name, help=text)
         request_args(one)
-        one.add_argument(
-            "--opt", action="append", default=[], help="a technique name (repeat); see `optimizations`"
-        )
+        optimizations_arg(one)
     hist = sub.add_parser("history", help="runs from the log")
     for flag in ("--model", "--device", "--status", "--technique", "--since", "--until"):
         hist.add_argument(flag)
@@ -119,8 +115,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from studio.engine import Studio
     from studio.request import request_from_args
 
-    request = request_from_args(args, args.opt)
-    result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.repeats or 1)
+    request = request_from_args(args, args.optimizations)
+    result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.rounds or 1)
     data = report.single_record(result)
     first = data["first_call_s"] is not None or data["first_call_phase"]
     text = (
@@ -190,7 +186,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from studio.request import request_from_args
     from studio.request.profile_request import validate_profile
 
-    request = validate_profile(request_from_args(args, args.opt))  # refused before the run log is opened
+    # refused before the run log is opened
+    request = validate_profile(request_from_args(args, args.optimizations))
     run = Studio().profile(request)
     for warning in run.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -204,7 +201,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from studio.engine import Studio
     from studio.request import request_from_args
 
-    request = request_from_args(args, args.opt)
+    request = request_from_args(args, args.optimizations)
     studio = Studio()
     found = {
         **studio.estimate(request).as_json(),

@@ -44,10 +44,28 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def rounds_arg(p: argparse.ArgumentParser, default: int) -> None:
+def rounds_arg(p: argparse.ArgumentParser, default: int, *aliases: str) -> None:
+    """`--rounds`: the timed calls of each configuration (`rounds` in every record), `aliases` kept for the
+    flags older releases spoke."""
     p.add_argument(
         "--rounds",
+        *aliases,
+        dest="rounds",
         type=int,
         default=None,
         help=f"timed calls per configuration, interleaved with the others (default {default})",
+    )
+
+
+def optimizations_arg(p: argparse.ArgumentParser) -> None:
+    """`--optimizations a b` (the request's word; `--opt a --opt b` as before), techniques by name."""
+    p.add_argument(
+        "--optimizations",
+        "--opt",
+        dest="optimizations",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="technique names, e.g. `--optimizations bf16 channels_last`; see `optimizations`",
     )
