@@ -34,6 +34,7 @@ Which int8 kernels oneDNN runs depends on the CPU, and so does how activations m
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ import torch
 
 from studio import checks, devices
 from studio.errors import UnavailableError
+from studio.optimizations import phases
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.bias_correction import correct_biases
 from studio.optimizations.calibration import denoising_trajectory
@@ -110,10 +112,29 @@ class Recipe:
 
 
 def quantize_and_compile(
-    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate, recipe: Recipe
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    calibrate,
+    recipe: Recipe,
+    stats: dict[str, Any] | None = None,
+    part: str = "the UNet",
 ) -> Any:
     """Export `module` for these inputs, observe it while `calibrate(observed)` runs, convert to int8 as the
-    recipe says and compile it with inductor and frozen weights; the first (compiling) call happens here."""
+    recipe says and compile it with inductor and frozen weights; the first (compiling) call happens here.
+    Recorded in `stats` as the cold phase: the calibration runs again in every process (inductor's cache
+    shortens the compile, not the calibration)."""
+    start = time.perf_counter()
+    compiled = _quantize_and_compile(module, inputs, calibrate, recipe)
+    if stats is not None:
+        what = f"{part} at {'x'.join(str(n) for n in inputs[0].shape)}"
+        took = time.perf_counter() - start
+        phases.record(stats, technique="int8_static", phase=phases.COLD, seconds=took, what=what)
+    return compiled
+
+
+def _quantize_and_compile(
+    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], calibrate, recipe: Recipe
+) -> Any:
     quantize, _ = _pt2e()
     with torch.no_grad():
         exported = torch.export.export(module, inputs).module()
@@ -148,9 +169,8 @@ class Int8StaticUNet(PerShapeUNet):
         denoising_trajectory(model, sample, context, self._scheduler(), self._calibration_steps)
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        return quantize_and_compile(
-            self._plain, inputs, lambda observed: self.calibrate(observed, inputs), self._recipe
-        )
+        calibrate = lambda observed: self.calibrate(observed, inputs)  # noqa: E731
+        return quantize_and_compile(self._plain, inputs, calibrate, self._recipe, stats=self._stats)
 
 
 class Int8StaticDecoder(PerShapeModule):
@@ -172,7 +192,10 @@ class Int8StaticDecoder(PerShapeModule):
         return self.graph_for(inputs)(sample)
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
-        return quantize_and_compile(self.original, inputs, lambda observed: observed(*inputs), self._recipe)
+        calibrate = lambda observed: observed(*inputs)  # noqa: E731
+        return quantize_and_compile(
+            self.original, inputs, calibrate, self._recipe, stats=self._stats, part="the VAE decoder"
+        )
 
 
 def quantize_unet(pipe: Any, ctx: Context) -> None:

@@ -63,6 +63,8 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
             "the same graphs again, same image"
         )
         assert prepared.entry.stats["compile_count"] == 2
+        paid = [(e["technique"], e["phase"]) for e in prepared.entry.stats["phases"]]
+        assert paid == [("int8_static", "cold")] * 2, "each build says it calibrated now"
         path = prepared.entry.stats["int8_static_path"]
         assert path == int8_path(devices.detect().cpu_flags), "the path this CPU takes is recorded"
         graphs = [*prepared.pipe.unet._graphs.values(), *prepared.pipe.vae.decoder._graphs.values()]

@@ -9,7 +9,7 @@ import ssl
 import pytest
 
 from tests.server import GENERATE_PROMPT, Server
-from tests.ui.browser import LONG, MARKS, open_page, shot, small
+from tests.ui.browser import LONG, MARKS, open_page, shot, small, tab
 
 pytestmark = MARKS
 
@@ -22,6 +22,25 @@ def _generate_with_the_package(page) -> str:
     card = page.locator("#metrics-card")
     card.get_by_text("per image").wait_for(timeout=LONG)
     return card.inner_text()
+
+
+def _compare_says_the_packages_phase(page) -> None:
+    """Compare's details say which phase each configuration's first call paid: the baseline none (eager), the
+    package loaded compiled."""
+    from playwright.sync_api import expect
+
+    tab(page, "Compare")
+    small(page, "cmp")
+    for box in page.locator("#cmp-configs input[type=checkbox]").all():
+        box.uncheck()
+    page.get_by_label("More configurations, one per line").fill("aot_package")
+    page.locator("#cmp-rounds input").fill("2")
+    page.locator("#compare-btn").click()
+    page.locator("#cmp-table").get_by_text("Speedup (range)").wait_for(timeout=LONG)
+    page.get_by_text("Details: first call, quality, host").click()
+    details = page.locator("#cmp-details")
+    expect(details).to_contain_text("package: loaded compiled", timeout=30_000)
+    shot(page, "compare-compiled-package")
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +80,7 @@ def test_a_restarted_studio_says_what_the_first_call_cost_and_loads_the_package(
         assert "(package: loaded compiled" in card.inner_text(), card.inner_text()
         page.evaluate("window.scrollTo(0, 0)")
         shot(page, "generate-compiled-package")
+        _compare_says_the_packages_phase(page)
         page_iter.close()
         client = Client(server.url, ssl_verify=ssl.create_default_context(), verbose=False)
         answer = client.predict(
