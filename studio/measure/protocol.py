@@ -142,3 +142,21 @@ def describe(samples: list[float]) -> str:
 def overhead(ours: list[float], reference: list[float]) -> float:
     """Relative overhead of the medians: 0.02 means 2% slower than the reference."""
     return statistics.median(ours) / statistics.median(reference) - 1
+
+
+APART_CAVEAT = (
+    "measured apart, not interleaved: the machine's speed may have changed between them, so only a change "
+    "beyond both sides' spreads is called slower or faster"
+)
+
+
+def apart(before_s: float, before_spread: float | None, after_s: float, after_spread: float | None) -> str:
+    """The verdict on two figures measured apart (another day, other library versions): SLOWER or FASTER
+    only when the change is beyond both sides' spreads (max - min of what each side timed), else NOISE;
+    "no range" where a side has no spread to judge by."""
+    if before_spread is None or after_spread is None:
+        return "no range"
+    change = after_s - before_s
+    if abs(change) <= max(before_spread, after_spread):
+        return NOISE
+    return SLOWER if change > 0 else FASTER
