@@ -29,6 +29,7 @@ import torch
 
 from tests.faults import caches, cases, flood, packages, runs, sweeps
 from tests.faults.cases import Outcome, Workspace
+from tests.server import studio_environment
 
 
 class Tracebacks(logging.Handler):
@@ -96,10 +97,19 @@ def table(rows: list[tuple[Outcome, int]], width: int, root: str) -> str:
     return "\n".join(lines)
 
 
+def forget_studio_settings() -> None:
+    """Drop the user's STUDIO_* variables from this process's environment: every case sets up its own home,
+    run log and limits under a temporary folder, and the servers and processes it starts inherit them."""
+    clean = studio_environment()
+    for name in [k for k in os.environ if k not in clean]:
+        del os.environ[name]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=110, help="characters of each sentence shown")
     args = parser.parse_args(argv)
+    forget_studio_settings()
     torch.set_num_threads(1)  # times nothing but answers; one thread keeps a shared machine quiet
     logging.basicConfig(level=logging.ERROR, format="log: %(levelname)s %(name)s: %(message)s")
     counter = Tracebacks()

@@ -22,6 +22,12 @@ def generate_args(steps: int = 4, seed: int = 1, model: str = "tiny-shapes") -> 
     return (model, "", "auto", "fp32", [], GENERATE_PROMPT, "", seed, steps, 6.0, 64, 64, "default", "")
 
 
+def studio_environment(**env: str) -> dict[str, str]:
+    """This process's environment without the user's studio settings (every STUDIO_* variable: a STUDIO_DB
+    or STUDIO_HOME of the user's must not become the test's run log), with `env` on top."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}, **env}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -29,20 +35,20 @@ def free_port() -> int:
 
 
 class Server:
-    """The studio as a user runs it: `python app.py`, its own database under `home`."""
+    """The studio as a user runs it: `python app.py`, its own database under `home`, from a clean studio
+    environment (`studio_environment`: the STUDIO_* variables are `home`, the port and `env`'s)."""
 
     def __init__(self, home: Path, **env: str):
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.env = {
-            **os.environ,
-            "STUDIO_HOME": str(home),
-            "STUDIO_PORT": str(self.port),
-            "HF_HUB_OFFLINE": "1",
-            "GRADIO_ANALYTICS_ENABLED": "False",
+        self.env = studio_environment(
+            STUDIO_HOME=str(home),
+            STUDIO_PORT=str(self.port),
+            HF_HUB_OFFLINE="1",
+            GRADIO_ANALYTICS_ENABLED="False",
             **env,
-        }
+        )
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 180, path: str = "gradio_api/info") -> Server:

@@ -13,8 +13,9 @@ with the cards of other machines.
 - `studio.cards.collection`: cards read back (older schemas migrated), one table per model across machines;
 - `studio.cards.measured_first_calls`: what a configuration's first call costs, said before it runs (the
   run log, else the cards);
+- `studio.cards.regression`: did an upgrade make it slower, two cards of one machine compared row by row;
 - `studio.cards.hub`: cards loaded from and published to a Hugging Face dataset repository;
 - `studio.cards.doc_table`: docs/benchmarks.md's "What is fastest where" table, rendered from docs/cards.
 
-Nothing here imports torch at import time but `runner` (and what it imports): reading cards needs no model.
+Nothing here imports torch at import time but `run_suite` (and what it imports): reading cards needs no model.
 """

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from studio import checks
+from studio import checks, report
 from studio.cards import wording
 from studio.cards.card import SCHEMA, baseline_of
 from studio.cards.machine import display_name, fingerprint
@@ -114,6 +114,8 @@ def load_card(path: str | Path) -> dict[str, Any]:
     raw = path.read_bytes()
     fix = "Leave only benchmark cards in the folder."
     card = migrate(checks.parse_json(f"The card {path.name}", raw, MAX_CARD_BYTES, fix=fix), path.name)
+    for entry in card["models"]:  # a row written before a record key existed reads it as null
+        entry["rows"] = [{**dict.fromkeys(report.KEYS), **row} for row in entry.get("rows") or []]
     card["path"] = str(path)
     return card
 
@@ -139,9 +141,13 @@ def load_folder(*folders: str | Path) -> Loaded:
 
 
 def machine_name(card: dict[str, Any]) -> str:
-    """How tables and menus name the machine a card measured: its `system.name`, else one made of its CPU
-    and GPUs."""
-    return card["system"].get("name") or display_name(card["system"])
+    """How tables and menus name the machine a card measured: `studio.cards.machine.display_name` of its
+    recorded CPU and GPUs (a card of one CPU reads alike whether measured or transcribed); a system that
+    records neither keeps its `name`."""
+    system = card["system"]
+    if any(system.get(k) for k in ("cpu", "cpu_model", "gpus")) or not system.get("name"):
+        return display_name(system)
+    return system["name"]
 
 
 def _cell(entry: dict[str, Any], kind: str, gpu: bool) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cards import wording
-from studio.cards.collection import DOCS_CARDS, load_folder
+from studio.cards.collection import DOCS_CARDS, load_folder, machine_name
 from studio.cards.picks import CHANGES, KEEPS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def render(cards: list[dict[str, Any]], model: str = MODEL) -> str:
     for card, entry in rows:
         gpu = _is_gpu(card)
         cells = [
-            card["system"]["name"],
+            machine_name(card),
             wording.shape(entry),
             wording.baseline(entry),
             wording.picks_of(entry, KEEPS, gpu),

@@ -1,5 +1,7 @@
 """`python -m studio benchmark`: the fixed benchmark suite on this machine, written as a card; `--machines`
-prints the cards of many machines side by side instead, running nothing.
+prints the cards of many machines side by side instead, running nothing; `--against CARD` also prints the
+regression report between CARD (default: this machine's newest card) and the card just measured;
+`--compare-cards OLD NEW` prints the report between two card files, running nothing.
 
 Registered in `studio/cli/__init__.py` with `add_benchmark_parser(sub)` and `COMMANDS["benchmark"]`.
 Nothing is imported here until the command runs: `--help` loads no model library.
@@ -54,6 +56,19 @@ def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="run nothing: print one table per model from the cards here (--out, docs/cards) and in this "
         "folder or dataset repository",
     )
+    p.add_argument(
+        "--against",
+        nargs="?",
+        const="",
+        metavar="CARD",
+        help="also compare the new card with CARD, a card of this machine (default: its newest in --out)",
+    )
+    p.add_argument(
+        "--compare-cards",
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        help="run nothing: print the regression report between two cards of one machine",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
@@ -84,11 +99,52 @@ def cmd_machines(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare_cards(args: argparse.Namespace) -> int:
+    """`--compare-cards OLD NEW`: the regression report between two card files."""
+    from studio.cards import regression
+    from studio.cli.output import emit
+
+    old, new = (_read(path) for path in args.compare_cards)
+    report = regression.compare(old, new)
+    emit(report, args.json, regression.markdown(report))
+    return 0
+
+
+def _read(path: str) -> dict[str, Any]:
+    """A card file, or a ValidationError naming a file that is not there."""
+    from studio.cards.collection import load_card
+    from studio.errors import ValidationError
+
+    try:
+        return load_card(path)
+    except OSError as exc:
+        raise ValidationError(f"The card {path} cannot be read ({exc.strerror or exc}).") from exc
+
+
+def _against(args: argparse.Namespace) -> dict[str, Any] | None:
+    """`--against`'s card, checked against this machine and suite before anything is measured."""
+    if args.against is None:
+        return None
+    from studio.cards import card, machine, regression
+    from studio.cards.suite import SUITE_VERSION
+
+    system = machine.snapshot()
+    if args.against:
+        old = _read(args.against)
+    else:
+        old = regression.newest_of_this_machine(args.out or card.default_folder(), system["fingerprint"])
+    now = {"system": system, "suite": SUITE_VERSION, "path": "the card measured now"}
+    regression.check_comparable(old, now)
+    return old
+
+
 def cmd_benchmark(args: argparse.Namespace) -> int:
     """Run the suite, write the card (and publish it), print its summary (StudioError exits 2 in cli.main)."""
     if args.machines is not None:
         return cmd_machines(args)
-    from studio.cards import card, hub
+    if args.compare_cards:
+        return cmd_compare_cards(args)
+    from studio.cards import card, hub, regression
     from studio.cards.options import validate_options
     from studio.cards.run_suite import run_benchmark
     from studio.cli.output import emit
@@ -104,8 +160,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     )
     if args.publish:
         hub.check_publish(args.publish)  # refused before an hour of measuring, not after
+    old = _against(args)  # so is a card that does not compare with the one about to be measured
     done = run_benchmark(options, progress=_progress())
     files = card.save(done, args.out)
+    report = None if old is None else regression.compare(old, {**done.card, "path": str(files["card"])})
     kept = packages.files() if args.publish else []  # the compiled packages travel with the card
     published = hub.publish([files["card"]], args.publish, kept) if args.publish else None
     if published is not None:
@@ -115,6 +173,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         "card": done.card,
         "files": {k: str(v) for k, v in files.items()},
         "published": None if published is None else published.uploaded,
+        **({} if report is None else {"regression": report}),
     }
-    emit(data, args.json, f"{card.summary(done.card)}\n{listing}")
+    against = "" if report is None else f"\n\n{regression.markdown(report)}"
+    emit(data, args.json, f"{card.summary(done.card)}\n{listing}{against}")
     return 0 if published is None or len(published.uploaded) == 1 + len(kept) else 1

@@ -15,8 +15,14 @@ attention from its recorded shapes (`flop_counter.sdpa_flop_count`; the profiler
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +183,42 @@ def activities(device: str) -> list[ProfilerActivity]:
     return [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.startswith("cuda") else [])]
 
 
+KINETO_INIT_LINE = b"External init callback must run in same thread as registerClient"
+_kineto = {"initialised": False, "lock": threading.Lock()}
+
+
+@contextlib.contextmanager
+def kineto_init_line_dropped() -> Iterator[None]:
+    """Around the process's first profiler start: drop the one line Kineto prints to stderr when that start
+    is on a thread other than the one that loaded torch, and keep everything else written meanwhile.
+
+    Why not end it instead: Kineto registers torch's client on the thread that loads torch (the main one)
+    and runs the client's init callback on the first profiling session's thread; on any other it skips the
+    callback and prints "ERROR: External init callback must run in same thread as registerClient". Torch's
+    callback does nothing (`LibKinetoClient::init` is empty), so the profile is the same, but a server runs
+    requests on worker threads. Starting a first session on the main thread at startup would end it, at the
+    price of Kineto's start/stop lines in every process that imports the engine (CLI commands included).
+    """
+    with _kineto["lock"]:
+        if _kineto["initialised"] or threading.current_thread() is threading.main_thread():
+            _kineto["initialised"] = True
+            yield
+            return
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile() as caught:
+            os.dup2(caught.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                _kineto["initialised"] = True
+                caught.seek(0)
+                kept = [line for line in caught.read().splitlines(True) if KINETO_INIT_LINE not in line]
+                os.write(2, b"".join(kept))
+
+
 class StepWindow:
     """The step callback that profiles step 2 and times step 3 without the profiler."""
 
@@ -193,7 +235,8 @@ class StepWindow:
             kwargs = hook(pipe, i, self.prepared.ctx, kwargs)
         bench.synchronize(self.device)
         if i == 0:
-            self.profiler.start()
+            with kineto_init_line_dropped():
+                self.profiler.start()
             self.started = time.perf_counter()
         elif i == 1:
             self.wall_s = time.perf_counter() - self.started

@@ -1,5 +1,5 @@
 """What Gradio's MCP server lists and sends: the form endpoints kept out of the tool list (they stay in the
-API), and three narrow fixes to Gradio's `GradioMCPServer` for the Blocks whose form endpoints are hidden (the
+API), and four narrow fixes to Gradio's `GradioMCPServer` for the Blocks whose form endpoints are hidden (the
 tools themselves are `studio.ui.mcp_tools`)."""
 
 import json
@@ -8,9 +8,40 @@ from typing import Any
 import gradio as gr
 from gradio.mcp import GradioMCPServer
 from gradio_client import utils as client_utils
+from mcp.server import Server
 
 NOT_A_TOOL = "studio-form"  # Gradio's MCP server lists a function only when its `_mcp_type` is "tool"/unset
 STUDIO_MCP = "_studio_mcp"  # marks a Blocks that `mcp_fixes` apply to, and GradioMCPServer once they are in
+
+
+# The API page's header counts every public endpoint, and says "MCP Tools" after that count on its MCP tab
+# (Gradio 6.31's `api_count`, the config's public dependencies: 20 here) above the tool list's own count
+# ("5 Available MCP Tools", `/gradio_api/mcp/schema`). No server option separates the two: hiding the form
+# endpoints from the count would hide them from `gradio_client` too. This script, in the page's head
+# (`launch(head=MCP_COUNT_HEAD)`), shows the schema's count in that header on the MCP tab and puts the
+# endpoints' count back on the others.
+MCP_COUNT_HEAD = """<script>
+(() => {
+  let tools = null;
+  const fix = () => {
+    for (const line of document.querySelectorAll(".counts p")) {
+      const number = line.querySelector(".url")?.firstChild;
+      if (!number || tools === null) continue;
+      if (number.studioEndpoints === undefined) number.studioEndpoints = number.nodeValue;
+      const shown = /MCP Tool/.test(line.textContent) ? String(tools) : number.studioEndpoints;
+      if (number.nodeValue !== shown) number.nodeValue = shown;
+    }
+  };
+  fetch(new URL("gradio_api/mcp/schema", document.baseURI))
+    .then((answer) => (answer.ok ? answer.json() : null))
+    .then((schema) => {
+      if (!Array.isArray(schema)) return;
+      tools = schema.length;
+      fix();
+      new MutationObserver(fix).observe(document.body, {childList: true, subtree: true, characterData: true});
+    });
+})();
+</script>"""
 
 
 def json_text(data: Any) -> str:
@@ -33,9 +64,21 @@ def hide_form_endpoints(demo: gr.Blocks, tools: dict[str, Any]) -> None:
     mcp_fixes()
 
 
+class ArgumentsCheckedByTheStudio(Server):
+    """The `mcp` package's server without its JSON-schema check of a tool's arguments: the tool answers a bad
+    argument with the studio's sentence ("steps must be a whole number between 1 and 200, ...") where the
+    schema check would answer "2.5 is not valid under any of the given schemas". Every tool checks its
+    arguments itself, through `studio.request`, as the forms do."""
+
+    def call_tool(self, *, validate_input: bool = True) -> Any:
+        return super().call_tool(validate_input=False)
+
+
 def mcp_fixes() -> None:
-    """Three narrow changes to Gradio 6.31's `GradioMCPServer` (pinned), installed once, for the Blocks that
+    """Four narrow changes to Gradio 6.31's `GradioMCPServer` (pinned), installed once, for the Blocks that
     `hide_form_endpoints` marked (other apps' servers behave as before):
+    - `create_mcp_server` builds an `ArgumentsCheckedByTheStudio`: bad arguments reach the tool's own
+      validation, whose sentence the agent then gets.
     - `get_tool_to_endpoint` maps every public endpoint to a tool (`generate_1`, `_lambda_`, ...); call_tool,
       list_tools and `/gradio_api/mcp/schema` (which the page's API/MCP view lists, ignoring `_mcp_type`)
       all read that map: the marked functions leave it.
@@ -46,9 +89,15 @@ def mcp_fixes() -> None:
     """
     if getattr(GradioMCPServer, STUDIO_MCP, False):
         return
+    create = GradioMCPServer.create_mcp_server
     tool_map = GradioMCPServer.get_tool_to_endpoint
     without_progress = GradioMCPServer._execute_tool_without_progress
     to_content = GradioMCPServer.postprocess_output_data
+
+    def create_mcp_server(self: GradioMCPServer) -> Any:
+        if _ours(self):
+            self.Server = ArgumentsCheckedByTheStudio  # what Gradio builds its server from, for this app
+        return create(self)
 
     def get_tool_to_endpoint(self: GradioMCPServer) -> dict[str, str]:
         return {tool: name for tool, name in tool_map(self).items() if not _a_form(self, name)}
@@ -61,6 +110,7 @@ def mcp_fixes() -> None:
         data = [json_text(d) if _ours(self) and _an_object(d) else d for d in data]
         return to_content(self, data, root_url)
 
+    GradioMCPServer.create_mcp_server = create_mcp_server
     GradioMCPServer.get_tool_to_endpoint = get_tool_to_endpoint
     GradioMCPServer._execute_tool_without_progress = execute_tool_without_progress
     GradioMCPServer.postprocess_output_data = postprocess_output_data

@@ -33,7 +33,7 @@ def test_a_schema_0_card_is_migrated():
     )
     assert (
         system["fingerprint"] == fingerprint(system)
-        and system["name"] == "AMD EPYC (family 25 model 1), 2 cores"
+        and system["name"] == "AMD EPYC Zen 3 (family 25 model 1), 2 cores"
     )
     (entry,) = card["models"]
     assert (entry["model"], entry["width"], entry["height"], entry["steps"]) == ("sd15-arch", 256, 256, 10)
@@ -95,7 +95,7 @@ def test_one_table_per_model_across_machines_with_this_machine_marked():
     assert len(sd15) == 7 and [r["this_machine"] for r in sd15].count(True) == 1
     seconds = [r["seconds_per_image"] for r in sd15 if r["shape"].startswith("sd15-arch 256x256")]
     assert seconds == sorted(seconds) and sd15[-1]["device"].startswith("NVIDIA H100"), "by shape, then speed"
-    amx = next(r for r in sd15 if r["device"].startswith("Intel Xeon with AMX"))
+    amx = next(r for r in sd15 if r["device"].startswith("Intel Xeon with AMX (family 6 model 167;"))
     assert amx[KEEPS] == "`openvino`: 16.96 s, ×1.49 (1.48–1.56), 124.4 dB"
     assert amx[CHANGES].startswith(
         "`openvino[inference_precision=auto,mode=hybrid_int8]` (bf16 + hybrid int8)"
@@ -115,3 +115,34 @@ def test_the_docs_cards_say_where_they_come_from():
         for entry in card["models"]:
             assert entry["commands"], (card["path"], entry["model"])
             assert all(set(row) == set(report.KEYS) for row in entry["rows"])
+
+
+def test_one_cpu_is_named_one_way_whether_its_card_was_transcribed_or_measured():
+    """The Machines view names a card's machine from its recorded fields alone: the docs' Zen 3 card and a
+    card measured on a Zen 3 VM read as one CPU (the measured one adds what it recorded: stepping, flags)."""
+    zen3 = next(c for c in collection.load_folder(CARDS).cards if c["path"].endswith("amd-epyc-zen3.json"))
+    measured = {
+        "system": {
+            "name": "AMD EPYC 7B13 64-Core Processor (family 25 model 1 stepping 1; avx2), 2 cores",
+            "cpu": "AMD EPYC 7B13 64-Core Processor (family 25 model 1 stepping 1; avx2)",
+            "cpu_model": "AMD EPYC 7B13 64-Core Processor",
+            "cpu_signature": "family 25 model 1 stepping 1",
+            "cpu_kernels": ["avx2"],
+            "cpu_count": 2,
+            "gpus": [],
+        }
+    }
+    assert collection.machine_name(zen3) == "AMD EPYC Zen 3 (family 25 model 1; avx2), 2 cores"
+    assert (
+        collection.machine_name(measured)
+        == "AMD EPYC 7B13 Zen 3 (family 25 model 1 stepping 1; avx2), 2 cores"
+    )
+    amx = {
+        **measured["system"],
+        "cpu_model": "Intel(R) Xeon(R) Processor",
+        "cpu_kernels": ["avx2", "amx_bf16"],
+    }
+    amx["cpu_signature"] = "family 6 model 167 stepping 1"
+    assert collection.machine_name({"system": amx}).startswith("Intel Xeon with AMX (family 6 model 167")
+    names = {r["device"] for rows in collection.machine_tables([zen3]).values() for r in rows}
+    assert names == {collection.machine_name(zen3)}, "the tables use the same name"

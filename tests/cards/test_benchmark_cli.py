@@ -86,3 +86,58 @@ def test_benchmark_help_loads_no_model_library():
         [sys.executable, "-c", PROBE, "benchmark", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert "--budget-s" in probe.stdout and probe.stderr.strip().splitlines()[-1] == "False"
+
+
+def old_card(system: dict, seconds: float) -> dict:
+    """A card of this machine from an earlier studio (torch 2.0.0): tiny-shapes at `seconds` per image,
+    the baseline and channels_last each with a 0.01 s range."""
+    from studio.cards.suite import SUITE_VERSION
+
+    rows = [
+        {"config": c, "status": "ok", "seconds_per_image": seconds, "latency_spread_s": 0.01, "rounds": 3}
+        for c in ("baseline", "channels_last")
+    ]
+    entry = {"model": "tiny-shapes", "width": 64, "height": 64, "steps": 20, "guidance": 6.0, "batch": 1}
+    entry.update(device="cpu", rows=rows, host={"busy": False, "busy_pct": 0.5, "steal_pct": 0.0})
+    system = {**system, "versions": {**system["versions"], "torch": "2.0.0"}}
+    return {
+        "schema": 1,
+        "suite": SUITE_VERSION,
+        "created_at": "2026-01-01T00:00:00Z",
+        "system": system,
+        "source": "measured with `python -m studio benchmark`",
+        "device": "cpu",
+        "models": [entry],
+    }
+
+
+def test_against_compares_the_new_card_with_this_machines_newest(cli, tmp_path):
+    from studio.cards.machine import snapshot
+
+    out = tmp_path / "cards"
+    out.mkdir()
+    (out / "old.json").write_text(json.dumps(old_card(snapshot(), seconds=100.0)))
+    quick = ("--models", "tiny-shapes", "--configs", "channels_last", "--rounds", "2", "--out", str(out))
+    status, stdout, stderr = cli("benchmark", *quick, "--against", "--json")
+    assert status == 0, stderr
+    data = json.loads(stdout)
+    report = data["regression"]
+    assert report["before"]["card"] == "old.json" and report["after"]["path"] == data["files"]["card"]
+    assert {r["config"]: r["verdict"] for r in report["rows"]} == {
+        "baseline": "faster",
+        "channels_last": "faster",
+    }
+    assert [v["library"] for v in report["versions"] if v["changed"]] == ["torch"]
+    assert len(list(out.glob("*.json"))) == 2, "the new card is written as usual"
+
+
+def test_against_a_card_of_another_machine_is_refused_before_measuring(cli, tmp_path):
+    out = tmp_path / "cards"
+    other = ROOT / "docs" / "cards" / "amd-epyc-zen4.json"
+    status, stdout, stderr = cli(
+        "benchmark", "--configs", "channels_last", "--out", str(out), "--against", str(other)
+    )
+    assert status == 2 and stdout == "" and "measured different machines" in stderr
+    status, _, stderr = cli("benchmark", "--configs", "channels_last", "--out", str(out), "--against")
+    assert status == 2 and "No card of this machine in" in stderr
+    assert not out.exists() or list(out.iterdir()) == []

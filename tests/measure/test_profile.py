@@ -12,7 +12,7 @@ from torch.autograd import DeviceType
 
 from studio.errors import ValidationError
 from studio.manager import PipelineManager
-from studio.measure import bench, profile
+from studio.measure import bench, step_profile
 from studio.measure.op_kinds import op_stats, split_by_kind
 from studio.report import profile_text
 from studio.request import build_request
@@ -69,13 +69,13 @@ def manager():
     ],
 )
 def test_the_classifier_table_names_known_operators(name, kind):
-    assert profile.classify(name) == kind
+    assert step_profile.classify(name) == kind
 
 
 def test_one_step_of_the_unet_splits_into_kinds_that_add_up(manager):
-    data = profile.profile_step(manager, request()).as_json()
+    data = step_profile.profile_step(manager, request()).as_json()
     kinds = {k["kind"]: k for k in data["kinds"]}
-    assert list(kinds) == list(profile.KINDS)
+    assert list(kinds) == list(step_profile.KINDS)
     assert sum(k["seconds"] for k in kinds.values()) == pytest.approx(data["step_s"], abs=1e-5)
     assert sum(k["share"] for k in kinds.values()) == pytest.approx(1.0, abs=1e-3)
     assert kinds["convolution"]["seconds"] > 0 and kinds["matmul"]["seconds"] > 0
@@ -84,7 +84,7 @@ def test_one_step_of_the_unet_splits_into_kinds_that_add_up(manager):
     assert 0 < data["peak_fraction"] < 1 and data["peak_flops_per_s"] > data["achieved_flops_per_s"] > 0
     assert data["unprofiled_step_s"] > 0 and data["achieved_over"].startswith("step 3")
     shares = [op["share"] for op in data["top_ops"]]
-    assert shares == sorted(shares, reverse=True) and len(shares) == profile.TOP
+    assert shares == sorted(shares, reverse=True) and len(shares) == step_profile.TOP
     assert {"aten::addmm", "aten::mkldnn_convolution"} <= {op["name"] for op in data["top_ops"]}
     assert data["top_ops"][0]["self_cuda_s"] is None and data["time_basis"] == "CPU self time"
 
@@ -92,8 +92,10 @@ def test_one_step_of_the_unet_splits_into_kinds_that_add_up(manager):
 def test_flops_do_not_depend_on_the_attention_kernel(manager):
     """SDPA's FLOPs (from its shapes) equal the classic kernel's counted bmm/baddbmm FLOPs, and the
     technique reaches the profiled step through the manager."""
-    sdpa = profile.profile_step(manager, request(steps=2)).as_json()
-    classic = profile.profile_step(manager, request(steps=2, optimizations=["classic_attention"])).as_json()
+    sdpa = step_profile.profile_step(manager, request(steps=2)).as_json()
+    classic = step_profile.profile_step(
+        manager, request(steps=2, optimizations=["classic_attention"])
+    ).as_json()
     assert classic["applied"] == ["classic_attention"] and sdpa["unprofiled_step_s"] is None
     names = {op["name"] for op in classic["top_ops"]} | {op["name"] for op in sdpa["top_ops"]}
     assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names
@@ -104,14 +106,14 @@ def test_flops_do_not_depend_on_the_attention_kernel(manager):
 def test_fewer_than_two_steps_are_refused_before_the_pipeline_is_touched():
     untouched = SimpleNamespace(acquire=lambda *a: pytest.fail("the manager was asked for a pipeline"))
     with pytest.raises(ValidationError, match="at least 2 steps"):
-        profile.profile_step(untouched, request(steps=1))
+        step_profile.profile_step(untouched, request(steps=1))
 
 
 def test_the_peak_is_measured_once_per_device_dtype_and_thread_count(monkeypatch):
-    monkeypatch.setattr(profile, "_peaks", {})
-    first = profile.matmul_peak("cpu", torch.float32, size=256)
+    monkeypatch.setattr(step_profile, "_peaks", {})
+    first = step_profile.matmul_peak("cpu", torch.float32, size=256)
     monkeypatch.setattr(torch, "randn", lambda *a, **k: pytest.fail("measured again"))
-    assert profile.matmul_peak("cpu", torch.float32, size=256) == first > 0
+    assert step_profile.matmul_peak("cpu", torch.float32, size=256) == first > 0
 
 
 # ---- the CUDA branch, with fakes ----------------------------------------------------------------------
@@ -154,7 +156,7 @@ def test_on_cuda_kinds_are_kernel_times_and_an_idle_gpu_is_overhead():
     attention_flops = sum(op.flops for op in ops if op.kind == "attention")
     assert attention_flops == 4 * 2 * 8 * 64 * 64 * 40  # torch.utils.flop_counter.sdpa_flop_count
 
-    result = profile.ProfileResult(
+    result = step_profile.ProfileResult(
         "sd15", "fp16", ("fp16",), "cuda:0", "fp16", 512, 512, 1, 20, 1e-3, 0.9e-3, seconds, ops,
         sum(op.flops for op in ops), 1e15, "best of 3",
     )  # fmt: skip
@@ -179,23 +181,23 @@ def test_on_cuda_the_clock_is_read_after_synchronising(monkeypatch):
     monkeypatch.setattr(bench, "synchronize", lambda device: calls.append(("sync", device)))
     profiler = SimpleNamespace(start=lambda: calls.append("start"), stop=lambda: calls.append("stop"))
     prepared = SimpleNamespace(ctx=SimpleNamespace(device="cuda:0"), call_opts=[])
-    window = profile.StepWindow(prepared, profiler)
+    window = step_profile.StepWindow(prepared, profiler)
     pipe = SimpleNamespace(_interrupt=False)
     for i in range(3):
         window(pipe, i, None, {})
     sync = ("sync", "cuda:0")
     assert calls == [sync, "start", sync, "stop", sync]
     assert pipe._interrupt and window.wall_s is not None and window.plain_s is not None
-    assert [a.name for a in profile.activities("cuda:0")] == ["CPU", "CUDA"]
-    assert [a.name for a in profile.activities("cpu")] == ["CPU"]
+    assert [a.name for a in step_profile.activities("cuda:0")] == ["CPU", "CUDA"]
+    assert [a.name for a in step_profile.activities("cpu")] == ["CPU"]
 
 
 def test_the_cuda_peak_synchronises_around_each_timed_matmul(monkeypatch):
     calls = []
     real = torch.randn
-    monkeypatch.setattr(profile, "_peaks", {})
+    monkeypatch.setattr(step_profile, "_peaks", {})
     monkeypatch.setattr(torch, "randn", lambda *size, device=None: real(*size))  # no GPU here: CPU tensors
     monkeypatch.setattr(bench, "synchronize", lambda device: calls.append(device))
-    peak = profile.matmul_peak("cuda:0", torch.float32, size=64, repeats=2)
+    peak = step_profile.matmul_peak("cuda:0", torch.float32, size=64, repeats=2)
     assert peak > 0 and calls == ["cuda:0"] * 4
-    assert list(profile._peaks) == [("cuda:0", torch.float32, None, 64)]  # not per CPU thread count
+    assert list(step_profile._peaks) == [("cuda:0", torch.float32, None, 64)]  # not per CPU thread count
