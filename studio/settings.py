@@ -56,6 +56,20 @@ def outputs_dir() -> Path:
     return Path(os.environ.get("STUDIO_OUTPUTS") or home() / "outputs")
 
 
+CLIP_MODEL = "openai/clip-vit-base-patch32"
+OFF = ("0", "off", "none", "false", "no")
+
+
+def clip_model() -> str | None:
+    """The CLIP model that scores how well an image shows its prompt (`STUDIO_CLIP_MODEL`: a hub id read from
+    the local Hugging Face cache, or a local folder; default openai/clip-vit-base-patch32); None when set to
+    `off`."""
+    value = os.environ.get("STUDIO_CLIP_MODEL", "").strip()
+    if value.lower() in OFF:
+        return None
+    return value or CLIP_MODEL
+
+
 @functools.lru_cache(maxsize=1)
 def versions() -> dict[str, str]:
     """Installed versions of the libraries that shape a run's speed."""

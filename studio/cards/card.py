@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cards import picks, wording
+from studio.cards.machine import ABSENT, display_name
 from studio.cards.suite import SUITE_VERSION, Case
 
 SCHEMA = 1
@@ -32,6 +33,8 @@ BASELINE_FIGURES = (
     "prepare_s",
     "peak_memory_mb",
     "fidelity",
+    "prompt_score",
+    "prompt_score_by",
 )
 
 
@@ -129,11 +132,9 @@ def stem(card: dict[str, Any]) -> str:
 def summary(card: dict[str, Any]) -> str:
     """The card as Markdown: the machine, then per model its winners and its rows."""
     system = card["system"]
-    versions = ", ".join(
-        f"{k} {v}" for k, v in (system.get("versions") or {}).items() if v != "not installed"
-    )
+    versions = ", ".join(f"{k} {v}" for k, v in (system.get("versions") or {}).items() if v != ABSENT)
     lines = [
-        f"# Benchmark card: {system['name']}",
+        f"# Benchmark card: {display_name(system)}",
         "",
         f"Suite {card.get('suite') or '–'}, card schema {card['schema']}, "
         f"{card.get('created_at') or 'undated'}, on {card.get('device')}"
@@ -178,12 +179,13 @@ def rows_markdown(entry: dict[str, Any]) -> str:
         ("Peak memory", report.memory),
         ("Image vs baseline", report.quality),
         ("Fidelity", lambda r: "–" if r.get("fidelity") is None else f"{r['fidelity']:.0%}"),
+        ("Prompt score", report.prompt_score),
     )
     lines = ["| " + " | ".join(t for t, _ in columns) + " |", "|" + "---|" * len(columns)]
     for row in entry["rows"]:
         lines.append("| " + " | ".join(str(fn(row)).replace("|", "\\|") for _, fn in columns) + " |")
-    note = report.host_note(entry["rows"])
-    return "\n".join(lines + ([f"\n{note}"] if note else []))
+    notes = [n for n in (report.prompt_score_note(entry["rows"]), report.host_note(entry["rows"])) if n]
+    return "\n".join(lines + [f"\n{n}" for n in notes])
 
 
 def save(benchmark: Any, out: str | Path | None = None) -> dict[str, Path]:

@@ -27,6 +27,8 @@ FIGURES = (
     "psnr_db",
     "ssim",
     "fidelity",
+    "prompt_score",
+    "prompt_score_change",
     "first_call_s",
     "first_call_phase",
     "prepare_s",

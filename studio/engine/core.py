@@ -25,7 +25,7 @@ from studio.engine.run_data import Computed, Pending, RunResult, run_columns, ru
 from studio.engine.services import Services
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
-from studio.measure import bench, quality
+from studio.measure import bench, prompt_score, quality
 from studio.measure.host import HostMonitor
 from studio.optimizations import REGISTRY, phases
 from studio.optimizations.recompiles import graph_builds, storm_warnings
@@ -308,10 +308,12 @@ class Studio(Profiling, Services):
         exc.args = (f"{exc} {memory_advice.retry_message(advice)}",)
 
     def _quality(self, request: GenerationRequest, arrays: np.ndarray, baseline: RunResult | None) -> dict:
+        """The first image against the baseline's and how well it shows its prompt (after the timed calls)."""
         qual: dict[str, Any] = {}
         if baseline is not None:
             qual.update(quality.compare(arrays[0], baseline.arrays[0]))
         fidelity = request.spec.hook("prompt_fidelity")
         if fidelity is not None:
             qual["fidelity"] = quality.prompt_fidelity(arrays[0], request.prompt, fidelity)
-        return qual
+        base = baseline.quality if baseline is not None else None
+        return {**qual, **prompt_score.fields(arrays[0], request.prompt, qual.get("fidelity"), base)}

@@ -94,6 +94,10 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
         "psnr_db": None if psnr is None or math.isinf(psnr) else _num(psnr, 2),
         "ssim": _num(m.get("ssim"), 4),
         "fidelity": (m.get("fidelity") or {}).get("score"),
+        "prompt_score": _num(m.get("prompt_score"), 2),
+        "prompt_score_by": m.get("prompt_score_by"),
+        "prompt_score_change": _num(m.get("prompt_score_change"), 2),
+        "prompt_score_note": m.get("prompt_score_note"),
         "host_busy_pct": m.get("host_busy_pct"),
         "host_steal_pct": m.get("host_steal_pct"),
         "host_busy": any(

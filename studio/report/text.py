@@ -76,6 +76,32 @@ def quality(record: dict[str, Any]) -> str:
     return f"{record['psnr_db']:.1f} dB · SSIM {record['ssim']:.3f}"
 
 
+def prompt_score(record: dict[str, Any]) -> str:
+    """'31.2 (-0.4)': the prompt score and its change from the baseline's in points; '31.2' for the baseline
+    or a run alone; '–' without a score."""
+    score, change = record.get("prompt_score"), record.get("prompt_score_change")
+    if score is None:
+        return "–"
+    return f"{score:.1f}" if change is None else f"{score:.1f} ({change:+.1f})"
+
+
+def prompt_score_note(records: list[dict[str, Any]]) -> str | None:
+    """What scored the records' prompt scores and why some have none, in sentences (None when neither is
+    known: no record ran, or they were logged before prompt scores were)."""
+    ok = [r for r in records if r["status"] == "ok"]
+    scorers = sorted({r["prompt_score_by"] for r in ok if r.get("prompt_score_by")})
+    missing = sorted({r["prompt_score_note"] for r in ok if r.get("prompt_score_note")})
+    said = [
+        f"the CLIP score of {by[5:]} (100 × the cosine of the image's and the prompt's embeddings)"
+        if by.startswith("clip:")
+        else f"the {by} (100 × the share of the prompt the model's own judge sees in the image)"
+        for by in scorers
+    ]
+    sentences = [f"Prompt score: {'; '.join(said)}; in brackets its change from the baseline's, in points."]
+    sentences = (sentences if said else []) + [f"No prompt score: {why}." for why in missing]
+    return " ".join(sentences) or None
+
+
 def caption(record: dict[str, Any]) -> str:
     """One line under an image: configuration · latency · speedup · verdict."""
     if record["status"] != "ok":
@@ -101,6 +127,7 @@ TABLE = (
     ("Verdict", lambda r: r.get("verdict") or r["status"]),
     ("Peak memory", memory),
     ("Image vs baseline", quality),
+    ("Prompt score", prompt_score),
 )
 
 
@@ -119,6 +146,7 @@ def readable_rows(
                     "Verdict": r["status"],
                     "Peak memory": "",
                     "Image vs baseline": "",
+                    "Prompt score": "",
                 }
             )
         rows.append(row)
@@ -145,8 +173,8 @@ def markdown(records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] =
     head = list(rows[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(row[h]).replace("|", "\\|") for h in head) + " |" for row in rows]
-    note = host_note(records)
-    return "\n".join(lines + ([f"\n{note}"] if note else []))
+    notes = [note for note in (prompt_score_note(records), host_note(records)) if note]
+    return "\n".join(lines + [f"\n{note}" for note in notes])
 
 
 def to_csv(records: list[dict[str, Any]]) -> str:

@@ -59,6 +59,21 @@ KEYS: dict[str, tuple[str, str]] = {
     "psnr_db": ("dB", "image difference from the baseline's image (null: identical or no baseline)"),
     "ssim": ("", "structural similarity to the baseline's image, 1 = identical"),
     "fidelity": ("", "tiny-shapes: share of the prompt's colour, shape and position the image shows"),
+    "prompt_score": (
+        "points",
+        "how well the first image shows its prompt, 0-100: the CLIP score (100 × the cosine of CLIP's image "
+        "and prompt embeddings, floored at 0), or on a model with its own judge (tiny-shapes) 100 × "
+        "fidelity; null when there is no scorer (prompt_score_note says why)",
+    ),
+    "prompt_score_by": (
+        "",
+        "what scored it: 'clip:<model id>' or 'fidelity judge'; scores of different scorers do not compare",
+    ),
+    "prompt_score_change": (
+        "points",
+        "prompt_score minus the baseline's (same scorer); null without a baseline's score",
+    ),
+    "prompt_score_note": ("", "why prompt_score is null, as a sentence ('no CLIP model: ...')"),
     "host_busy_pct": ("%", "share of all cores other processes used while this was measured"),
     "host_steal_pct": ("%", "share of CPU time the hypervisor gave to other guests meanwhile"),
     "host_busy": (

@@ -145,3 +145,17 @@ def m008_first_call_phase(db: Database) -> None:
     the preparing took (`studio.optimizations.phases`)."""
     db["runs"].add_column("first_call_phase", str)
     db["runs"].add_column("prepare_seconds", float)
+
+
+@migrations()
+def m009_prompt_score(db: Database) -> None:
+    """How well a run's first image shows its prompt (`studio.measure.prompt_score`): the score (0-100), its
+    scorer ('clip:<model id>' or 'fidelity judge'), its change against the baseline's in points, and why there
+    is none; empty for runs logged before."""
+    for column, kind in (
+        ("prompt_score", float),
+        ("prompt_score_by", str),
+        ("prompt_score_change", float),
+        ("prompt_score_note", str),
+    ):
+        db["runs"].add_column(column, kind)
