@@ -330,3 +330,27 @@ def test_help_and_a_bad_argument_answer_without_loading_torch(command, says):
     probe = subprocess.run([sys.executable, "-c", PROBE, *command], cwd=ROOT, capture_output=True, text=True)
     assert says in probe.stdout + probe.stderr
     assert probe.stderr.strip().splitlines()[-1] == "False", "torch was imported"
+
+
+def test_timeline_says_a_configurations_speed_per_set_of_library_versions(cli):
+    """`timeline`: the logged runs of one configuration, one era per set of versions; the Markdown block to
+    paste into an issue says the machine and that the eras were measured apart."""
+    for _ in range(2):
+        assert (
+            cli("generate", "--prompt", PROMPT, *SMALL, "--optimizations", "channels_last", "--rounds", "2")[
+                0
+            ]
+            == 0
+        )
+    status, out, _ = cli(
+        "timeline", "--config", "channels_last", "--steps", "2", "--width", "32", "--height", "32", "--json"
+    )
+    found = json.loads(out)
+    assert status == 0 and found["config"] == "channels_last"
+    (era,) = found["eras"]
+    assert len(era["runs"]) == 2 and era["verdict"] is None and era["versions"]["torch"]
+    status, text, _ = cli(
+        "timeline", "--config", "channels_last", "--steps", "2", "--width", "32", "--height", "32"
+    )
+    assert status == 0 and "| runs | when | versions |" in text and "not interleaved" in text
+    assert "No finished run" in cli("timeline", "--config", "bf16", "--steps", "2")[1]

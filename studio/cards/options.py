@@ -105,3 +105,72 @@ def validate_options(
         warmup=counts.warmup,
         device=device.strip(),
     )
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a benchmark is expected to take before it starts, per model and in all, and the words for it."""
+
+    seconds: float
+    words: str
+    searches: bool  # whether the auto-tuner searches (then within the budget) for some model
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _first_call_s(studio: Any, request: Any, config: str, cards: list[dict[str, Any]]) -> float | None:
+    """A configuration's first call: as this studio logged it, else the slowest a card measured for the
+    suite's model (at the suite's shape), else None (not known)."""
+    from studio.cards.measured_first_calls import from_cards
+    from studio.request import with_config
+
+    logged = studio.first_call(with_config(request, config)) if studio is not None else None
+    if logged is not None:
+        return logged.cold_s
+    found = from_cards(cards, request.model, config)
+    return found[0]["seconds"] if found else None
+
+
+def expected(options: Options, studio: Any = None) -> Expected:
+    """The run's expected time, model by model: the first Compare's timed calls (the model's assumed seconds
+    per call, `estimated_seconds`), then where the auto-tuner searches, the budget, which the fixed
+    configurations' first calls (compiles, conversions) count against, and a last Compare of a few
+    configurations; where nothing is searched, the first calls come on top of the calls."""
+    from studio import devices
+    from studio.cards.card import default_folder
+    from studio.cards.collection import DOCS_CARDS, load_folder
+    from studio.cards.suite import pick_cases, suite_for
+    from studio.request import build_request
+    from studio.request.sweep_limits import estimated_seconds
+
+    device = devices.resolve(options.device)
+    cases = pick_cases(suite_for(devices.detect(), device), list(options.models or ()) or None)
+    cards = load_folder(default_folder(), DOCS_CARDS).cards
+    total, parts, unknown, full, searches = 0.0, [], [], [], False
+    for case in cases:
+        request = build_request(**case.fields_on(device))
+        configs = list(options.configs or case.keep + case.lossy_configs)
+        calls = estimated_seconds(request, options.warmup + options.rounds) * (len(configs) + 2)
+        firsts = {c: _first_call_s(studio, request, c, cards) for c in configs}
+        unknown += [c for c, s in firsts.items() if s is None]
+        first_s = sum(s or 0.0 for s in firsts.values())
+        if options.configs is None and case.lossy_search:
+            searches = True
+            seconds = calls * 2 + max(options.budget_s, first_s)
+            if first_s >= options.budget_s:
+                full.append(case.model)
+        else:
+            seconds = calls + first_s
+        total += seconds
+        parts.append(f"{case.model} {_minutes(seconds)}, of it {first_s:.0f} s of first calls")
+    words = f"Expected: about {_minutes(total)} in all ({'; '.join(parts)})."
+    if full:
+        words += (
+            f" For {', '.join(full)} the first calls alone fill the budget, so nothing is left to search: "
+            "give it more to search."
+        )
+    if unknown:
+        words += f" Not known yet, so not counted: the first calls of {', '.join(sorted(set(unknown)))}."
+    return Expected(round(total, 1), words, searches)

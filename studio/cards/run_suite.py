@@ -5,8 +5,8 @@ For each model of the suite:
 1. Compare: the baseline (and on a GPU the reference precision), the configurations expected to keep the math
    and, on a GPU, the fixed lossy list; or the baseline and `--configs`. Warm-up calls apart, then
    interleaved rounds; each configuration is classified by its measured image (`studio.cards.picks`);
-2. on a CPU, the auto-tuner looks for a faster configuration that changes the image, within the budget
-   (`studio.cards.search`);
+2. on a CPU, the auto-tuner looks for a faster configuration that changes the image, within what the budget
+   leaves after the first Compare's first calls (`studio.cards.search`);
 3. when it found one, a last Compare measures the baseline, the best keeping the math and the auto-tuner's
    winner in the same rounds: the card's rows.
 
@@ -218,6 +218,7 @@ def _search_and_confirm(
         request,
         case.lossy_search,
         budget_s=options.budget_s,
+        spent_s=sum(r.get("first_call_s") or 0.0 for r in first.records[1:]),  # counted against the budget
         call_s=call_s,
         warmup=options.warmup,
         rounds=options.rounds,

@@ -1,6 +1,8 @@
 """The lossy search: the auto-tuner within the benchmark's time budget for one model.
 
-The budget bounds the search twice. Before it starts, the suite's techniques are taken in order while the
+The budget per model covers the fixed configurations' first calls (a compile of a minute on a CPU, in the
+Compare before the search: `spent_s`) and the search: the search gets what is left. It bounds the search
+twice. Before it starts, the suite's techniques are taken in order while the
 planned work fits: each grid point's warm-up and screening calls at the baseline's measured seconds per call,
 plus what converting or calibrating is assumed to cost (`PREP_CALLS`, in baseline calls), a combination trial
 per technique after the first and the confirmation. While it runs, a deadline stops it: then the search
@@ -84,11 +86,12 @@ def plan(
     return Plan(chosen, left, round(planned, 1))
 
 
-def _about(chosen: Plan, budget_s: float, screen: int) -> dict[str, Any]:
+def _about(chosen: Plan, budget_s: float, spent_s: float, screen: int) -> dict[str, Any]:
     """What the card says about the search before it runs."""
     return {
         "kind": "autotune",
         "budget_s": budget_s,
+        "first_calls_s": round(spent_s, 1),
         "techniques": chosen.techniques,
         "left_out": chosen.left_out,
         "planned_s": chosen.planned_s,
@@ -110,20 +113,26 @@ def lossy_search(
     warmup: int,
     rounds: int,
     keep_db: float,
+    spent_s: float = 0.0,
     progress: Callable[[float, str], None] | None = None,
     should_stop: StopFn | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
-    """Run the auto-tuner on the planned techniques within `budget_s`: the configurations to measure again
-    (`to_confirm`; none when it found nothing) and what the card says about the search."""
+    """Run the auto-tuner on the planned techniques within what `budget_s` leaves after `spent_s` (the fixed
+    configurations' first calls): the configurations to measure again (`to_confirm`; none when it found
+    nothing) and what the card says about the search."""
     screen = min(SCREEN_ROUNDS, rounds)
-    chosen = plan(names, request, budget_s=budget_s, call_s=call_s, warmup=warmup, screen=screen)
-    about = _about(chosen, budget_s, screen)
+    left = max(0.0, budget_s - spent_s)
+    chosen = plan(names, request, budget_s=left, call_s=call_s, warmup=warmup, screen=screen)
+    about = _about(chosen, budget_s, spent_s, screen)
     if not chosen.techniques:
-        about["summary"] = f"No technique's search fits the budget of {budget_s:g} s: nothing searched."
+        about["summary"] = (
+            f"No technique's search fits what the budget of {budget_s:g} s left ({left:.0f} s) after the "
+            f"fixed configurations' first calls ({spent_s:.0f} s): nothing searched."
+        )
         return [], about
-    deadline = Deadline(budget_s, should_stop)
+    deadline = Deadline(left, should_stop)
     tick = (
-        (lambda d, t, label: progress(min(1.0, deadline.elapsed() / budget_s), f"auto-tune: {label}"))
+        (lambda d, t, label: progress(min(1.0, deadline.elapsed() / left), f"auto-tune: {label}"))
         if progress
         else None
     )
@@ -143,7 +152,7 @@ def lossy_search(
         if not deadline.expired:
             raise
         best = fastest_within_floor(getattr(exc, "records", None) or [], keep_db)
-        about.update(seconds=round(deadline.elapsed(), 1), summary=_ran_out(budget_s, best))
+        about.update(seconds=round(deadline.elapsed(), 1), summary=_ran_out(budget_s, spent_s, best))
         return ([best] if best else []), about
     except StudioError as exc:  # refused before it ran (too long an estimate, copies that do not fit)
         about.update(seconds=round(deadline.elapsed(), 1), summary=f"The auto-tuner could not run: {exc}")
@@ -182,8 +191,10 @@ def fastest_within_floor(rows: list[dict[str, Any]], below_db: float | None = No
     return max(ok, key=lambda r: r.get("speedup") or 0.0)["config"] if ok else None
 
 
-def _ran_out(budget_s: float, best: str | None) -> str:
-    said = f"The auto-tuner ran past its budget of {budget_s:g} s and was stopped"
+def _ran_out(budget_s: float, spent_s: float, best: str | None) -> str:
+    left = f" ({budget_s - spent_s:.3g} s left after the fixed configurations' first calls)"
+    after = left if spent_s else ""
+    said = f"The auto-tuner ran past its budget of {budget_s:g} s{after} and was stopped"
     if best is not None:
         return (
             f"{said}: the fastest configuration it had measured within the floor, {best}, was measured "

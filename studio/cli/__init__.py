@@ -14,6 +14,7 @@ from studio.cli.benchmark_command import add_benchmark_parser, cmd_benchmark
 from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.packages_command import add_packages_parser, cmd_packages
 from studio.cli.shard_command import add_shard_parser, cmd_shard
+from studio.cli.timeline_command import add_timeline_parser, cmd_timeline
 from studio.errors import StudioError, describe
 
 log = logging.getLogger("studio")
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_shard_parser(sub)
     add_packages_parser(sub)
     add_benchmark_parser(sub)
+    add_timeline_parser(sub)
     return parser
 
 
@@ -153,29 +155,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_autotune(args: argparse.Namespace) -> int:
     from studio.engine import Studio
-    from studio.request import request_from_args, validate_autotune
+    from studio.request import AutotuneSettings, request_from_args
     from studio.sweeps import autotune
-    from studio.sweeps.autotune_search_space import floor_of
 
     request = request_from_args(args)
-    checked = validate_autotune(
+    settings = AutotuneSettings(
         min_psnr=args.min_psnr,
         min_ssim=args.min_ssim,
         fidelity_drop=args.fidelity_drop,
         warmup=1 if args.warmup is None else args.warmup,
         repeats=3 if args.rounds is None else args.rounds,
         confirm_rounds=args.confirm_rounds,
-    )
-    result = autotune.run_autotune(
-        Studio(),
-        request,
-        floor=floor_of(checked),
         techniques=args.technique or None,
         include_compile=args.include_compile,
-        warmup=checked.warmup,
-        repeats=checked.repeats,
-        confirm_rounds=checked.confirm_rounds,
     )
+    result = autotune.run_with(Studio(), request, settings)
     emit(autotune.as_json(result), args.json, autotune.markdown(result))
     return 0
 
@@ -261,6 +255,7 @@ COMMANDS = {
     "shard": cmd_shard,
     "packages": cmd_packages,
     "benchmark": cmd_benchmark,
+    "timeline": cmd_timeline,
 }
 
 

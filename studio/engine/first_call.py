@@ -12,7 +12,7 @@ said side by side.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from studio.optimizations import phases
@@ -43,6 +43,12 @@ class FirstCall:
     def notable(self) -> bool:
         return notable(self.cold_s, self.warm_s)
 
+    @property
+    def one_off_s(self) -> float | None:
+        """What the first call costs beyond a later one (a conversion, a compile), None with no later call
+        logged."""
+        return None if self.warm_s is None else max(0.0, self.cold_s - self.warm_s)
+
     def sentence(self) -> str:
         cold = f"{seconds(self.cold_s)} at {self.cold_steps} steps"
         later = f"; later calls {seconds(self.warm_s)}" if self.warm_s is not None else ""
@@ -63,6 +69,12 @@ def notable(first_s: float, later_s: float | None) -> bool:
     """Whether a first call cost clearly more than a later one (a conversion, a compile): worth saying before
     a run; with no later call known, it is said."""
     return later_s is None or first_s >= NOTABLE * later_s
+
+
+def part_of(request: GenerationRequest, name: str) -> GenerationRequest:
+    """`request` with technique `name` alone (its settings kept): one part of a combination, whose own first
+    call says what that part adds to the combination's."""
+    return replace(request, opts=(name,), settings={k: v for k, v in request.settings.items() if k == name})
 
 
 def logged(runlog: RunLog, request: GenerationRequest) -> FirstCall | None:

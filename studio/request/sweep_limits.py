@@ -10,6 +10,7 @@ from typing import Any
 from pipelines import registry
 from studio import checks
 from studio.errors import ValidationError
+from studio.request.configs import parse_opts
 from studio.request.generation import GenerationRequest
 
 MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
@@ -22,41 +23,35 @@ def max_request_seconds() -> float:
     return float(os.environ.get("STUDIO_MAX_REQUEST_S", "3600"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AutotuneSettings:
-    """The auto-tuner's quality floor and measurement counts, checked."""
+    """The auto-tuner's options, built by name from a form, a client, an MCP tool or argv (numbers may arrive
+    as text) and checked as they are built: the quality floor, the measurement counts, the techniques to
+    search (None: every candidate here) and whether torch.compile's minutes-long candidates are tried."""
 
-    min_psnr: float
-    min_ssim: float
-    fidelity_drop: float
-    warmup: int
-    repeats: int
-    confirm_rounds: int
+    min_psnr: float = 30.0
+    min_ssim: float = 0.95
+    fidelity_drop: float = 0.03
+    warmup: int = 1
+    repeats: int = 3
+    confirm_rounds: int = 5
+    techniques: tuple[str, ...] | None = None
+    include_compile: bool = False
 
-
-def validate_autotune(
-    min_psnr: Any = 30.0,
-    min_ssim: Any = 0.95,
-    fidelity_drop: Any = 0.03,
-    warmup: Any = 1,
-    repeats: Any = 3,
-    confirm_rounds: Any = 5,
-) -> AutotuneSettings:
-    """Check the auto-tuner's settings from UI, API or CLI (numbers may arrive as text)."""
-    floor = {
-        name: checks.number(f"The quality floor's {name}", value, low, high)
-        for name, value, low, high in (
-            ("min_psnr", min_psnr, 0, 200),
-            ("min_ssim", min_ssim, 0, 1),
-            ("fidelity_drop", fidelity_drop, 0, 1),
+    def __post_init__(self) -> None:
+        checked = {
+            name: checks.number(f"The quality floor's {name}", getattr(self, name), low, high)
+            for name, low, high in (("min_psnr", 0, 200), ("min_ssim", 0, 1), ("fidelity_drop", 0, 1))
+        }
+        checked.update(
+            warmup=checks.whole("warm-up calls", self.warmup, 0, MAX_WARMUP),
+            repeats=checks.whole("rounds", self.repeats, 1, MAX_ROUNDS),
+            confirm_rounds=checks.whole("confirmation rounds", self.confirm_rounds, 1, MAX_ROUNDS),
+            techniques=tuple(parse_opts(self.techniques)) or None,
+            include_compile=checks.boolean("include_compile", self.include_compile or False),
         )
-    }
-    counts = {
-        "warmup": checks.whole("warm-up calls", warmup, 0, MAX_WARMUP),
-        "repeats": checks.whole("rounds", repeats, 1, MAX_ROUNDS),
-        "confirm_rounds": checks.whole("confirmation rounds", confirm_rounds, 1, MAX_ROUNDS),
-    }
-    return AutotuneSettings(**floor, **counts)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)

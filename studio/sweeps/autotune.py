@@ -25,7 +25,8 @@ from studio.engine import Studio
 from studio.errors import Cancelled
 from studio.measure import protocol
 from studio.measure.bench import StopFn
-from studio.request import GenerationRequest
+from studio.request import AutotuneSettings, GenerationRequest
+from studio.sweeps import autotune_search_space as space
 from studio.sweeps.autotune_search_space import GRID, Candidate, Floor, check_pool, combinable, grid
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepCancelled, SweepResult, run_sweep
@@ -200,6 +201,29 @@ def run_autotune(
         confirmation=confirmation,
         pareto_quality=pareto(ok, "psnr_db", better_high=True),
         pareto_memory=pareto(rows, "peak_memory_mb", False),
+    )
+
+
+def run_with(
+    studio: Studio,
+    request: GenerationRequest,
+    settings: AutotuneSettings,
+    *,
+    progress: Progress | None = None,
+    should_stop: StopFn | None = None,
+) -> AutotuneResult:
+    """`run_autotune` with the options a face checked (`studio.request.AutotuneSettings`, built by name)."""
+    return run_autotune(
+        studio,
+        request,
+        floor=space.floor_of(settings),
+        techniques=list(settings.techniques) if settings.techniques else None,
+        include_compile=settings.include_compile,
+        warmup=settings.warmup,
+        repeats=settings.repeats,
+        confirm_rounds=settings.confirm_rounds,
+        progress=progress,
+        should_stop=should_stop,
     )
 
 

@@ -1,10 +1,11 @@
 """The diffusers documentation's speed ladder, on this machine: cumulative techniques, timed interleaved.
 
-original (fp32, classic attention) -> cuDNN autotuner -> autocast -> fp16 (bf16 where fp16 does not apply)
--> channels last -> traced UNet -> memory-efficient attention, and on CPUs the OpenVINO runtime. A step that
-cannot run here is shown as skipped with the reason, not dropped. The plan is made once (`plan`), before
-anything runs, and used by the single-process and the distributed ladder alike: a rung that fails does not
-change the later ones. Each rung is declared by the technique it adds (`Optimization.ladder_rung`).
+original (fp32, classic attention) -> cuDNN autotuner -> autocast -> fp16 (bf16 where fp16 does not apply,
+the rung then named "bf16 in place of fp16") -> channels last -> traced UNet -> memory-efficient attention,
+and on CPUs the OpenVINO runtime. A step that cannot run here is shown as skipped with the reason, not
+dropped. The plan is made once (`plan`), before anything runs, and used by the single-process and the
+distributed ladder alike: a rung that fails does not change the later ones. Each rung is declared by the
+technique it adds (`Optimization.ladder_rung`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class Step:
     opts: tuple[str, ...]
     note: str = ""
     skipped: bool = False
+    ran: tuple[str, ...] = ()  # what it adds here: the rung's own techniques, or its fallback
+
+    @property
+    def label(self) -> str:
+        """The rung as it runs here: its own name, or what runs in its place ('bf16 in place of fp16')."""
+        if not self.ran or self.ran == self.rung.add:
+            return self.rung.label
+        return f"{'+'.join(self.ran)} in place of {self.rung.label}"
 
 
 def choose(rung: Rung, request: GenerationRequest) -> tuple[tuple[str, ...], str | None]:
@@ -82,7 +91,7 @@ def plan(request: GenerationRequest) -> list[Step]:
             [o for o in current if o not in rung.remove] + list(names), request.spec, request.device
         )
         note = "" if names == rung.add else f"{'+'.join(rung.add)} cannot run here; used {'+'.join(names)}"
-        steps.append(Step(rung, current, note))
+        steps.append(Step(rung, current, note, ran=names))
     return steps
 
 
@@ -101,7 +110,7 @@ def ladder_records(steps: list[Step], records: list[dict[str, Any]]) -> list[dic
                 }
             )
         else:
-            rows.append({**next(measured), "step": step.rung.label, "note": step.note})
+            rows.append({**next(measured), "step": step.label, "note": step.note})
     return rows
 
 
@@ -117,7 +126,7 @@ def run_ladder(
     """Every runnable rung in interleaved rounds, speedups against the first; the group id and one record per
     rung (a cancelled ladder raises `SweepCancelled` with the records so far)."""
     steps = plan(request)
-    entries = [Entry(s.rung.label, dataclasses.replace(request, opts=s.opts)) for s in steps if not s.skipped]
+    entries = [Entry(s.label, dataclasses.replace(request, opts=s.opts)) for s in steps if not s.skipped]
     try:
         sweep = run_sweep(
             studio,

@@ -171,17 +171,51 @@ def speedup_text(record: dict[str, Any]) -> str:
     return report.ratio(record) if record["status"] == "ok" else record["status"]
 
 
+def _pixels(value: str) -> int:
+    width, _, height = value.partition("x")
+    return int(width) * int(height or width)
+
+
+# What compares points across an axis, as (words, unit, seconds of a point's record at x): images per second
+# across batch sizes; time per denoising step across step counts; per megapixel across sizes; otherwise
+# (scheduler, a technique setting: the same work per image) the time per image.
+PER_AXIS: dict[str, tuple[str, str, Callable[[dict[str, Any], str], float]]] = {
+    "steps": ("Fastest per denoising step", "per step", lambda r, x: r["seconds_per_image"] / int(x)),
+    "size": ("Fastest per pixel", "per megapixel", lambda r, x: r["seconds_per_image"] / _pixels(x) * 1e6),
+}
+PER_IMAGE = ("Fastest per image", "per image", lambda r, x: r["seconds_per_image"])
+
+
 def summary(result: XYResult) -> str:
-    """One sentence: the best throughput (and for the batch axis, the best batch)."""
-    best = result.best_throughput()
-    if best is None:
+    """One sentence with the figure that compares points across this axis (`PER_AXIS`): for the batch axis
+    the best throughput (images per second) and its batch."""
+    ok = [p for p in result.points if p.record["status"] == "ok" and p.record["seconds_per_image"]]
+    if not ok:
         return "No point of this sweep finished."
-    r = best.record
-    where = f"batch {best.x}" if result.axis.name == "batch" else result.axis.label(best.x)
-    return (
-        f"Best throughput: **{r['images_per_s']:.2f} images/s** with {best.config} at {where} "
-        f"({report.seconds(r['seconds_per_image'])} per image)."
-    )
+    if result.axis.name == "batch":
+        best = result.best_throughput()
+        r = best.record
+        return (
+            f"Best throughput: **{r['images_per_s']:.2f} images/s** with {best.config} at batch {best.x} "
+            f"({report.seconds(r['seconds_per_image'])} per image)."
+        )
+    what, unit, cost = PER_AXIS.get(result.axis.name, PER_IMAGE)
+    best = min(ok, key=lambda p: cost(p.record, p.x))
+    figure = f"{report.seconds(cost(best.record, best.x))} {unit}"
+    each = "" if unit == "per image" else f" ({report.seconds(best.record['seconds_per_image'])} per image)"
+    return f"{what}: **{figure}** with {best.config} at {result.axis.label(best.x)}{each}."
+
+
+def _figures(result: XYResult) -> tuple[str, Callable[[Point], str]]:
+    """The title and cells of the markdown's grid of the figure that compares points across the axis."""
+    if result.axis.name == "batch":
+        return "Images per second", lambda p: f"{p.record['images_per_s']:.2f}"
+    _, unit, cost = PER_AXIS.get(result.axis.name, PER_IMAGE)
+    return f"Seconds {unit}", lambda p: report.seconds(cost(p.record, p.x))
+
+
+def _cell(point: Point, figure: Callable[[Point], str]) -> str:
+    return figure(point) if point.record["status"] == "ok" and point.record["seconds_per_image"] else "–"
 
 
 def markdown(result: XYResult) -> str:
@@ -195,8 +229,9 @@ def markdown(result: XYResult) -> str:
 
     lines = ["Speedup against the baseline at the same X (per-round range):", "", *grid(speedup_text), ""]
     lines += ["Image difference from the baseline at the same X (PSNR):", "", *grid(psnr_text), ""]
-    throughput = grid(lambda r: "–" if r["images_per_s"] is None else f"{r['images_per_s']:.2f}")
-    lines += ["Images per second:", "", *throughput, ""]
+    title, figure = _figures(result)
+    cells = [[y, *(_cell(result.point(x, y), figure) for x in values)] for y in result.configs]
+    lines += [f"{title}:", "", head, rule, *("| " + " | ".join(row) + " |" for row in cells), ""]
     if result.axis.name == "batch":
         lines += ["Peak memory:", "", *grid(lambda r: report.memory(r) if r["status"] == "ok" else "–"), ""]
     lines.append(summary(result))

@@ -6,7 +6,9 @@ and engine as the form endpoints (`studio.request`, `Studio`, the sweeps): an ar
 has the field's name (`studio.request.REQUEST_FIELDS`) and reaches `build_request` by it. They answer the
 records of `python -m studio generate|compare|autotune|history --json` (`/system`'s for `system`), `generate`
 also the image: as JSON text, image content and a URL to an agent; as objects and a downloaded PNG to a
-`gradio_client` user of the endpoints `/mcp_generate`, ... An engine error reaches the agent as its sentence.
+`gradio_client` user of the endpoints `/mcp_generate`, ... An engine error reaches the agent as its sentence,
+and so does a bad argument: the tools check their arguments themselves, as the forms do (the MCP server does
+not check them against the schema first: `studio.ui.mcp_server.ArgumentsCheckedByTheStudio`).
 Gradio serves every public endpoint as a tool: `studio.ui.mcp_server.hide_form_endpoints` keeps the form
 endpoints (`/generate`, ...) out of the tool list and the schema, not out of the API. `STUDIO_MCP=0` turns the
 MCP server off.
@@ -22,11 +24,11 @@ from PIL import Image
 
 from studio import report
 from studio.engine import Studio
-from studio.request import build_request, pick_fields, validate_autotune, validate_counts, validate_history
+from studio.errors import ValidationError
+from studio.request import AutotuneSettings, build_request, pick_fields, validate_counts, validate_history
 from studio.request.axes import parse_axis
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import xy
-from studio.sweeps.autotune_search_space import floor_of
 from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
 from studio.ui import views
 from studio.ui.cancel import Cancellations
@@ -53,6 +55,16 @@ def _png(image: Image.Image) -> gr.FileData:
     return gr.FileData(path=path)
 
 
+def _texts(value: Any, name: str, example: str) -> list[str]:
+    """A tool's list argument (the MCP schema is not checked before the tool runs: the tool's sentence is the
+    answer), or a ValidationError saying the form it takes."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError(f"{name} must be a list of text, e.g. {example}, not {value!r}.")
+    return value
+
+
 def build_mcp_tools(studio: Studio) -> dict[str, Any]:
     """The tool functions by name, closed over one Studio."""
     cancels = Cancellations()
@@ -73,14 +85,16 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         scheduler: str | None = None,
         settings: dict[str, dict[str, Any]] | None = None,
         warmup: int = 0,
-        repeats: int = 1,
+        rounds: int = 1,
         batch: int = 1,
         request: gr.Request | None = None,
     ) -> tuple[Record, gr.FileData]:
         """Generate one image with a diffusers pipeline in the given configuration; the run is timed and
         logged. Returns the run as JSON (run_id, config, applied techniques, latency_s, peak memory and the
-        other figures of the run, plus warnings), then the image itself (PNG) and its URL on this server
-        (a batch: side by side). Call `system` for the techniques this machine can run.
+        other figures of the run, prompt_score (how well the image shows the prompt: CLIP score, or the
+        bundled model's own judge; prompt_score_note says why there is none), plus warnings), then the image
+        itself (PNG) and its URL on this server (a batch: side by side). Call `system` for the techniques
+        this machine can run.
 
         Args:
             prompt: What to draw, e.g. "a big red circle on the left".
@@ -97,11 +111,11 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             scheduler: A scheduler name such as "ddim" or "euler"; empty for the model's own.
             settings: Technique settings, e.g. {"deepcache": {"interval": 2}}.
             warmup: Untimed calls before the timed ones (compile and trace time shows here).
-            repeats: Timed calls; latency_s is their median.
+            rounds: Timed calls; latency_s is their median.
             batch: Images per prompt in one call (1-8); seconds_per_image and images_per_s report it.
         """
         req = build_request(**pick_fields(locals()))  # first, while locals() are only the arguments
-        counts = validate_counts(warmup, repeats)
+        counts = validate_counts(warmup, rounds)
         result = studio.generate(
             req, warmup=counts.warmup, repeats=counts.rounds, should_stop=stop_check(cancels, request)
         )
@@ -129,7 +143,8 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
     ) -> Record:
         """Compare configurations side by side against the fp32 baseline, in interleaved timed rounds.
         Returns JSON: group_id and one row per configuration (baseline first) with latency_s, speedup and
-        its min-max range over rounds, peak memory and how much the image changed (psnr, ssim).
+        its min-max range over rounds, peak memory, how much the image changed (psnr, ssim) and whether it
+        still shows the prompt (prompt_score, prompt_score_change against the baseline's, in points).
 
         Args:
             prompt: What to draw (the same for every configuration).
@@ -149,6 +164,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             axis_values: The axis values, e.g. "1,2,4,8" ("auto" for batch); rows then carry x and y.
         """
         req = build_request(**pick_fields(locals()))  # as in generate; the baseline: fp32, no technique
+        configs = _texts(configs, "configs", '["channels_last", "deepcache[interval=2]"]')
         counts = validate_counts(warmup, rounds)
         x_axis = parse_axis(axis, axis_values, req)
         options = {
@@ -157,8 +173,8 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             "should_stop": stop_check(cancels, request),
         }
         if x_axis is not None:
-            return _plain(xy.as_json(xy.run_xy(studio, req, list(configs or []), x_axis, **options)))
-        result = run_compare(studio, req, list(configs or []), **options)
+            return _plain(xy.as_json(xy.run_xy(studio, req, configs, x_axis, **options)))
+        result = run_compare(studio, req, configs, **options)
         return _plain({"group_id": result.group_id, "rows": result.records})
 
     @engine_errors
@@ -202,25 +218,17 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             confirm_rounds: Interleaved baseline/winner rounds that confirm the winner.
         """
         req = build_request(**pick_fields(locals()))  # as in generate; the baseline: fp32, no technique
-        checked = validate_autotune(
+        settings = AutotuneSettings(
             min_psnr=min_psnr,
             min_ssim=min_ssim,
             fidelity_drop=fidelity_drop,
             warmup=warmup,
             repeats=rounds,
             confirm_rounds=confirm_rounds,
+            techniques=_texts(techniques, "techniques", '["deepcache", "cfg_cutoff"]') or None,
+            include_compile=include_compile,
         )
-        result = autotune_mod.run_autotune(
-            studio,
-            req,
-            floor=floor_of(checked),
-            techniques=techniques or None,
-            include_compile=bool(include_compile),
-            warmup=checked.warmup,
-            repeats=checked.repeats,
-            confirm_rounds=checked.confirm_rounds,
-            should_stop=stop_check(cancels, request),
-        )
+        result = autotune_mod.run_with(studio, req, settings, should_stop=stop_check(cancels, request))
         return _plain(autotune_mod.as_json(result))
 
     @engine_errors

@@ -32,8 +32,8 @@ READ_ROWS = (
 
 
 def status_area(elem_id: str) -> gr.Markdown:
-    """Where a long job's progress shows while it runs (and what its Cancel answers)."""
-    return gr.Markdown("", elem_id=elem_id, min_height=64, container=True, padding=True)
+    """Where a long job's progress shows while it runs (and what its Cancel answers); hidden while empty."""
+    return gr.Markdown("", elem_id=elem_id, min_height=64, container=True, padding=True, visible="hidden")
 
 
 def wire_job(
@@ -44,15 +44,26 @@ def wire_job(
     **event,
 ) -> None:
     """(run, cancel, status): the run button runs `fn` (`event`: its inputs, outputs, api_name) in the
-    generation queue with its progress in the status area; `reserve` makes the session's cancel flag at the
-    click, outside the queue (a Cancel while the job waits is not lost); the Cancel button runs `cancel`,
-    whose answer shows in the status area, cleared when the job ends."""
+    generation queue with its progress in the status area, shown from the click; `reserve` makes the
+    session's cancel flag at the click, outside the queue (a Cancel while the job waits is not lost); the
+    Cancel button runs `cancel`, whose answer shows in the status area, emptied and hidden when the job
+    ends."""
     go, stop, status = buttons
-    job = go.click(reserve, None, None, queue=False, api_visibility="private").then(
+
+    def start(request: gr.Request):
+        reserve(request)
+        return gr.update(visible=True)
+
+    def answer(request: gr.Request):
+        return gr.update(value=cancel(request), visible=True)
+
+    job = go.click(start, None, status, queue=False, api_visibility="private").then(
         fn, show_progress_on=[status], **generation_queue(), **event
     )
-    job.then(lambda: "", None, status, queue=False, api_visibility="private")
-    stop.click(cancel, None, status, queue=False, api_visibility="private")
+    job.then(
+        lambda: gr.update(value="", visible="hidden"), None, status, queue=False, api_visibility="private"
+    )
+    stop.click(answer, None, status, queue=False, api_visibility="private")
 
 
 def progress_to(progress: Any, job: str) -> Callable[[float, int, str], None]:

@@ -3,7 +3,9 @@ tables that fit 1280 px, details one click away, nothing shown before there are 
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -45,6 +47,24 @@ BREAKABLE = ("Configuration", "Speedup")  # columns (by how their titles start) 
 NO_XY = (gr.update(visible=False), None, None, None, gr.update(visible=False), gr.update(visible=False))
 
 
+def named(fn: Callable, components: dict[str, Any]) -> Callable:
+    """`fn`, which returns its outputs by name, as an event function returning Gradio's `{component: value}`
+    (`components`: the names' components, the event's outputs); a name left out leaves its component as it
+    is. Gradio reads the parameters (a `gr.Request`, a `gr.Progress`) from `fn`'s own signature."""
+
+    @functools.wraps(fn)
+    def by_component(*args, **kwargs):
+        return {components[name]: value for name, value in fn(*args, **kwargs).items()}
+
+    return by_component
+
+
+def refused_card(why: str) -> str:
+    """The card of a run refused before it started (a bad value, techniques that cannot combine, a run that
+    would not fit): the reason where the last run's card was."""
+    return f"⚠ **Not run:** {why}"
+
+
 def batch_image(images: list[Image.Image]) -> Image.Image:
     """Generate's image: the image itself, or a batch side by side (up to 4 per row) carrying the first
     image's settings (Gradio copies an image's text into the PNG it serves)."""
@@ -64,6 +84,8 @@ def generate_card(m: dict[str, Any], note: str | None = None) -> str:
     """The metrics card under Generate's image; `note` first (what the model's images are, for a model whose
     weights are random)."""
     fidelity = "" if m["fidelity"] is None else f" · prompt fidelity **{m['fidelity']:.0%}**"
+    if m.get("prompt_score") is not None and (m.get("prompt_score_by") or "").startswith("clip:"):
+        fidelity += f" · CLIP prompt score **{m['prompt_score']:.1f}**"
     known = m["first_call_s"] is not None or m.get("first_call_phase")
     first = f" · first call {report.first_call(m)}" if known else ""
     if m["batch"] == 1:
@@ -104,9 +126,11 @@ def headline(records: list[dict[str, Any]]) -> str:
     ok = [r for r in records if r["status"] == "ok"]
     faster = [report.point_name(r) for r in ok if r["verdict"] == "faster"]
     xs = {r["x"] for r in ok if r.get("x") is not None}
-    what = f"{len(ok)} configuration(s)"
+    compared = {r["config"] for r in ok if r["verdict"] != "baseline"}
+    plural = "s" * (len(compared) != 1)
+    what = f"{len(compared)} configuration{plural}"
     if xs:
-        what = f"{len({r['config'] for r in ok})} configuration(s), each at {len(xs)} {ok[0]['axis']} values,"
+        what = f"{len(compared)} configuration{plural}, each at {len(xs)} {ok[0]['axis']} values,"
     rounds = report.notes.sweep_rounds(records)
     text = f"{what} timed in interleaved rounds against the baseline ({rounds} round{'s' * (rounds != 1)}). "
     text += (
@@ -120,7 +144,7 @@ def headline(records: list[dict[str, Any]]) -> str:
         note = MEMORY_NOTE[kind]
         text += f" {note[0].upper()}{note[1:]}; smaller differences read 'no measurable difference'."
     text += "</small>"
-    notes = [*report.disagreements(records), report.host_note(records)]
+    notes = [*report.disagreements(records), report.prompt_score_note(records), report.host_note(records)]
     return "\n\n".join([text, *(n for n in notes if n)])
 
 
@@ -191,24 +215,6 @@ def compare_outputs(result) -> tuple:
     )
 
 
-def compare_cancelled(note: str) -> tuple:
-    return (
-        gr.update(visible=True),
-        note,
-        None,
-        None,
-        None,
-        None,
-        gr.update(choices=[], value=None),
-        None,
-        {},
-        None,
-        None,
-        *NO_XY,
-        None,
-    )
-
-
 def autotune_outputs(result) -> tuple:
     rows = result.rows
     points = pd.DataFrame(
@@ -246,27 +252,19 @@ def autotune_outputs(result) -> tuple:
     )
 
 
-def autotune_cancelled(note: str) -> tuple:
-    return (
-        gr.update(visible=True),
-        note,
-        None,
-        None,
-        None,
-        None,
-        None,
-        gr.update(interactive=False, value="Nothing to apply"),
-    )
-
-
 def history_outputs(records: list[dict[str, Any]], csv_path: str) -> tuple:
+    """History's table (a run's status, and a sweep's verdict where there is one), plot and CSV."""
     first = (
         ("Run", lambda r: r["run_id"]),
         ("When", lambda r: (r["created_at"] or "")[5:19].replace("T", " ")),
         ("Model", lambda r: r["model"]),
     )
     table = pd.DataFrame(report.readable_rows(records, first))
-    table = styled(table.drop(columns=["Image vs baseline", "Peak memory"], errors="ignore"))  # in the CSV
+    table = table.drop(columns=["Image vs baseline", "Peak memory"], errors="ignore")  # in the CSV
+    if records:  # a run's status in its own column; a verdict only where a sweep gave one
+        table.insert(table.columns.get_loc("Verdict"), "Status", [r["status"] for r in records])
+        table["Verdict"] = [r.get("verdict") or "–" for r in records]
+    table = styled(table)
     ok = [r for r in records if r["status"] == "ok" and r["latency_s"] is not None]
     times = pd.to_datetime([r["created_at"] for r in ok], utc=True)
     plot = pd.DataFrame(

@@ -82,8 +82,40 @@ def throughput_frames(result: xy.XYResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     return speed, memory
 
 
-def xy_outputs(result: xy.XYResult) -> tuple:
-    """Compare's outputs for an X/Y sweep: the usual ones (every point a row, the X first) and the grid's."""
+def headline(result: xy.XYResult) -> str:
+    """What was compared (the configurations against the baseline, not counting it), at which X values,
+    what was faster beyond noise, the figure that compares points across this axis (`xy.summary`), what the
+    table's figures are, and the notes on disagreeing rows and a busy host."""
+    records = result.records
+    ok = [r for r in records if r["status"] == "ok"]
+    compared = [c for c in result.configs[1:] if any(r["y"] == c for r in ok)]
+    rounds = report.notes.sweep_rounds(records)
+    values = result.axis.values
+    text = (
+        f"**{len(compared)} configuration{'s' * (len(compared) != 1)}** ({', '.join(compared) or 'none'}) "
+        f"against the baseline at each of {len(values)} {result.axis.name} values ({', '.join(values)}), "
+        f"timed in interleaved rounds ({rounds} round{'s' * (rounds != 1)}). "
+    )
+    faster = [report.point_name(r) for r in ok if r["verdict"] == "faster"]
+    text += (
+        f"Faster beyond noise than the baseline at the same {result.axis.name}: **{', '.join(faster)}**."
+        if faster
+        else f"Nothing was faster beyond noise than the baseline at the same {result.axis.name}."
+    )
+    kind = next((r["memory_kind"] for r in ok if r.get("memory_kind")), None)
+    memory = f" {views.MEMORY_NOTE[kind][0].upper()}{views.MEMORY_NOTE[kind][1:]}." if kind else ""
+    legend = f"<small>{report.figures_legend(records)}{memory}</small>"
+    notes = [*report.disagreements(records), report.host_note(records)]
+    return "\n\n".join([text, xy.summary(result), legend, *(n for n in notes if n)])
+
+
+# Compare's outputs an X/Y sweep fills besides the usual ones (`studio.ui.handlers.sweeps.COMPARE`).
+XY = ("xy_results", "grid", "speedup_map", "psnr_map", "throughput", "peak_memory")
+
+
+def xy_outputs(result: xy.XYResult) -> dict[str, Any]:
+    """Compare's outputs for an X/Y sweep, by name: the usual ones (every point a row, the X first) and the
+    grid's."""
     records = result.records
     ok = [p for p in result.points if p.result is not None]
     first = (("X", lambda r: r["x"]),)
@@ -101,23 +133,23 @@ def xy_outputs(result: xy.XYResult) -> tuple:
     )
     batch = result.axis.name == "batch"
     speed, memory = throughput_frames(result) if batch else (None, None)
-    return (
-        gr.update(visible=True),
-        views.headline(records) + "\n\n" + xy.summary(result),
-        gallery,
-        views.sweep_table(records, first),
-        views.details_table(records),
-        bars,
-        gr.update(choices=list(pairs), value=next(iter(pairs), None)),
-        next(iter(pairs.values()), None),
-        pairs,
-        exports.csv_file(records, "xy.csv"),
-        exports.text_file(xy.markdown(result), "xy.md"),
-        gr.update(visible=True),
-        grid_image(result),
-        heat_map(result, "speedup"),
-        heat_map(result, "psnr_db"),
-        gr.update(value=speed, visible=batch),
-        gr.update(value=memory, visible=batch),
-        records,
-    )
+    return {
+        "results": gr.update(visible=True),
+        "headline": headline(result),
+        "gallery": gallery,
+        "table": views.sweep_table(records, first),
+        "details": views.details_table(records),
+        "latency_chart": bars,
+        "slider_choice": gr.update(choices=list(pairs), value=next(iter(pairs), None)),
+        "slider": next(iter(pairs.values()), None),
+        "pairs": pairs,
+        "csv": exports.csv_file(records, "xy.csv"),
+        "markdown": exports.text_file(xy.markdown(result), "xy.md"),
+        "xy_results": gr.update(visible=True),
+        "grid": grid_image(result),
+        "speedup_map": heat_map(result, "speedup"),
+        "psnr_map": heat_map(result, "psnr_db"),
+        "throughput": gr.update(value=speed, visible=batch),
+        "peak_memory": gr.update(value=memory, visible=batch),
+        "rows": records,
+    }

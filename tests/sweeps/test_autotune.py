@@ -139,10 +139,12 @@ def test_pareto_front_keeps_only_undominated_points():
     ],
 )
 def test_autotune_settings_are_checked_at_the_validation_boundary(settings, message):
-    from studio.request import validate_autotune
+    from studio.request import AutotuneSettings
 
     with pytest.raises(ValidationError, match=message):
-        validate_autotune(**settings)
+        AutotuneSettings(**settings)
+    with pytest.raises(TypeError):
+        AutotuneSettings(30.0, 0.95)  # by name only: six numbers in a row cannot be told apart
 
 
 # ---- the confirmation decides: stub techniques whose speed the test chooses --------------------------------

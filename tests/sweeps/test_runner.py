@@ -144,7 +144,9 @@ def test_ladder_runs_every_rung_interleaved(studio, monkeypatch):
     assert len(labels) >= 3, steps
     group_id, rows = run_ladder(studio, req, warmup=1, rounds=3)
     assert [label for _, label in events] == expected_order(labels, 1, 3)
-    assert [r["step"] for r in rows] == [s.rung.label for s in steps]
+    assert [r["step"] for r in rows] == [s.label for s in steps]
+    if req.device == "cpu":
+        assert "bf16 in place of fp16" in [r["step"] for r in rows], "a CPU's fp16 rung says it runs bf16"
     measured = [r for r in rows if r["status"] == "ok"]
     assert [r["config"] for r in measured] == labels and measured[0]["verdict"] == "baseline"
     assert all(r["rounds"] == 3 for r in measured)

@@ -44,7 +44,8 @@ def test_each_point_is_compared_with_the_baseline_at_its_own_x(studio):
         row = studio.runlog.get_run(point.record["run_id"])
         assert row["baseline_run_id"] == base.record["run_id"]
     text = xy.markdown(result)
-    assert "| configuration | steps=2 | steps=3 |" in text and "Images per second:" in text
+    assert "| configuration | steps=2 | steps=3 |" in text and "Seconds per step:" in text
+    assert "Fastest per denoising step" in xy.summary(result), "steps compare per step, not per second"
 
 
 def test_a_setting_axis_measures_what_it_does_not_change_once(studio):

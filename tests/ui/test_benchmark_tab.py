@@ -24,7 +24,7 @@ from studio.ui.handlers.benchmark import machine_labels
 from studio.ui.handlers.common import FORM_ORDER
 from tests.server import ROOT, Server
 
-V0 = ROOT / "tests" / "benchmark" / "fixtures"  # a folder with a schema-0 card
+V0 = ROOT / "tests" / "cards" / "fixtures"  # a folder with a schema-0 card
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +186,8 @@ def test_a_cancelled_benchmark_writes_nothing_and_says_where_it_stopped(studio, 
     handlers = build_handlers(studio, cancels)
     cancels.reserve("api")  # what the Run click does (a client without a session is "api")
     cancels.cancel("api")
-    _, said, sheet, files, card = handlers["benchmark"](["tiny-shapes"], "auto", 10, "channels_last", 0, 1)
+    shown = handlers["benchmark"](["tiny-shapes"], "auto", 10, "channels_last", 0, 1)
+    said, sheet, files, card = (shown[name] for name in ("summary", "sheet", "files", "card"))
     assert said.startswith("**Benchmark: Cancelled by the user during round 1 of 1, configuration 1 of 2")
     assert "Nothing was written" in said and (sheet, files, card) == (None, "", None)
     assert not (tmp_path / "home" / "cards").exists()

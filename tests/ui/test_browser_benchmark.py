@@ -15,7 +15,7 @@ from tests.ui.browser import LONG, MARKS, WIDTH, open_page, serve
 from tests.ui.test_browser_views import _shot
 
 pytestmark = MARKS
-V0 = ROOT / "tests" / "benchmark" / "fixtures"  # a folder with a schema-0 card
+V0 = ROOT / "tests" / "cards" / "fixtures"  # a folder with a schema-0 card
 TABLES = """() => {
   const block = document.getElementById('machines-md');
   const tables = [...block.querySelectorAll('table')];

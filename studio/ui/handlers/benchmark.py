@@ -23,17 +23,20 @@ from studio import devices
 from studio.cards import card as card_files
 from studio.cards import hub, picks, wording
 from studio.cards.collection import machine_name, machines_markdown
-from studio.cards.options import validate_options
+from studio.cards.options import expected, validate_options
 from studio.cards.run_suite import run_benchmark
 from studio.cards.suite import CPU_CASES, GPU_CASES, suite_for
 from studio.engine import Studio
 from studio.engine.run_data import run_columns
-from studio.errors import Cancelled, UnavailableError, ValidationError
+from studio.errors import Cancelled, StudioError, UnavailableError, ValidationError, describe
 from studio.request import build_request, with_config
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import engine_errors, form_values, session_of, stop_check
 
+# What `/benchmark` fills, by name (a client gets all but the layout `results`, in this order).
+BENCHMARK = ("results", "summary", "sheet", "files", "card")
+PLAN_FORM = ("models", "device", "budget_s", "configs", "warmup", "rounds")  # what `plan_note` reads
 NOTHING_WRITTEN = "Nothing was written: a card is written only once every model is measured."
 STOPPING = "Stopping at the next denoising step: a cancelled benchmark writes no card."
 # What a card's model entry ran, as `build_request` takes it (with the entry's `batch`).
@@ -117,19 +120,46 @@ def winner_request(cards: Any, chosen: str | None):
     return with_config(build_request(**fields), winner["config"])
 
 
-def finished(benchmark: Any) -> tuple:
-    """A finished benchmark's outputs: the card written into the studio's home, its summary, the contact
-    sheet (shown twice its size: its captions are a small bitmap font), the files' paths and the card."""
+def finished(benchmark: Any) -> dict[str, Any]:
+    """A finished benchmark's outputs (`BENCHMARK`): the card written into the studio's home, its summary,
+    the contact sheet (shown twice its size: its captions are a small bitmap font), the files' paths and the
+    card."""
     files = card_files.save(benchmark)
     with Image.open(files["sheet"]) as written:
         sheet = written.resize((2 * written.width, 2 * written.height), Image.Resampling.NEAREST)
     listing = "\n".join(f"{kind}: {path}" for kind, path in files.items())
-    return gr.update(visible=True), card_files.summary(benchmark.card), sheet, listing, benchmark.card
+    summary = card_files.summary(benchmark.card)
+    shown = {"summary": summary, "sheet": sheet, "files": listing, "card": benchmark.card}
+    return {"results": gr.update(visible=True), **shown}
 
 
-def cancelled(exc: Cancelled) -> tuple:
-    """A cancelled benchmark's outputs: where it stopped, and that nothing was written."""
-    return gr.update(visible=True), progress_views.sentence(exc, "Benchmark", NOTHING_WRITTEN), None, "", None
+def cancelled(exc: Cancelled) -> dict[str, Any]:
+    """A cancelled benchmark's outputs (`BENCHMARK`): where it stopped, and that nothing was written."""
+    said = progress_views.sentence(exc, "Benchmark", NOTHING_WRITTEN)
+    return {"results": gr.update(visible=True), "summary": said, "sheet": None, "files": "", "card": None}
+
+
+def plan_note(studio: Studio, **form: Any) -> str:
+    """What the run will do and take, said before it starts: what the search budget covers (the fixed
+    configurations' first calls count against it) and the whole run's expected time
+    (`studio.cards.options.expected`, from this studio's logged first calls and the cards'); a bad option's
+    sentence instead (the same one Run would answer)."""
+    try:
+        options = validate_options(**{**form, "configs": config_lines(form.get("configs"))})
+        found = expected(options, studio)
+    except StudioError as exc:
+        return f"⚠ {describe(exc)}"
+    if not found.searches:
+        covers = (
+            "Nothing is searched (configurations given, or a fixed list on this device): no budget applies."
+        )
+    else:
+        covers = (
+            f"The budget ({options.budget_s:g} s per model) covers the first calls (compiles, conversions) "
+            "of the configurations measured before the search, and the auto-tuner's search, which gets what "
+            "is left; the interleaved rounds come on top."
+        )
+    return f"{covers} {found.words}"
 
 
 def winners_menu(cards: Any, machines: bool = False) -> tuple:
@@ -229,6 +259,7 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
 
     return {
         "benchmark": benchmark,
+        "benchmark_plan": lambda *values: plan_note(studio, **dict(zip(PLAN_FORM, values, strict=True))),
         "cancel_benchmark": cancel_benchmark,
         "benchmark_models": models_for,
         "winners_menu": winners_menu,

@@ -1,10 +1,12 @@
-"""Generate's handlers: `/generate` (the form's Generate too, which sends its technique boxes instead of one
-list), `/estimate` (with what the first call should cost), the note on the first call under the form,
-`/cancel`, the 'Retry with …' offer after an out-of-memory failure, and a PNG's settings
+"""Generate's handlers: `/generate` and the form's Generate (which sends its technique boxes instead of one
+list, and shows a refused run in the card), `/estimate` (with what the first call should cost; the page's
+"Will it fit?" says the same sentence), the notes under the form (the first call's cost, techniques that
+cannot combine), `/cancel`, the 'Retry with …' offer after an out-of-memory failure, and a PNG's settings
 back into the form (`/read_image`).
 
 `generate` and `estimate` take the request's fields by name (`**fields`, what `form_request` reads): the tab
-passes its components with `inputs_kwargs`, so the API's parameters carry the fields' names."""
+passes its components with `inputs_kwargs`, so the API's parameters carry the fields' names. The form's
+handlers return their outputs by name (`views.named` maps the names to the tab's components)."""
 
 from __future__ import annotations
 
@@ -18,18 +20,21 @@ from studio.cards import measured_first_calls
 from studio.engine import Studio
 from studio.errors import (
     Cancelled,
+    ConflictError,
     OutOfMemory,
     StudioError,
     UnavailableError,
     ValidationError,
     describe,
 )
+from studio.optimizations import check_conflicts, conflicts_of
 from studio.report import image_metadata
 from studio.request import build_request
 from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
+    FORM_ORDER,
     cancelled_note,
     engine_errors,
     form_request,
@@ -51,6 +56,31 @@ def model_note(spec: PipelineSpec) -> str | None:
     )
 
 
+# What `form_values` fills, by the form's field names, in its order (the tab's `targets`)
+FILLED = tuple(name for name in FORM_ORDER if name not in ("device", "optimizations"))
+REFUSALS = (ValidationError, UnavailableError)  # a run refused before it starts: said in the card
+
+
+def filled(columns: dict) -> dict[str, object]:
+    """Generate's form from run-log columns (`form_values`), by field name."""
+    return dict(zip(FILLED, form_values(columns), strict=True))
+
+
+def conflicts_note(precision: str | None, *ticked: list[str] | None) -> str:
+    """Under the technique boxes, as soon as two ticked techniques cannot combine: each such pair with the
+    registry's sentence (what Generate would refuse the run with); "" when they all combine."""
+    names = {precision, *(name for box in ticked for name in box or [])} - {None, "fp32"}
+    said = []
+    for name in sorted(names):
+        for other in sorted(conflicts_of(name) & names):
+            if other > name:
+                try:
+                    check_conflicts({name, other})
+                except ConflictError as exc:
+                    said.append(f"⚠ {describe(exc)}")
+    return "  \n".join(said)
+
+
 def checked_image_settings(found: image_metadata.ImageSettings) -> tuple[dict | None, str]:
     """An image's settings checked as a typed request (`build_request`): every value but the techniques must
     pass, else nothing is loaded and the sentence says why; techniques this machine cannot run are loaded with
@@ -69,8 +99,11 @@ def checked_image_settings(found: image_metadata.ImageSettings) -> tuple[dict | 
 def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
     """Generate's event functions, closed over one Studio and the sessions' cancel flags."""
     memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
+    refused: dict[str, str] = {}  # per session: the sentence the form's last run was refused with
 
-    def run_generate(req, request: gr.Request | None, progress: gr.Progress, should_stop):
+    def run_generate(req, request: gr.Request | None, progress: gr.Progress, should_stop) -> dict:
+        """One run, by output name: its image, card and metrics; a cancelled run clears the image (it was the
+        run before's) and says where it stopped. Warnings (a busy host) are lines of the card."""
         progress(0, desc="loading / configuring")
         memory_advice.pop(session_of(request), None)
         try:
@@ -83,12 +116,10 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             memory_advice[session_of(request)] = exc.advice[:2]
             raise
         except Cancelled as exc:
-            return gr.update(), cancelled_note(exc), None
-        for warning in result.warnings:
-            gr.Warning(warning)
+            return {"image": None, "card": cancelled_note(exc), "metrics": None}
         metrics = report.single_record(result)
         card = views.generate_card(metrics, model_note(result.request.spec))
-        return views.batch_image(result.images), card, metrics
+        return {"image": views.batch_image(result.images), "card": card, "metrics": metrics}
 
     @optional_fields
     @engine_errors
@@ -96,7 +127,29 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """Generate one image (or a batch) with the given model, techniques and settings; the run is timed
         and logged. Returns the image, the metrics card and the metrics (the shared vocabulary)."""
         should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        return run_generate(form_request(fields), request, progress, should_stop)
+        shown = run_generate(form_request(fields), request, progress, should_stop)
+        return shown["image"], shown["card"], shown["metrics"]
+
+    @engine_errors
+    def generate_form(request: gr.Request = None, progress=gr.Progress(), **fields) -> dict:
+        """The form's Generate: as `/generate`, with a refused run (a bad value, techniques that cannot
+        combine, a run that would not fit) said in the card instead of the last run's, and a note of a
+        loaded run cleared (the form is the user's now)."""
+        should_stop = stop_check(cancels, request)
+        refused.pop(session_of(request), None)
+        try:
+            shown = run_generate(form_request(fields), request, progress, should_stop)
+        except REFUSALS as exc:
+            refused[session_of(request)] = describe(exc)
+            shown = {"image": None, "card": views.refused_card(describe(exc)), "metrics": None}
+        return {**shown, "loaded": ""}
+
+    def refusal_toast(request: gr.Request):
+        """After the form's Generate: the refusal's toast too (the card already says it), gone after a
+        while so that it does not cover the next run's card."""
+        why = refused.pop(session_of(request), None)
+        if why is not None:
+            raise gr.Error(why, duration=10, print_exception=False)
 
     def retry_offer(request: gr.Request):
         """After a failed generate: a 'Retry with …' button when it ran out of memory."""
@@ -109,47 +162,51 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """Tick the advised memory techniques in Generate's memory group."""
         return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
 
+    def fit_answer(request) -> dict:
+        """The estimate (`studio.engine.memory_estimate`) with one sentence for every face: where it would
+        not fit, with the memory techniques that would bring it under (what a run would be refused with);
+        and what its first call cost before (`first_call`: a sentence, or empty)."""
+        answer = studio.estimate(request).as_json()
+        if answer["fits"] is False:
+            try:
+                studio.check_fits(request)
+            except ValidationError as exc:
+                answer["sentence"] = describe(exc)
+        return {**answer, "first_call": measured_first_calls.sentence(studio, request)}
+
     @optional_fields
     @engine_errors
     def estimate(**fields):
-        """The peak memory a /generate with these arguments should reach, before it runs
-        (`studio.engine.memory_estimate`), and what its first call cost before (`first_call`: a sentence, or
-        empty when nothing was measured)."""
-        request = form_request(fields)
-        return {
-            **studio.estimate(request).as_json(),
-            "first_call": measured_first_calls.sentence(studio, request),
-        }
-
-    def first_call_note(**fields):
-        """Under Generate's buttons, as the form changes: what the first call of this configuration costs,
-        before it is started. Nothing while the form is not yet a valid request (Generate says why)."""
-        try:
-            return measured_first_calls.sentence(studio, form_request(fields))
-        except ValidationError:
-            return ""
+        """The peak memory a /generate with these arguments should reach, before it runs, whether it fits
+        (`sentence`: where not, with the memory techniques that would make it fit), and what its first call
+        cost before (`first_call`: a sentence, or empty when nothing was measured)."""
+        return fit_answer(form_request(fields))
 
     @engine_errors
     def estimate_form(**fields):
-        """Generate's "Will it fit?": the estimate as a sentence, from the form as it is; where it would not
-        fit, with the memory techniques that would bring it under (what Generate would answer)."""
-        request = form_request(fields)
-        try:
-            fits = studio.check_fits(request).as_json()["sentence"]
-        except ValidationError as exc:
-            return f"⚠ {describe(exc)}"
-        return " ".join(filter(None, [fits, measured_first_calls.sentence(studio, request)]))
+        """Generate's "Will it fit?": `/estimate`'s sentences, from the form as it is."""
+        answer = fit_answer(form_request(fields))
+        warn = "⚠ " if answer["fits"] is False else ""
+        return " ".join(filter(None, [warn + answer["sentence"], answer["first_call"]]))
 
-    def load_image(path):
+    def first_call_note(**fields):
+        """Under Generate's buttons, as the form changes and after each run: what the first call of this
+        configuration costs, before it is started. Nothing while the form is not a request that may run
+        (Generate and the note under the boxes say why)."""
+        try:
+            request = form_request(fields)
+        except REFUSALS:
+            return ""
+        return measured_first_calls.sentence(studio, request)
+
+    def load_image(path) -> dict:
         """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found
         (never an error)."""
         found = image_metadata.read(path) if path else None
         settings, message = None, (found.message if found else "Drop a PNG file to load its settings.")
         if found is not None and found.settings is not None:
             settings, message = checked_image_settings(found)
-        if settings is None:
-            return (*[gr.update()] * len(form_values({})), message)
-        return (*form_values(settings), message)
+        return {"note": message} if settings is None else {**filled(settings), "note": message}
 
     def read_image(path):
         """The API's `/read_image`: the settings a PNG carries, as run-log column names, once they pass the
@@ -175,6 +232,9 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
 
     return {
         "generate": generate,
+        "generate_form": generate_form,
+        "refusal_toast": refusal_toast,
+        "conflicts_note": conflicts_note,
         "retry_offer": retry_offer,
         "apply_advice": apply_advice,
         "reserve": reserve,

@@ -1,6 +1,7 @@
 """History's handlers: `/history` (the run log, filtered, with its CSV; the tab's Refresh answers a bad filter
-with a sentence instead), `/load_config` (a logged run back into Generate's form), a click on a History row,
-and `/export_db`."""
+with a sentence instead), `/load_config` (a logged run back into Generate's form), a click on a History row
+(the same, and Generate names the run it loaded), and `/export_db`. The form's handlers return their outputs
+by name (`views.named`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from studio.engine import Studio
 from studio.errors import StudioError, describe
 from studio.request import validate_history, validate_run_id
 from studio.ui import exports, views
-from studio.ui.handlers.common import engine_errors, form_values
+from studio.ui.handlers.common import engine_errors
+from studio.ui.handlers.generate import filled
 
 
 def build_history_handlers(studio: Studio) -> dict[str, Callable]:
@@ -57,25 +59,31 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
             )
         except StudioError as exc:
             why = describe(exc)
-            note = f"⚠ {why[:1].upper()}{why[1:]} The table below is still the last view."
-            return gr.update(), gr.update(), gr.update(), note
-        return (
-            *history(
-                model=model, device=device, status=status, technique=technique, since=since, limit=limit
-            ),
-            "",
+            return {"note": f"⚠ {why[:1].upper()}{why[1:]} The table below is still the last view."}
+        shown = history(
+            model=model, device=device, status=status, technique=technique, since=since, limit=limit
         )
+        return {**dict(zip(("table", "plot", "csv"), shown, strict=True)), "note": ""}
+
+    def loaded(run_id) -> tuple[dict, dict]:
+        """A logged run's columns and Generate's form filled from them, by name, with Generate shown."""
+        row = studio.logged_run(validate_run_id(run_id))
+        return row, {**filled(row), "tabs": gr.update(selected="generate")}
 
     @engine_errors
-    def load_config(run_id):
+    def load_config(run_id) -> dict:
         """A logged run's configuration, ready in Generate's form (precision and technique groups
         included)."""
-        row = studio.logged_run(validate_run_id(run_id))
-        return (*form_values(row), gr.update(selected="generate"))
+        return loaded(run_id)[1]
 
-    def load_selected(table, evt: gr.SelectData):
-        """A click on a History row loads that run into Generate."""
-        return load_config(table.iloc[evt.index[0]]["Run"])
+    @engine_errors
+    def load_selected(table, evt: gr.SelectData) -> dict:
+        """A click on a History row loads that run into Generate, which says which run it is."""
+        run_id = int(table.iloc[evt.index[0]]["Run"])
+        row, form = loaded(run_id)
+        when = (row.get("created_at") or "")[:16].replace("T", " ")
+        said = ", ".join(filter(None, [row.get("model"), row.get("config_label") or "baseline", when]))
+        return {**form, "loaded": f"Loaded run #{run_id} ({said}) into the form."}
 
     return {
         "history": history,

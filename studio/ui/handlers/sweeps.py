@@ -6,27 +6,32 @@ of 3, step 7 of 20"); a cancelled one shows what it measured until then (`studio
 
 Each sweep names its own settings and takes the request's fields by name (`**fields`, read by
 `form_request`: a sweep's baseline is fp32 with no technique); the tabs pass their components with
-`inputs_kwargs`, so the API's parameters carry those names."""
+`inputs_kwargs`, so the API's parameters carry those names. Each returns what it fills by name (`COMPARE`,
+`LADDER`, `AUTOTUNE`, `APPLY`: the tabs name their components the same, `studio.ui.views.named`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
+import pandas as pd
 
+from studio import report
 from studio.engine import Studio
 from studio.errors import Cancelled
-from studio.request import PRECISIONS, parse_opts, validate_autotune, validate_counts
+from studio.request import PRECISIONS, GenerationRequest, validate_counts
 from studio.request.axes import parse_axis
+from studio.request.sweep_limits import AutotuneSettings
+from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import ladder as ladder_mod
-from studio.sweeps.autotune import run_autotune
-from studio.sweeps.autotune_search_space import floor_of
 from studio.sweeps.compare import run_compare
 from studio.sweeps.xy import run_xy
 from studio.ui import progress_views, views, xy_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
+    TECHNIQUE_BOXES,
     engine_errors,
     form_request,
     optional_fields,
@@ -36,6 +41,63 @@ from studio.ui.handlers.common import (
 )
 
 STOPPING = "Stopping at the next denoising step: what was measured so far will be shown below."
+# What each sweep fills, by name, in the order of its endpoint's outputs (a client's tuple is this order,
+# less the layout and State entries: `results`, `pairs`, `xy_results`, `winner`).
+COMPARE = (
+    "results",
+    "headline",
+    "gallery",
+    "table",
+    "details",
+    "latency_chart",
+    "slider_choice",
+    "slider",
+    "pairs",
+    "csv",
+    "markdown",
+    *xy_views.XY,
+    "rows",
+)
+LADDER = ("results", "headline", "table", "rows")
+AUTOTUNE = ("results", "summary", "table", "quality_plot", "memory_plot", "result", "winner", "apply")
+# Generate's fields an auto-tune winner fills: its precision, technique boxes and settings, the steps, size
+# and batch it was measured at, and the tab shown.
+APPLY = ("precision", *TECHNIQUE_BOXES, "settings", "steps", "width", "height", "batch", "tabs")
+
+
+def named(names: tuple[str, ...], values: tuple | list) -> dict[str, Any]:
+    """A view's outputs (`studio.ui.views`, `studio.ui.progress_views`: in `names`' order) by name."""
+    return dict(zip(names, values, strict=True))
+
+
+MEMORY_TITLE = "Latency (s) vs peak memory (MB, from zero)"
+
+
+def memory_plot(points: pd.DataFrame | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Auto-tune's latency-against-memory plot, its memory axis from zero to a little above the highest
+    point (a spread of a few MB does not fill it), and when every point lies within what the memory probe
+    resolves (`rows`' kind), a title that says the memory is the same within that."""
+    kind = next((r["memory_kind"] for r in rows if r.get("memory_kind")), None)
+    memory = points["peak_memory_mb"].dropna() if points is not None else pd.Series(dtype=float)
+    if kind is None or memory.empty:
+        return gr.update(value=points, title=MEMORY_TITLE)
+    resolves = report.MEMORY_RESOLUTION_MB[kind]
+    low, high = float(memory.min()), float(memory.max())
+    top = [0, round(high * 1.15 + 1)]
+    if high - low >= resolves:
+        return gr.update(value=points, title=MEMORY_TITLE, y_lim=top)
+    probe = "RSS" if kind == "cpu_rss" else "the CUDA allocator"
+    span = f"{low:.0f} MB" if round(low) == round(high) else f"{low:.0f}–{high:.0f} MB"
+    said = f"Peak memory: the same within the {resolves:.0f} MB {probe} resolves ({span})"
+    return gr.update(value=points, title=said, y_lim=top)
+
+
+def measured_at(winner: dict[str, Any] | None, request: GenerationRequest) -> dict[str, Any] | None:
+    """An auto-tune winner with the steps, size and batch it was measured at (Generate runs the same)."""
+    if winner is None:
+        return None
+    shape = {"steps": request.steps, "width": request.width, "height": request.height}
+    return {**winner, **shape, "batch": request.num_images}
 
 
 def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
@@ -70,9 +132,9 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         try:
             if x_axis is not None:
                 return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, **options))
-            return views.compare_outputs(run_compare(studio, req, configs, **options))
+            return named(COMPARE, views.compare_outputs(run_compare(studio, req, configs, **options)))
         except Cancelled as exc:
-            return progress_views.compare_cancelled(exc)
+            return named(COMPARE, progress_views.compare_cancelled(exc))
 
     @optional_fields
     @engine_errors
@@ -92,8 +154,9 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
                 should_stop=should_stop,
             )
         except Cancelled as exc:
-            return progress_views.ladder_cancelled(exc)
-        return gr.update(visible=True), views.headline(records), views.ladder_table(records), records
+            return named(LADDER, progress_views.ladder_cancelled(exc))
+        shown = {"headline": views.headline(records), "table": views.ladder_table(records), "rows": records}
+        return {"results": gr.update(visible=True), **shown}
 
     @optional_fields
     @engine_errors
@@ -114,38 +177,42 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         against it in interleaved rounds."""
         should_stop = stop_check(cancels, request)
         req = form_request(fields)
-        checked = validate_autotune(
+        settings = AutotuneSettings(
             min_psnr=min_psnr,
             min_ssim=min_ssim,
             fidelity_drop=fidelity_drop,
             warmup=warmup,
             repeats=rounds,
             confirm_rounds=confirm_rounds,
+            techniques=techniques,
+            include_compile=include_compile,
         )
+        progress_to = progress_views.progress_to(progress, "Auto-tune")
         try:
-            result = run_autotune(
-                studio,
-                req,
-                floor=floor_of(checked),
-                techniques=parse_opts(techniques) or None,
-                include_compile=bool(include_compile),
-                warmup=checked.warmup,
-                repeats=checked.repeats,
-                confirm_rounds=checked.confirm_rounds,
-                should_stop=should_stop,
-                progress=progress_views.progress_to(progress, "Auto-tune"),
+            result = autotune_mod.run_with(
+                studio, req, settings, progress=progress_to, should_stop=should_stop
             )
         except Cancelled as exc:
-            return progress_views.autotune_cancelled(exc)
-        return views.autotune_outputs(result)
+            shown = named(AUTOTUNE, progress_views.autotune_cancelled(exc))
+            rows = shown["result"]["rows"]
+            return {**shown, "memory_plot": memory_plot(shown["memory_plot"], rows)}
+        shown = named(AUTOTUNE, views.autotune_outputs(result))
+        winner = measured_at(shown["winner"], req)
+        return {**shown, "memory_plot": memory_plot(shown["memory_plot"], result.rows), "winner": winner}
 
     def apply_winner(winner):
-        """The whole winner in Generate: precision, techniques by group and their settings; Generate shown."""
+        """The whole winner in Generate: precision, techniques by group and their settings, and the steps,
+        size and batch it was measured at; Generate shown."""
         winner = winner or {}
         opts = winner.get("techniques", [])
-        precision = next((o for o in opts if o in PRECISIONS), "fp32")
-        settings = json.dumps(winner.get("settings") or {}) if winner.get("settings") else ""
-        return [precision, *ticked_by_group(opts), settings, gr.update(selected="generate")]
+        keep = gr.update()
+        return {
+            "precision": next((o for o in opts if o in PRECISIONS), "fp32"),
+            **dict(zip(TECHNIQUE_BOXES, ticked_by_group(opts), strict=True)),
+            "settings": json.dumps(winner["settings"]) if winner.get("settings") else "",
+            **{name: winner.get(name, keep) for name in ("steps", "width", "height", "batch")},
+            "tabs": gr.update(selected="generate"),
+        }
 
     def cancel_job(request: gr.Request):
         """The Cancel of Compare, Ladder and Auto-tune: stops the session's run at its next denoising step

@@ -8,9 +8,14 @@ from typing import Any
 import gradio as gr
 
 from studio.optimizations import availability
+from studio.ui import views
+from studio.ui.handlers.sweeps import APPLY, AUTOTUNE, MEMORY_TITLE
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, sweep_counts
+
+# Generate's fields a winner fills besides its techniques (`APPLY`'s order), by element id ("gen-steps").
+MEASURED_AT = ("steps", "width", "height", "batch")
 
 
 def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> None:
@@ -53,46 +58,62 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         table = gr.Dataframe(
             label="Every configuration measured", wrap=True, interactive=False, elem_id="tune-table"
         )
-        with gr.Row():
-            quality = gr.ScatterPlot(
-                x="latency_s",
-                y="psnr_db",
-                color="config",
-                title="Latency (s) vs PSNR (dB, capped at 100)",
-                label="Latency vs PSNR",
-                show_label=False,
-                tooltip=["config", "latency_s", "psnr_db"],
-                height=260,
-            )
-            memory = gr.ScatterPlot(
-                x="latency_s",
-                y="peak_memory_mb",
-                color="config",
-                title="Latency (s) vs peak memory (MB)",
-                label="Latency vs peak memory",
-                show_label=False,
-                tooltip=["config", "latency_s", "peak_memory_mb"],
-                height=260,
-            )
+        # One plot a row: side by side, each legend (one entry per configuration) was cut off at 1280 px.
+        quality = gr.ScatterPlot(
+            x="latency_s",
+            y="psnr_db",
+            color="config",
+            title="Latency (s) vs PSNR (dB, capped at 100)",
+            x_title="latency (s)",
+            y_title="PSNR (dB)",
+            y_lim=[0, 105],  # an identical image reads 100 dB (the cap)
+            label="Latency vs PSNR",
+            show_label=False,
+            tooltip=["config", "latency_s", "psnr_db"],
+            height=260,
+            elem_id="tune-quality",
+        )
+        memory = gr.ScatterPlot(
+            x="latency_s",
+            y="peak_memory_mb",
+            color="config",
+            title=MEMORY_TITLE,
+            x_title="latency (s)",
+            y_title="peak memory (MB)",
+            label="Latency vs peak memory",
+            show_label=False,
+            tooltip=["config", "latency_s", "peak_memory_mb"],
+            y_lim=[
+                0,
+                None,
+            ],  # from zero (and above the highest point, `memory_plot`): a few MB do not fill it
+            height=260,
+            elem_id="tune-memory",
+        )
         with gr.Accordion("Result as the API returns it", open=False):
             data = gr.JSON(label="Result")
     winner = gr.State(None)
     inputs = {**fields, "techniques": techniques, "include_compile": include_compile, "min_psnr": min_psnr}
     inputs.update(min_ssim=min_ssim, fidelity_drop=fidelity_drop, warmup=warmup, rounds=rounds)
     inputs.update(confirm_rounds=confirm, batch=batch)
+    outputs = dict(zip(AUTOTUNE, (results, md, table, quality, memory, data, winner, apply), strict=True))
     wire_job(
         (go, stop, status),
-        handlers["autotune"],
+        views.named(handlers["autotune"], outputs),
         handlers["reserve"],
         handlers["cancel_job"],
         inputs_kwargs=inputs,
-        outputs=[results, md, table, quality, memory, data, winner, apply],
+        outputs=list(outputs.values()),
         api_name="autotune",
     )
+    by_id = {c.elem_id: c for c in generate["targets"] if c.elem_id}
+    shape = [by_id[f"gen-{name}"] for name in MEASURED_AT]
+    filled = [generate["precision"], *generate["boxes"], generate["settings"], *shape, tabs]
+    targets = dict(zip(APPLY, filled, strict=True))
     apply.click(
-        handlers["apply_winner"],
+        views.named(handlers["apply_winner"], targets),
         winner,
-        [generate["precision"], *generate["boxes"], generate["settings"], tabs],
+        list(targets.values()),
         queue=False,
         api_visibility="private",
     )

@@ -11,7 +11,8 @@ import gradio as gr
 
 from studio import devices
 from studio.cards.options import DEFAULT_BUDGET_S, DEFAULT_ROUNDS, MIN_BUDGET_S
-from studio.ui.handlers.benchmark import suite_models
+from studio.ui import views
+from studio.ui.handlers.benchmark import BENCHMARK, suite_models
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import sweep_counts
@@ -21,8 +22,8 @@ INTRO = (
     "best configuration that **keeps the math** and the best that **changes the image**, measured in "
     "interleaved rounds and written as a card (JSON, a Markdown summary and a contact sheet) into the "
     "studio's `cards/` folder. Without configurations, the auto-tuner searches the suite's techniques "
-    "within the time budget per model; with them, those are measured instead. The cards compare across "
-    "machines below (docs/cards.md)."
+    "within the time budget per model, after the first calls of the configurations measured before it; with "
+    "them, those are measured instead. The cards compare across machines below (docs/cards.md)."
 )
 MACHINES = (
     "## Machines\nOne table per model: this studio's cards, the project's own (docs/cards) and those of a "
@@ -55,7 +56,7 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
         )
         budget = RawNumber(
             DEFAULT_BUDGET_S,
-            label=f"Search budget per model (s, at least {MIN_BUDGET_S:g})",
+            label=f"Budget per model: first calls + search (s, at least {MIN_BUDGET_S:g})",
             minimum=MIN_BUDGET_S,
             elem_id="bench-budget",
         )
@@ -67,6 +68,7 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
         placeholder="channels_last\nopenvino[winograd=true]",
         elem_id="bench-configs",
     )
+    plan = gr.Markdown(elem_id="bench-plan")  # what the budget covers and the run's expected time
     with gr.Row():
         go = gr.Button("Run the benchmark", variant="primary", elem_id="bench-btn", scale=2)
         stop = gr.Button("Cancel", elem_id="bench-cancel-btn", scale=1)
@@ -89,15 +91,19 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
             data = gr.JSON(label="Card")
     inputs = {"models": models, "device": device, "budget_s": budget, "configs": configs}
     inputs.update(warmup=warmup, rounds=rounds)
+    outputs = dict(zip(BENCHMARK, (results, summary, sheet, files, data), strict=True))
     wire_job(
         (go, stop, status),
-        handlers["benchmark"],
+        views.named(handlers["benchmark"], outputs),
         handlers["reserve"],
         handlers["cancel_benchmark"],
         inputs_kwargs=inputs,
-        outputs=[results, summary, sheet, files, data],
+        outputs=list(outputs.values()),
         api_name="benchmark",
     )
+    form = [models, device, budget, configs, warmup, rounds]  # `PLAN_FORM`'s order
+    said = {"fn": handlers["benchmark_plan"], "inputs": form, "outputs": plan, "api_visibility": "private"}
+    gr.on([tab.select, *(c.change for c in form)], **said, queue=False, trigger_mode="always_last")
     device.change(
         handlers["benchmark_models"], [device, models], models, queue=False, api_visibility="private"
     )

@@ -9,8 +9,10 @@ import gradio as gr
 
 from pipelines.schedulers import menu_choices
 from studio.request.axes import AXES
+from studio.ui import views
 from studio.ui.handlers.common import DEFAULT_MODEL, family_of
-from studio.ui.presets import presets_for, presets_for_model
+from studio.ui.handlers.sweeps import COMPARE, LADDER
+from studio.ui.presets import conflicts_shown, preselected, presets_for, presets_for_model
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, sweep_counts
@@ -30,13 +32,18 @@ def compare_tab(handlers: dict) -> None:
         warmup, rounds = sweep_counts("cmp", 5)
     presets = presets_for(family_of(DEFAULT_MODEL, ""))
     configs = gr.CheckboxGroup(
-        presets, value=presets[:2], label="Configurations (the baseline always runs)", elem_id="cmp-configs"
+        presets,
+        value=preselected(presets),
+        label="Configurations, each against the baseline (ticked: those likely to pay on this device)",
+        elem_id="cmp-configs",
     )
+    conflicts = gr.Markdown("", visible=False, elem_id="cmp-conflicts")
     custom_configs = gr.Textbox(
         "",
         label="More configurations, one per line",
         placeholder="bf16,channels_last,sdpa\nopenvino[mode=hybrid_int8]",
         lines=2,
+        elem_id="cmp-custom",
     )
     with gr.Row():
         batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="cmp-batch")
@@ -125,38 +132,23 @@ def compare_tab(handlers: dict) -> None:
     images = gr.State({})
     inputs = {**fields, "scheduler": scheduler, "presets": configs, "custom_configs": custom_configs}
     inputs.update(warmup=warmup, rounds=rounds, batch=batch, axis=axis, axis_values=values)
-    outputs = [
-        results,
-        headline,
-        gallery,
-        table,
-        details,
-        lat,
-        choice,
-        slider,
-        images,
-        csv_file,
-        md_file,
-        xy_box,
-        grid,
-        speed_heat,
-        psnr_heat,
-        throughput,
-        peak,
-        rows,
-    ]
+    shown = (results, headline, gallery, table, details, lat, choice, slider, images, csv_file, md_file)
+    shown += (xy_box, grid, speed_heat, psnr_heat, throughput, peak, rows)
+    outputs = dict(zip(COMPARE, shown, strict=True))
     wire_job(
         (go, stop, status),
-        handlers["compare"],
+        views.named(handlers["compare"], outputs),
         handlers["reserve"],
         handlers["cancel_job"],
         inputs_kwargs=inputs,
-        outputs=outputs,
+        outputs=list(outputs.values()),
         api_name="compare",
     )
     model, custom = fields["model"], fields["custom_model"]
     model.change(presets_for_model, [model, custom, configs], configs, api_visibility="private")
     custom.blur(presets_for_model, [model, custom, configs], configs, api_visibility="private")
+    for changed in (configs.change, custom_configs.change):  # said as soon as the second box is ticked
+        changed(conflicts_shown, [configs, custom_configs], conflicts, queue=False, api_visibility="private")
     choice.change(
         lambda c, pairs: pairs.get(c),
         [choice, images],
@@ -187,7 +179,7 @@ def ladder_tab(handlers: dict) -> None:
             rows = gr.JSON(label="Rows")
     wire_job(
         (go, stop, status),
-        handlers["ladder"],
+        views.named(handlers["ladder"], dict(zip(LADDER, (results, md, table, rows), strict=True))),
         handlers["reserve"],
         handlers["cancel_job"],
         inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},

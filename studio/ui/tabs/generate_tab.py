@@ -1,5 +1,7 @@
 """The Generate tab: the form, its Generate, Cancel and 'Retry with …' buttons, "Load from image", and the
-API's `/generate`, `/cancel` and `/read_image`."""
+API's `/generate`, `/cancel` and `/read_image`. Each view says what the last action did: a cancelled or
+refused run clears the last run's image and card, the first call's note follows the form and each run, and
+techniques that cannot combine are said under their boxes as soon as they are ticked."""
 
 from __future__ import annotations
 
@@ -11,14 +13,18 @@ from pipelines.schedulers import menu_choices
 from studio.optimizations import REGISTRY, availability
 from studio.request import PRECISIONS
 from studio.ui.handlers.common import TECHNIQUE_BOXES, in_form_order, techniques_for_model
+from studio.ui.handlers.generate import FILLED
 from studio.ui.raw_fields import RawNumber
+from studio.ui.views import named
 from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
 
 
 def generate_tab(handlers: dict) -> dict[str, Any]:
-    """Build the tab; returns the components other tabs fill in (`targets`: what a logged run sets)."""
+    """Build the tab; returns the components other tabs fill in (`targets`: what a logged run sets, in order;
+    `filled`: the same by field name; `loaded_run`: where the run loaded into the form is named)."""
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
+            loaded_run = gr.Markdown(elem_id="gen-loaded-note")
             fields = model_inputs("gen")
             with gr.Row():
                 usable = {t["name"] for t in availability() if t["unavailable"] is None}
@@ -47,6 +53,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
             card = gr.Markdown(label="Metrics card", show_label=False, elem_id="metrics-card")
     with gr.Accordion("Optimizations", open=True):
         boxes, folds, lists = technique_groups()
+        conflicts = gr.Markdown(elem_id="gen-conflicts")  # ticked techniques that cannot combine
         settings = gr.Textbox(
             "", label="Technique settings (JSON)", elem_id="gen-settings", placeholder=settings_placeholder()
         )
@@ -88,15 +95,19 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     )  # an unknown name reaches validation, which says why
     api = in_form_order({**fields, "optimizations": api_list})
     generation = generation_queue()
+    shown = {"image": image, "card": card, "metrics": metrics, "loaded": loaded_run}
+    run_form = {
+        "inputs_kwargs": form,
+        "outputs": list(shown.values()),
+        "api_visibility": "private",
+        "show_progress_on": [image],
+        **generation,
+    }
     # The cancel flag is made at the click, outside the queue: a Cancel while the run waits is not lost.
     event = go.click(handlers["reserve"], None, None, queue=False, api_visibility="private").then(
-        handlers["generate"],
-        inputs_kwargs=form,
-        outputs=[image, card, metrics],
+        named(handlers["generate_form"], shown),
         api_name="generate_form",  # the private events' own names: /generate is the API's
-        api_visibility="private",
-        show_progress_on=[image],
-        **generation,
+        **run_form,
     )
     gr.Button(visible=False).click(
         handlers["generate"],
@@ -115,34 +126,43 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     )
     advice = gr.State([])
     event.failure(handlers["retry_offer"], None, [retry, advice], queue=False, api_visibility="private")
-    retry.click(
+    again = retry.click(
         handlers["apply_advice"], [advice, boxes[1]], [retry, boxes[1]], queue=False, api_visibility="private"
-    ).then(
-        handlers["generate"],
-        inputs_kwargs=form,
-        outputs=[image, card, metrics],
-        show_progress_on=[image],
-        api_name="generate_retry",
+    ).then(named(handlers["generate_form"], shown), api_name="generate_retry", **run_form)
+    # after each run: a refusal's toast (the card says it too), and the first call's note as it is now
+    note = {"inputs_kwargs": form, "outputs": first_note, "queue": False, "api_visibility": "private"}
+    for run in (event, again):
+        run.then(handlers["refusal_toast"], None, None, api_visibility="private")  # queued: shows its toast
+        run.then(handlers["first_call_note"], **note)
+    gr.on(
+        [precision.change, *(b.change for b in boxes)],
+        handlers["conflicts_note"],
+        [precision, *boxes],
+        conflicts,
+        queue=False,
+        trigger_mode="always_last",
         api_visibility="private",
-        **generation,
     )
     # what the first call of the form's configuration cost before, said before it is started
     gr.on(
         [*(b.change for b in boxes), fields["model"].change, precision.change, fields["device"].change]
         + [fields[n].blur for n in ("width", "height", "custom_model")],
         handlers["first_call_note"],
-        inputs_kwargs=form,
-        outputs=first_note,
-        queue=False,
         trigger_mode="always_last",  # a tick while the last answer is on its way is answered too
-        api_visibility="private",
+        **note,
     )
     model, custom = fields["model"], fields["custom_model"]
     redraw = {"inputs": [model, custom, *boxes], "outputs": [*boxes, *folds, *lists], "queue": False}
     model.change(techniques_for_model, **redraw, api_visibility="private")
     custom.blur(techniques_for_model, **redraw, api_visibility="private")
-    targets = [component for name, component in form.items() if name != "device"]  # what `form_values` fills
-    png.upload(handlers["load_image"], png, [*targets, loaded], api_visibility="private")
+    filled = {name: form[name] for name in FILLED}  # what a logged run or an image fills, by name
+    targets = list(filled.values())
+    png.upload(
+        named(handlers["load_image"], {**filled, "note": loaded}),
+        png,
+        [*targets, loaded],
+        api_visibility="private",
+    )
     found = gr.JSON(visible=False, label="Image settings")
     gr.Button(visible=False).click(handlers["read_image"], png, found, api_name="read_image")
     return {
@@ -152,4 +172,6 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         "boxes": boxes,
         "settings": settings,
         "targets": targets,
+        "filled": filled,
+        "loaded_run": loaded_run,
     }

@@ -9,6 +9,7 @@ import gradio as gr
 
 from studio.optimizations import REGISTRY
 from studio.ui.raw_fields import RawNumber
+from studio.ui.views import named
 
 STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
 READ_ME = (
@@ -19,7 +20,8 @@ READ_ME = (
 
 
 def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.Tab) -> None:
-    """Build the tab, refreshed whenever `tab` is selected; a loaded run fills `generate["targets"]`."""
+    """Build the tab, refreshed whenever `tab` is selected; a loaded run fills `generate["filled"]` and is
+    named in `generate["loaded_run"]`."""
     with gr.Row():
         model = gr.Textbox("", label="Model")
         device = gr.Textbox("", label="Device")
@@ -48,13 +50,18 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     filters = [model, device, status, technique, since, limit]
     shown = [table, plot, csv_file]
     # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
-    refresh.click(handlers["history_form"], filters, [*shown, note], api_visibility="private")
-    tab.select(handlers["history_form"], filters, [*shown, note], api_visibility="private")
+    form_view = named(handlers["history_form"], {"table": table, "plot": plot, "csv": csv_file, "note": note})
+    refresh.click(form_view, filters, [*shown, note], api_visibility="private")
+    tab.select(form_view, filters, [*shown, note], api_visibility="private")
     records = gr.JSON(visible=False, label="records")  # the API's: the runs in the shared vocabulary
     gr.Button(visible=False).click(handlers["history_api"], filters, [*shown, records], api_name="history")
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
     run_id = RawNumber(visible=False, precision=0, label="run_id")
+    form = {**generate["filled"], "tabs": tabs}
     gr.Button(visible=False).click(
-        handlers["load_config"], run_id, [*generate["targets"], tabs], api_name="load_config"
+        named(handlers["load_config"], form), run_id, list(form.values()), api_name="load_config"
     )
-    table.select(handlers["load_selected"], table, [*generate["targets"], tabs], api_visibility="private")
+    picked = {**form, "loaded": generate["loaded_run"]}
+    table.select(
+        named(handlers["load_selected"], picked), table, list(picked.values()), api_visibility="private"
+    )

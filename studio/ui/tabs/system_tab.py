@@ -7,6 +7,7 @@ import gradio as gr
 
 from pipelines.registry import SPECS
 from studio.ui.handlers.common import DEFAULT_MODEL
+from studio.ui.views import named
 from studio.ui.widgets import generation_queue
 
 
@@ -44,14 +45,20 @@ def shard_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
         name = gr.Textbox("tiny-shapes-sharded", label="Folder name", elem_id="shard-name")
         size = gr.Textbox("1MB", label="Max shard size", placeholder="500KB, 1MB, 5GB", elem_id="shard-size")
     go = gr.Button("Save sharded", variant="primary", elem_id="shard-btn")
+    note = gr.Markdown(elem_id="shard-note")  # a refused save, in place of its shards
     table = gr.Dataframe(label="Shards", wrap=True, elem_id="shard-table")
     report = gr.JSON(label="Report (as the API returns it)")
     use = gr.Button("Use in Generate", elem_id="shard-use-btn")
+    inputs = [model, custom, name, size]
+    shown = {"report": report, "table": table, "note": note}
     go.click(
-        handlers["shard"],
-        [model, custom, name, size],
-        [report, table],
-        api_name="shard",
+        named(handlers["shard_form"], shown),
+        inputs,
+        list(shown.values()),
+        api_visibility="private",
         **generation_queue(),
+    )
+    gr.Button(visible=False).click(  # the API's: a refusal is an error for a client
+        handlers["shard"], inputs, [report, table], api_name="shard", **generation_queue()
     )
     use.click(use_in_generate, report, [generate["custom"], tabs], queue=False, api_visibility="private")
