@@ -8,11 +8,14 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import tempfile
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parent.parent  # the checkout (pyproject.toml, .git)
 
 PACKAGES = (
     "torch",
@@ -71,9 +74,38 @@ def clip_model() -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
+@functools.cache
+def studio_version() -> str:
+    """The studio's version (pyproject.toml, else the installed package's), with the commit when the
+    checkout is a git repository: '0.1.0+cd0771f'."""
+    try:
+        version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        try:
+            version = metadata.version("diffusion-studio")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+    git = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+    commit = first_line_of(git) if (ROOT / ".git").exists() else None
+    return f"{version}+{commit}" if commit else version
+
+
+def first_line_of(command: list[str]) -> str | None:
+    """A short command's first line of output, or None when it is missing or fails."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("%s failed: %s", command[0], exc)
+        return None
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else None
+
+
 def versions() -> dict[str, str]:
-    """Installed versions of the libraries that shape a run's speed."""
-    found = {}
+    """Installed versions of the libraries that shape a run's speed, and the studio's own
+    (`studio_version`)."""
+    found = {"studio": studio_version()}
     for name in PACKAGES:
         try:
             found[name] = metadata.version(name)

@@ -9,15 +9,10 @@ import hashlib
 import json
 import logging
 import re
-import shutil
-import subprocess
-import tomllib
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-ROOT = Path(__file__).resolve().parents[2]
 EXTRA_PACKAGES = ("openvino", "nncf", "huggingface_hub")
 # What can change a configuration's speed: every card records each of them ("not installed" when absent), and
 # a regression report lists them side by side (`studio.cards.regression`).
@@ -36,6 +31,7 @@ ABSENT = "not installed"
 _NOISE = re.compile(r"\((?:R|TM)\)|\b(?:CPU|Processor)\b|\b\d+-Core\b|@\s*[\d.]+\s*GHz", re.IGNORECASE)
 _SIGNATURE = re.compile(r"family (\d+) model (\d+)")
 _AMX = {"amx_bf16", "amx_int8"}
+NVIDIA_DRIVER = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
 
 
 def fingerprint(system: dict[str, Any]) -> str:
@@ -88,45 +84,16 @@ def display_name(system: dict[str, Any]) -> str:
     return f"{cpu_label(system)}{cores}"
 
 
-def studio_version() -> str:
-    """The studio's version (pyproject.toml, else the installed package's), with the commit when the
-    checkout is a git repository: '0.1.0+cd0771f'."""
-    try:
-        version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        try:
-            version = metadata.version("diffusion-studio")
-        except metadata.PackageNotFoundError:
-            version = "unknown"
-    commit = (
-        _run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) if (ROOT / ".git").exists() else None
-    )
-    return f"{version}+{commit}" if commit else version
-
-
-def _run(command: list[str]) -> str | None:
-    """A short command's first line of output, or None when it is missing or fails."""
-    if shutil.which(command[0]) is None:
-        return None
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.debug("%s failed: %s", command[0], exc)
-        return None
-    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else None
-
-
 def _versions() -> dict[str, str]:
     from studio import settings
 
     found = dict(settings.versions())
     for name in (*EXTRA_PACKAGES, *SPEED_LIBRARIES):
-        if name not in found and name != "studio":
+        if name not in found:
             try:
                 found[name] = metadata.version(name)
             except metadata.PackageNotFoundError:
                 found[name] = ABSENT
-    found["studio"] = studio_version()
     return found
 
 
@@ -134,7 +101,7 @@ def snapshot(hardware: Any = None) -> dict[str, Any]:
     """This machine for a card (`hardware`: a `studio.devices.Hardware`, default the detected one)."""
     import torch
 
-    from studio import devices
+    from studio import devices, settings
 
     summary = (hardware or devices.detect()).summary()
     cuda = summary["cuda_functional"]
@@ -148,9 +115,7 @@ def snapshot(hardware: Any = None) -> dict[str, Any]:
             {"name": g["name"], "memory_gb": g["memory_gb"], "capability": g["capability"]}
             for g in summary["gpus"]
         ],
-        "driver": _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-        if cuda
-        else None,
+        "driver": settings.first_line_of(NVIDIA_DRIVER) if cuda else None,
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "versions": _versions(),
