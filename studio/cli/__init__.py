@@ -208,18 +208,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from studio import report
     from studio.engine import Studio
-    from studio.request import validate_history
+    from studio.request import HistoryFilter
 
-    f = validate_history(
-        model=args.model,
-        device=args.device,
-        status=args.status,
-        technique=args.technique,
-        since=args.since,
-        until=args.until,
-        limit=args.limit,
-    )
-    rows = Studio().history(f)
+    rows = Studio().history(HistoryFilter.of(vars(args)))
     records = [report.log_record(r) for r in rows]
     first = (
         ("Run", lambda r: str(r["run_id"])),

@@ -30,7 +30,7 @@ class Services:
     manager: PipelineManager
 
     def history(self, query: HistoryFilter) -> list[dict[str, Any]]:
-        """Logged runs matching a checked History filter (`studio.request.validate_history`), newest first."""
+        """Logged runs matching a checked History filter (`studio.request.HistoryFilter`), newest first."""
         return self.runlog.runs(**dataclasses.asdict(query))
 
     def logged_run(self, run_id: int) -> dict[str, Any]:

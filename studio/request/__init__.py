@@ -43,7 +43,6 @@ _WHERE = {
     "pick_fields": "studio.request.fields",
     "request_from_args": "studio.request.fields",
     "validate_counts": "studio.request.sweep_limits",
-    "validate_history": "studio.request.queries",
     "validate_run_id": "studio.request.queries",
     "validate_shard_target": "studio.request.queries",
     "with_config": "studio.request.generation",
@@ -87,7 +86,6 @@ __all__ = [
     "pick_fields",
     "request_from_args",
     "validate_counts",
-    "validate_history",
     "validate_run_id",
     "validate_shard_target",
 ]

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from studio import checks
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY
-
-
-@dataclass(frozen=True)
-class HistoryFilter:
-    """A checked History query: every field parsed, so that a typo is refused instead of matching nothing."""
-
-    model: str | None = None
-    device: str | None = None
-    status: str | None = None
-    technique: str | None = None
-    since: str | None = None
-    until: str | None = None
-    limit: int = 200
-
 
 RUN_STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
 MAX_HISTORY = 5000
@@ -43,32 +30,42 @@ def _when(name: str, value: Any) -> str | None:
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds")
 
 
-def validate_history(
-    model: Any = None,
-    device: Any = None,
-    status: Any = None,
-    technique: Any = None,
-    since: Any = None,
-    until: Any = None,
-    limit: Any = 200,
-) -> HistoryFilter:
-    """Check History's filters (times in UTC unless they say otherwise)."""
-    if status not in (None, "") and status not in RUN_STATUSES:
-        raise ValidationError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}.")
-    if technique not in (None, "") and technique not in REGISTRY:
-        raise ValidationError(f"Unknown technique {technique!r} in the filter.")
-    texts = {}
-    for name, value in (("model", model), ("device", device)):
-        texts[name] = checks.text(name, value, 200) or None
-    return HistoryFilter(
-        model=texts["model"],
-        device=texts["device"],
-        status=status or None,
-        technique=technique or None,
-        since=_when("since", since),
-        until=_when("until", until),
-        limit=checks.whole("limit", limit, 1, MAX_HISTORY),
-    )
+@dataclass(frozen=True, kw_only=True)
+class HistoryFilter:
+    """A History query, checked as it is built (by name): every field parsed, so that a typo is refused
+    instead of matching nothing; times in UTC unless they say otherwise; an empty field filters nothing."""
+
+    model: str | None = None
+    device: str | None = None
+    status: str | None = None
+    technique: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int = 200
+
+    def __post_init__(self) -> None:
+        status, technique = self.status or None, self.technique or None
+        if status is not None and status not in RUN_STATUSES:
+            raise ValidationError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}.")
+        if technique is not None and technique not in REGISTRY:
+            raise ValidationError(f"Unknown technique {technique!r} in the filter.")
+        checked = {
+            "model": checks.text("model", self.model, 200) or None,
+            "device": checks.text("device", self.device, 200) or None,
+            "status": status,
+            "technique": technique,
+            "since": _when("since", self.since),
+            "until": _when("until", self.until),
+            "limit": checks.whole("limit", 200 if self.limit in (None, "") else self.limit, 1, MAX_HISTORY),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> HistoryFilter:
+        """The filter from whatever a face holds (a handler's arguments, argparse's namespace as a dict):
+        the filter's fields are taken by name, the rest is left."""
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
 def validate_run_id(value: Any) -> int:

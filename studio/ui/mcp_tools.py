@@ -25,7 +25,7 @@ from PIL import Image
 from studio import report
 from studio.engine import Studio
 from studio.errors import ValidationError
-from studio.request import AutotuneSettings, build_request, pick_fields, validate_counts, validate_history
+from studio.request import AutotuneSettings, HistoryFilter, build_request, pick_fields, validate_counts
 from studio.request.axes import parse_axis
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import xy
@@ -254,16 +254,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             until: Only runs up to this date or time (ISO 8601).
             limit: The most runs to return.
         """
-        f = validate_history(
-            model=model,
-            device=device,
-            status=status,
-            technique=technique,
-            since=since,
-            until=until,
-            limit=limit,
-        )
-        return _plain([report.log_record(r) for r in studio.history(f)])
+        return _plain([report.log_record(r) for r in studio.history(HistoryFilter.of(locals()))])
 
     @engine_errors
     def system() -> Record:

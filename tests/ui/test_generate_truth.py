@@ -15,7 +15,7 @@ import pytest
 from studio import report
 from studio.errors import ConflictError
 from studio.optimizations import check_conflicts
-from studio.request import validate_history
+from studio.request import HistoryFilter
 from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.generate import build_generate_handlers, conflicts_note
@@ -101,7 +101,7 @@ def test_a_cancelled_run_clears_the_last_runs_image(generate):
 
 def test_history_shows_a_verdict_only_where_a_sweep_gave_one_and_names_the_run_it_loads(studio):
     run = studio.generate(tiny.request(["vae_slicing"], steps=2))
-    single = [report.log_record(r) for r in studio.history(validate_history(limit=5))]
+    single = [report.log_record(r) for r in studio.history(HistoryFilter(limit=5))]
     swept = {**single[0], "run_id": single[0]["run_id"] + 1, "verdict": "faster", "speedup": 1.4}
     table = views.history_outputs([swept, *single], "runs.csv")[0].data
     assert list(table["Verdict"]) == ["faster", "–"] and list(table["Status"]) == ["ok", "ok"]

@@ -12,7 +12,7 @@ import gradio as gr
 from studio import report
 from studio.engine import Studio
 from studio.errors import StudioError, describe
-from studio.request import validate_history, validate_run_id
+from studio.request import HistoryFilter, validate_run_id
 from studio.ui import exports, views
 from studio.ui.handlers.common import engine_errors
 from studio.ui.handlers.generate import filled
@@ -21,42 +21,28 @@ from studio.ui.handlers.generate import filled
 def build_history_handlers(studio: Studio) -> dict[str, Callable]:
     """History's event functions, closed over one Studio (its run log)."""
 
-    def records_of(model, device, status, technique, since, limit) -> list[dict]:
-        f = validate_history(
-            model=model, device=device, status=status, technique=technique, since=since, limit=limit or 200
-        )
-        return [report.log_record(r) for r in studio.history(f)]
+    def records_of(filters: dict) -> list[dict]:
+        return [report.log_record(r) for r in studio.history(HistoryFilter.of(filters))]
 
     @engine_errors
     def history(model, device, status, technique, since, limit):
         """The run log, newest first, filtered by model, device, status, technique, since (an ISO date or
         time) and a row limit: the table, the latency plot and a CSV of the runs."""
-        records = records_of(
-            model=model, device=device, status=status, technique=technique, since=since, limit=limit
-        )
+        records = records_of(locals())
         return views.history_outputs(records, exports.csv_file(records))
 
     @engine_errors
     def history_api(model="", device="", status="", technique="", since="", limit=200):
         """The API's `/history`: the table, plot and CSV the browser shows, and the runs as records in the
         shared vocabulary (JSON: the keys docs/api.md lists), newest first."""
-        records = records_of(
-            model=model, device=device, status=status, technique=technique, since=since, limit=limit
-        )
+        records = records_of(locals())
         return (*views.history_outputs(records, exports.csv_file(records)), records)
 
     def history_form(model, device, status, technique, since, limit):
         """History's Refresh and the tab opening: as `/history`, with a sentence under the filters where a
         filter is wrong (a bad date), the table, plot and CSV left as they were."""
         try:
-            validate_history(
-                model=model,
-                device=device,
-                status=status,
-                technique=technique,
-                since=since,
-                limit=limit or 200,
-            )
+            HistoryFilter.of(locals())
         except StudioError as exc:
             why = describe(exc)
             return {"note": f"⚠ {why[:1].upper()}{why[1:]} The table below is still the last view."}
