@@ -34,7 +34,6 @@ from studio.measure import bench
 from studio.measure.op_kinds import CLASSIFIER, KINDS, OpStat, classify, op_stats, split_by_kind
 from studio.optimizations import call_contexts
 from studio.request import GenerationRequest
-from studio.request.profile_request import validate_profile
 
 __all__ = [
     "CLASSIFIER",
@@ -289,11 +288,11 @@ def _peak(request: GenerationRequest) -> tuple[float | None, str]:
 def profile_step(manager: Any, request: GenerationRequest) -> ProfileResult:
     """Profile step 2 of `request` on the pipeline `manager` prepares for it (see the module's docstring).
 
+    `request` has been checked for a profile (`Studio.profile`: at least 2 steps, the first warms up).
+
     Raises:
-        ValidationError: the request has fewer than 2 steps (the first one warms up).
         OutOfMemory, RunFailed: as a generate would.
     """
-    validate_profile(request)
     with manager.acquire(request) as prepared:
         window, profiler = _profile_call(prepared, request)
         applied = prepared.applied

@@ -103,10 +103,12 @@ def test_flops_do_not_depend_on_the_attention_kernel(manager):
     assert attention[0] == attention[1] > 0
 
 
-def test_fewer_than_two_steps_are_refused_before_the_pipeline_is_touched():
-    untouched = SimpleNamespace(acquire=lambda *a: pytest.fail("the manager was asked for a pipeline"))
+def test_fewer_than_two_steps_are_refused_before_the_pipeline_is_touched_or_a_run_logged(studio, monkeypatch):
+    """The engine's door checks a profile's request once, before it logs or loads anything."""
+    monkeypatch.setattr(studio.manager, "acquire", lambda *a, **k: pytest.fail("asked for a pipeline"))
     with pytest.raises(ValidationError, match="at least 2 steps"):
-        step_profile.profile_step(untouched, request(steps=1))
+        studio.profile(request(steps=1))
+    assert studio.runlog.runs() == []
 
 
 def test_the_peak_is_measured_once_per_device_dtype_and_thread_count(monkeypatch):

@@ -9,7 +9,14 @@ from studio.request import HistoryFilter
 
 
 def test_a_filter_is_taken_by_name_from_what_a_face_holds():
-    form = {"model": "tiny-shapes", "device": "", "status": "ok", "since": "2026-11-01", "limit": None, "x": 1}
+    form = {
+        "model": "tiny-shapes",
+        "device": "",
+        "status": "ok",
+        "since": "2026-11-01",
+        "limit": None,
+        "x": 1,
+    }
     f = HistoryFilter.of(form)
     assert (f.model, f.device, f.status, f.technique, f.limit) == ("tiny-shapes", None, "ok", None, 200)
     assert f.since == "2026-11-01T00:00:00.000+00:00", "a date is the start of that day in UTC"

@@ -15,7 +15,6 @@ import pandas as pd
 
 from studio.engine import Studio
 from studio.report import profile_text
-from studio.request.profile_request import validate_profile
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import engine_errors, form_request, optional_fields, session_of, stop_check
 
@@ -52,7 +51,6 @@ def build_profile_handlers(studio: Studio, cancels: Cancellations | None = None)
         how close it comes to the device's matmul peak. The run is logged."""
         should_stop = stop_check(cancels, request) if cancels is not None else None
         req = form_request(fields)
-        validate_profile(req)
         why = should_stop() if should_stop is not None else None
         if why:
             return profile_cancelled(why if isinstance(why, str) else "stopped")
