@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from studio import report, settings
 from studio.engine import memory_advice, memory_estimate, zerogpu
 from studio.engine import threads as cpu_threads
 from studio.engine.profile_run import Profiling
-from studio.engine.run_data import Computed, Pending, RunResult, run_columns, run_metrics
+from studio.engine.run_data import Computed, Pending, RunOptions, RunResult, run_columns, run_metrics
 from studio.engine.services import Services
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
@@ -48,31 +49,27 @@ def prompt_warnings(request: GenerationRequest) -> list[str]:
 
 
 def compute_run(
-    manager: PipelineManager,
-    request: GenerationRequest,
-    warmup: int = 0,
-    repeats: int = 1,
-    on_step: Callable[[int, int], None] | None = None,
-    should_stop: bench.StopFn | None = None,
-    slot: tuple[str, str] | None = None,
-    threads: int | None = None,
+    manager: PipelineManager, request: GenerationRequest, options: RunOptions = RunOptions()
 ) -> Computed:
-    """Configure, run and measure: compute only, no run-log or file writes; with `threads`, torch's CPU
-    threads for the calls (`studio.engine.threads`).
+    """Configure, run and measure as `options` say: compute only, no run-log or file writes; with
+    `options.threads`, torch's CPU threads for the calls (`studio.engine.threads`).
 
     Raises:
         Cancelled: `should_stop` already says stop (a Cancel clicked while the run waited in the queue):
             nothing is loaded or computed.
     """
+    should_stop, threads = options.should_stop, options.threads
     stop = should_stop() if should_stop is not None else None
     if stop:
         why = f" ({stop})" if isinstance(stop, str) else ""
         raise Cancelled(f"Cancelled after 0 of {request.steps} steps, before it started{why}.")
     started = time.time()
-    with manager.acquire(request, slot) as prepared:
+    with manager.acquire(request, options.slot) as prepared:
         before = graph_builds(prepared.entry.stats)
         with cpu_threads.using(threads):
-            measured = bench.measure(prepared, request, warmup, repeats, on_step, should_stop=should_stop)
+            measured = bench.measure(
+                prepared, request, options.warmup, options.repeats, options.on_step, should_stop=should_stop
+            )
         stats = dict(prepared.entry.stats)
         stats["first_call_phases"] = phases.since(stats.pop(phases.PHASES, []), started)  # this run's only
         if threads is not None or "threads" in request.opts:
@@ -157,28 +154,17 @@ class Studio(Profiling, Services):
         run_id = self._log(warnings, lambda: self.runlog.start_run(columns))
         return Pending(run_id, request, warnings, columns)
 
-    def compute(
-        self,
-        request: GenerationRequest,
-        *,
-        warmup: int = 0,
-        repeats: int = 1,
-        on_step: Callable[[int, int], None] | None = None,
-        should_stop: bench.StopFn | None = None,
-        slot: tuple[str, str] | None = None,
-        threads: int | None = None,
-    ) -> Computed:
-        """Configure, run and measure one configuration (on ZeroGPU, inside the GPU allocation); `threads`
-        as a sweep fixed them, else chosen for this run (`studio.engine.threads.choose`)."""
-        return self._compute(
-            request,
-            warmup=warmup,
-            repeats=repeats,
-            on_step=zerogpu.portable(on_step, "progress"),
-            should_stop=zerogpu.portable(should_stop, "cancel"),
-            slot=slot,
-            threads=cpu_threads.choose(request) if threads is None else threads,
+    def compute(self, request: GenerationRequest, options: RunOptions = RunOptions()) -> Computed:
+        """Configure, run and measure one configuration (on ZeroGPU, inside the GPU allocation, its
+        callbacks made to cross the fork); `options.threads` as a sweep fixed them, else chosen for this run
+        (`studio.engine.threads.choose`)."""
+        portable = replace(
+            options,
+            on_step=zerogpu.portable(options.on_step, "progress"),
+            should_stop=zerogpu.portable(options.should_stop, "cancel"),
+            threads=cpu_threads.choose(request) if options.threads is None else options.threads,
         )
+        return self._compute(request, portable)
 
     def fail(self, pending: Pending, exc: BaseException) -> None:
         """Log a run that did not finish (cancelled or failed), and attach its warnings to the error."""
@@ -212,9 +198,8 @@ class Studio(Profiling, Services):
         pending = self.begin(request, warmup=warmup, repeats=repeats, group_id=group_id)
         try:
             with HostMonitor() as host:
-                computed = self.compute(
-                    request, warmup=warmup, repeats=repeats, on_step=on_step, should_stop=should_stop
-                )
+                options = RunOptions(warmup=warmup, repeats=repeats, on_step=on_step, should_stop=should_stop)
+                computed = self.compute(request, options)
             computed.host = host.result
             computed.stats["memory_estimate"] = fit.as_json()  # logged: later estimates learn from it
             return self.finish(pending, computed, baseline)
@@ -222,10 +207,9 @@ class Studio(Profiling, Services):
             self.fail(pending, exc)
             raise
 
-    def _compute_run(self, request: GenerationRequest, **options: Any) -> Computed:
-        """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker); `options`:
-        `compute_run`'s warmup, repeats, on_step, should_stop, slot and threads, by name."""
-        return compute_run(self.manager, request, **options)
+    def _compute_run(self, request: GenerationRequest, options: RunOptions) -> Computed:
+        """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker)."""
+        return compute_run(self.manager, request, options)
 
     def log_computed(
         self,

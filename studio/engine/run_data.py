@@ -7,6 +7,7 @@ what the run log knows of a run before it starts, `run_metrics` the figures it i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,20 @@ class RunResult:
     def image_path(self) -> str | None:
         """Where the first image was saved, or None when it could not be written."""
         return self.image_paths[0] if self.image_paths else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How one configuration's compute runs, by name: untimed `warmup` calls, then `repeats` timed ones;
+    `on_step(step, steps)` after each denoising step; `should_stop()` polled between steps (a truthy answer
+    cancels); the manager `slot` a sweep keeps its copy in; torch's CPU `threads` (None: chosen per run)."""
+
+    warmup: int = 0
+    repeats: int = 1
+    on_step: Callable[[int, int], None] | None = None
+    should_stop: bench.StopFn | None = None
+    slot: tuple[str, str] | None = None
+    threads: int | None = None
 
 
 @dataclass

@@ -89,16 +89,16 @@ def estimate_duration(
     return min(MAX_SECONDS, max(MIN_SECONDS, math.ceil(seconds)))
 
 
-def request_duration(request: Any, warmup: int = 0, repeats: int = 1, *args: Any, **kwargs: Any) -> int:
+def request_duration(request: Any, options: Any = None, *args: Any, **kwargs: Any) -> int:
     """The duration callable for ``spaces.GPU``: it receives the wrapped function's own arguments.
 
     Args:
         request: a `GenerationRequest` (model, steps, width, height are read).
-        warmup: untimed warm-up calls.
-        repeats: timed calls.
+        options: the run's `RunOptions` (its warmup and repeats; none for a profile: one call).
         *args: further arguments of the wrapped function (ignored).
         **kwargs: further keyword arguments of the wrapped function (ignored).
     """
+    warmup, repeats = getattr(options, "warmup", 0), getattr(options, "repeats", 1)
     seconds = estimate_duration(
         request.model, request.steps, request.width, request.height, repeats=repeats, warmup=warmup
     )

@@ -33,7 +33,7 @@ import torch
 
 from studio.engine import Studio
 from studio.engine import threads as cpu_threads
-from studio.engine.run_data import Computed, Pending, RunResult, run_metrics
+from studio.engine.run_data import Computed, Pending, RunOptions, RunResult, run_metrics
 from studio.errors import Cancelled, StudioError, ValidationError
 from studio.measure import protocol
 from studio.measure.bench import Measurement, StopFn
@@ -170,9 +170,8 @@ def _call(
 
     def call() -> float:
         try:
-            computed = studio.compute(
-                entry.request, slot=slot, on_step=tracker.on_step, should_stop=stop, threads=threads
-            )
+            options = RunOptions(slot=slot, on_step=tracker.on_step, should_stop=stop, threads=threads)
+            computed = studio.compute(entry.request, options)
         except Cancelled:
             raise
         except Exception as exc:

@@ -22,7 +22,7 @@ from accelerate.utils import gather_object
 
 from studio import devices, engine
 from studio.engine import Studio
-from studio.engine.run_data import Computed, RunResult, run_columns
+from studio.engine.run_data import Computed, RunOptions, RunResult, run_columns
 from studio.errors import StudioError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import protocol
@@ -106,7 +106,8 @@ def compute_share(
             request = jobs[index]
             try:
                 slot = ("distributed", request.config_label) if manager.changes_pipeline(request) else None
-                computed = engine.compute_run(manager, request, slot=slot)  # looked up at call time
+                # engine.compute_run looked up at call time (tests replace it)
+                computed = engine.compute_run(manager, request, RunOptions(slot=slot))
             except StudioError as exc:
                 outcomes[index].error = str(exc)
                 raise protocol.Dropped(str(exc)) from exc

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from studio.engine import zerogpu
+from studio.engine.run_data import RunOptions
 from studio.errors import ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,8 +75,8 @@ def zero(monkeypatch, standin) -> StandInSpaces:
     return standin
 
 
-def compute(request: Req, warmup: int = 0, repeats: int = 1) -> dict:
-    return {"model": request.model, "calls": warmup + repeats, "pid": os.getpid()}
+def compute(request: Req, options: RunOptions = RunOptions()) -> dict:
+    return {"model": request.model, "calls": options.warmup + options.repeats, "pid": os.getpid()}
 
 
 @pytest.mark.parametrize(
@@ -94,17 +95,18 @@ def test_off_spaces_nothing_is_wrapped(monkeypatch, standin):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     assert zerogpu.gpu_wrapper(compute, zerogpu.request_duration) is compute
     assert zerogpu.ensure_spaces() is None
-    assert compute(Req(), 1, 2)["calls"] == 3 and standin.calls == []
+    assert compute(Req(), RunOptions(warmup=1, repeats=2))["calls"] == 3 and standin.calls == []
 
 
 def test_on_zerogpu_the_function_is_wrapped_and_duration_sees_the_request(zero):
     wrapped = zerogpu.gpu_wrapper(compute, zerogpu.request_duration)
     assert wrapped is not compute and wrapped.zerogpu is True
     request = Req(model="sdxl", steps=30, width=1024, height=1024)
-    result = wrapped(request, 1, repeats=3)
+    options = RunOptions(warmup=1, repeats=3)
+    result = wrapped(request, options)
     assert result["model"] == "sdxl" and result["calls"] == 4
     [call] = zero.calls
-    assert call["args"] == (request, 1) and call["kwargs"] == {"repeats": 3}
+    assert call["args"] == (request, options) and call["kwargs"] == {}
     assert call["duration"] == zerogpu.estimate_duration("sdxl", 30, 1024, 1024, repeats=3, warmup=1)
 
 
@@ -133,7 +135,7 @@ def test_logging_happens_in_the_caller_not_in_the_wrapped_function(zero):
     runlog = RunLog(zero)
     wrapped = zerogpu.gpu_wrapper(compute, zerogpu.request_duration)
     runlog.write("running")
-    result = wrapped(Req(), 0, 2)
+    result = wrapped(Req(), RunOptions(repeats=2))
     runlog.write("ok", result)
     assert [status for status, _ in runlog.rows] == ["running", "ok"] and zero.calls
 

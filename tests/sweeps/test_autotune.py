@@ -271,9 +271,9 @@ def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypat
     events: list[tuple[str, ...]] = []
     real = studio.compute
 
-    def compute(req, **kw):
+    def compute(req, options):
         events.append(("call", req.config_label))
-        return real(req, **kw)
+        return real(req, options)
 
     monkeypatch.setattr(studio, "compute", compute)
     warmup, rounds, confirm = 1, 3, 4
@@ -320,10 +320,10 @@ def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_ro
     studio = stub_studio(stub("stub_fast", fast=lambda: True), stub("stub_fast_too", fast=lambda: True))
     real = studio.compute
 
-    def compute(req, **kw):
+    def compute(req, options):
         if sweeps.count > 1 and req.config_label in ("stub_fast", "stub_fast_too"):
             raise RunFailed(f"{req.config_label} ran out of memory")
-        return real(req, **kw)
+        return real(req, options)
 
     monkeypatch.setattr(studio, "compute", compute)
     result = run_autotune(

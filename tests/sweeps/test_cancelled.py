@@ -35,9 +35,9 @@ def stop_at_call(studio, monkeypatch, call: int):
     is cancelled before its first step. Returns the check and the labels called."""
     real, called = studio.compute, []
 
-    def compute(req, **kw):
+    def compute(req, options):
         called.append(req.config_label)
-        return real(req, **kw)
+        return real(req, options)
 
     monkeypatch.setattr(studio, "compute", compute)
     return (lambda: STOP if len(called) >= call else None), called

@@ -51,9 +51,9 @@ def record_calls(studio, monkeypatch, events: list):
     """Every `studio.compute` call appends ("call", its configuration label) to `events`."""
     real = studio.compute
 
-    def compute(req, **kw):
+    def compute(req, options):
         events.append(("call", req.config_label))
-        return real(req, **kw)
+        return real(req, options)
 
     monkeypatch.setattr(studio, "compute", compute)
 
@@ -62,11 +62,11 @@ def fail_on(studio, monkeypatch, label: str, call: int, error: type[Exception] =
     """`label`'s `call`-th compute (1 = its first warm-up) raises `error`; returns the calls per label."""
     real, counts = studio.compute, Counter()
 
-    def compute(req, **kw):
+    def compute(req, options):
         counts[req.config_label] += 1
         if req.config_label == label and counts[label] == call:
             raise error(f"{label} broke on call {call}")
-        return real(req, **kw)
+        return real(req, options)
 
     monkeypatch.setattr(studio, "compute", compute)
     return counts

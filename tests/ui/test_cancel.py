@@ -52,7 +52,7 @@ def cancelled_compare(studio, monkeypatch, stop_at: int, **kw):
     from studio.sweeps.runner import SweepCancelled
 
     real, called = studio.compute, []
-    monkeypatch.setattr(studio, "compute", lambda req, **k: called.append(1) or real(req, **k))
+    monkeypatch.setattr(studio, "compute", lambda req, options: called.append(1) or real(req, options))
     req = build_request(model="tiny-shapes", prompt="a red circle", seed=1, steps=2, width=32, height=32)
     with pytest.raises(SweepCancelled) as caught:
         run_compare(
