@@ -1,7 +1,8 @@
 """The `openvino` technique's disk cache on the bundled model: a first build says "cold", a fresh pipeline or
-a new process with the cache says "warm" and reads the compiles back from OpenVINO's compiled-model cache; the
-cache's faults (a folder that cannot be written, a truncated compiled blob, a full disk, an unreadable
-entry) are a sentence in the log and a run that builds instead; the compiled blobs stay under their cap."""
+a new process with the cache says "warm" and imports the compiles back from their exported blobs, one per part
+whatever the thread count; the cache's faults (a folder that cannot be written, a truncated compiled blob, a
+full disk, an unreadable entry) are a sentence in the log and a run that builds instead; the compiled blobs
+stay under their cap."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from studio.manager import PipelineManager
 from studio.optimizations import phases
@@ -33,7 +35,7 @@ REQUEST = tiny.request(["openvino"], steps=2)  # fp32, no calibration: the small
 
 @pytest.fixture
 def home(tmp_path, monkeypatch, one_torch_thread):
-    """An empty studio home; one thread, as the new process's (a compiled blob is made for a thread count)."""
+    """An empty studio home; one thread, as the new process's."""
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
     return tmp_path
 
@@ -86,6 +88,33 @@ print(json.dumps([*events, stats["openvino_compiled_from_cache"]]))
     assert done.returncode == 0, done.stderr[-2000:]
     *events, from_blobs = json.loads(done.stdout.splitlines()[-1])
     assert sorted(phase for _, phase in events) == ["warm"] * 3 and from_blobs == 3, events
+
+
+def test_a_blob_compiled_with_one_thread_count_is_imported_with_another(home):
+    """The engine runs a call on the cores free at request time: a process whose count differs from the one
+    that compiled imports the same blob with its own count, rather than compiling from the model again."""
+    images, _ = run()
+    stored = {blob: blob.stat().st_size for blob in blobs(home)}
+    torch.set_num_threads(2)  # the fixture puts the process's count back
+    again, stats = run()
+    assert phases_by_part(stats) == dict.fromkeys(PARTS, "warm")
+    assert stats["openvino_compiled_from_cache"] == 3
+    assert np.allclose(again, images, atol=1e-5), "the same model (two threads sum in another order)"
+    assert {blob: blob.stat().st_size for blob in blobs(home)} == stored, "no blob per thread count"
+
+
+def test_openvinos_own_cache_folders_of_a_part_go_when_its_blob_is_exported(home):
+    """A home kept from before: OpenVINO's `CACHE_DIR` folders, one per precision and thread count, are
+    removed as each part's blob is exported (they would no longer be read)."""
+    run()
+    for blob in blobs(home):
+        old = blob.parent.parent / "f32-1"
+        old.mkdir()
+        (old / "123.blob").write_bytes(b"\0" * 10)
+        blob.unlink()
+    _, stats = run()
+    assert "openvino_compiled_from_cache" not in stats and len(blobs(home)) == 3
+    assert not list((home / "openvino").glob(f"*/{ovk.COMPILED}/f32-1"))
 
 
 def test_a_cache_folder_that_cannot_be_written_is_said_and_the_parts_are_built(home, caplog):

@@ -5,32 +5,39 @@ Under `$STUDIO_HOME/openvino/<key>/` (`openvino.models.cache_key`: everything th
 - `model.xml`, `model.bin`: a part as converted (and compressed or calibrated) for one input shape, written
   once, atomically (a folder renamed into place). A new process compiles it from the file, its weights mapped
   from `model.bin`, instead of converting and calibrating again (the minutes of a first call).
-- `compiled/<precision>-<threads>/*.blob`: OpenVINO's compiled-model cache (`CACHE_DIR`) of that file for this
-  CPU, in its `OPTIMIZE_SIZE` mode: the CPU plugin's transformed graph, reading the weights it keeps as they
-  are from `model.bin` rather than storing them again. Measured on a 2-core Xeon with AMX (sd15-arch, full
-  int8, 256x256), CPU seconds of compiling the int8 UNet: 6.9 s from the file, 4.5 s from its blob; its blob
-  takes 6.9 MB, the text encoder's 1 MB, the VAE decoder's 194 MB (the plugin expands that decoder's 8-bit
-  weights to fp32 for its convolutions, and those it stores). OpenVINO's default mode, which stores every
-  weight again, took 1.19 GB for the three and loaded no faster. A blob is only as good as the OpenVINO
-  version, CPU and file it was made for; OpenVINO checks that and compiles anew where it does not match.
-  All blobs together stay under `COMPILED_CAP` bytes: the least recently used go first.
+- `compiled/<precision>/<cpu>.blob`: the CPU plugin's compile of that file for this CPU (`<cpu>`: a digest
+  of its model and flags), exported weightless (OpenVINO's `CACHE_MODE=OPTIMIZE_SIZE`): the plugin's
+  transformed graph, the weights it keeps as they are read from `model.bin` rather than stored again. One
+  blob serves every thread count: it is imported with the count a call runs with (OpenVINO's own
+  `CACHE_DIR` keys its blobs by the whole configuration, so a process whose free cores differ from the first
+  one's compiled anew from the file). Measured on a 2-core Xeon with AMX (sd15-arch, full int8, 256x256),
+  CPU seconds: the int8 UNet 4.3 s imported against 7.0-9.9 s compiled from the file (most of either is
+  oneDNN reordering the int8 3x3 convolutions' weights with their zero-point compensation), the VAE decoder
+  0.3 s against 0.8-1.0 s, the text encoder 0.2 s against 0.4 s; the blobs take 6.9 MB, 194 MB (the plugin
+  expands that decoder's 8-bit weights to fp32 for its convolutions, and those it stores) and 1 MB.
+  `OPTIMIZE_SPEED`, which stores every weight again (827 MB for that UNet), imported no faster. All blobs
+  together stay under `COMPILED_CAP` bytes: the least recently used go first.
 
 Faults fall back to building, with a sentence in the log: a cache folder that cannot be written (the part is
 used without being stored), a disk that fills while saving, an entry that cannot be read back (it is removed
-and built again), a compiled blob that cannot be read (compiled again from the cached model).
+and built again), a compiled blob that cannot be read (compiled again from the cached model and exported
+anew).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from studio import devices
 from studio.optimizations.openvino import models as ovm
 
 log = logging.getLogger(__name__)
@@ -56,6 +63,7 @@ class Entry:
         self.memory: Any = None
         self._build = build
         self._stats = stats
+        self._blobs: dict[tuple[str, int], Any] = {}  # the imported blobs' memory, while their compiles live
         if (self.folder / "model.xml").exists():
             _count(stats, "openvino_cache_hits")
         else:
@@ -93,18 +101,20 @@ class Entry:
             return self.model()
 
     def compile(self, precision: str, threads: int) -> Any:
-        """The model compiled for the CPU with `threads` (`openvino.models.compile_for_cpu`): from the stored
-        file through the compiled-model cache, or from memory where it could not be stored."""
+        """The model compiled for the CPU with `threads` (`openvino.models.compile_for_cpu`): imported from
+        the stored blob, or compiled from the stored file (and exported), or from memory where it could not
+        be stored."""
         if self.memory is not None:
             return ovm.compile_for_cpu(self.memory, precision, threads=threads)
         try:
-            compiled = compile_stored(self.folder / "model.xml", precision, threads)
+            compiled, blob = compile_stored(self.folder / "model.xml", precision, threads)
         except RuntimeError as exc:
             if self.built:
                 raise
             self._rebuilt(exc)
             return self.compile(precision, threads)
-        if compiled.get_property("LOADED_FROM_CACHE"):
+        self._blobs[precision, threads] = blob  # the compile reads it: kept as long as this entry
+        if blob is not None:
             _count(self._stats, "openvino_compiled_from_cache")
         return compiled
 
@@ -148,41 +158,74 @@ def save(model: Any, folder: Path) -> None:
     ovm.openvino().save_model(model, folder / "model.xml", compress_to_fp16=False)
 
 
-def compile_stored(xml: Path, precision: str, threads: int) -> Any:
-    """The stored model `xml` compiled for the CPU, through OpenVINO's compiled-model cache in the entry's
-    `compiled/<precision>-<threads>/` folder; without that cache, and a sentence in the log, where the folder
-    cannot be used. A RuntimeError is the model file's own fault (the caller builds it again)."""
-    folder = xml.parent / COMPILED / f"{precision}-{threads}"
+def blob_name(xml: Path) -> str:
+    """The name of the stored model `xml`'s blob: a digest of what a compiled blob is only good for besides
+    OpenVINO's version (the entry's key): that very graph (a damaged model.xml is not run from an old blob,
+    but built again) and this CPU, by its model, signature and flags."""
+    hw = devices.detect()
+    digest = hashlib.sha256("|".join([hw.cpu_name, str(hw.cpu_signature), *sorted(hw.cpu_flags)]).encode())
+    digest.update(xml.read_bytes())
+    return f"{digest.hexdigest()[:16]}.blob"
+
+
+def compile_stored(xml: Path, precision: str, threads: int) -> tuple[Any, Any]:
+    """The stored model `xml` compiled for the CPU with `threads`, and the memory the compile reads (None
+    where it was not imported): its blob in the entry's `compiled/<precision>/` folder imported, or, where
+    there is none or it cannot be read (a sentence in the log), compiled from the file and exported there; a
+    folder that cannot be used is said too. A RuntimeError is the model file's own fault (the caller builds
+    it again)."""
+    folder = xml.parent / COMPILED / precision
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        before = {p: p.stat().st_mtime for p in folder.glob("*.blob")}
-        started = time.time()
-        compiled = ovm.compile_for_cpu(str(xml), precision, threads=threads, cache=folder)
+        path = folder / blob_name(xml)
+    except OSError as exc:  # no model file: compiling it says so
+        raise RuntimeError(f"{xml} cannot be read ({exc})") from exc
+    if path.is_file():
+        try:
+            blob = read_blob(path)
+            compiled = ovm.import_for_cpu(blob, xml.with_suffix(".bin"), precision, threads)
+        except (OSError, RuntimeError, ValueError) as exc:
+            log.warning(
+                "The compiled OpenVINO model %s could not be read back (truncated, or made by another "
+                "version: %s): it was compiled again from the cached model and stored anew.",
+                path,
+                exc,
+            )
+        else:
+            _touch(path)
+            return compiled, blob
+    compiled = ovm.compile_for_cpu(str(xml), precision, threads=threads, weightless=True)
+    try:
+        export(compiled, path)
     except (OSError, RuntimeError) as exc:
-        # raises in turn where the model file is at fault
-        compiled = ovm.compile_for_cpu(str(xml), precision, threads=threads)
         log.warning(
             "OpenVINO's compiled-model cache %s cannot be used (%s): the model was compiled without it, and "
             "the next process compiles it again.",
             folder,
             exc,
         )
-        return compiled
-    if compiled.get_property("LOADED_FROM_CACHE"):
-        for blob in before:
-            _touch(blob)
-        return compiled
-    if before:
-        log.warning(
-            "The compiled OpenVINO model in %s could not be read back (truncated, or made by another "
-            "version): it was compiled again from the cached model and stored anew.",
-            folder,
-        )
-    for blob, mtime in before.items():  # the blobs this compile did not rewrite are stale
-        if blob.exists() and blob.stat().st_mtime == mtime and mtime < started:
-            blob.unlink(missing_ok=True)
+        return compiled, None
+    for old in folder.parent.glob(f"{precision}-*"):  # OpenVINO's own cache, one per thread count, before
+        shutil.rmtree(old, ignore_errors=True)
     prune(COMPILED_CAP)
-    return compiled
+    return compiled, None
+
+
+def read_blob(path: Path) -> Any:
+    """A stored blob as an `openvino.Tensor` over its file, mapped (copy on write: private to the process)."""
+    return ovm.openvino().Tensor(np.memmap(path, dtype=np.uint8, mode="c"), shared_memory=True)
+
+
+def export(compiled: Any, path: Path) -> None:
+    """`compiled`'s export written as `path` (a scratch file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = compiled.export_model().getbuffer()
+    handle, scratch = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(scratch, path)
+    finally:
+        Path(scratch).unlink(missing_ok=True)
 
 
 def _touch(path: Path) -> None:

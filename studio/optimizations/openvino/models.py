@@ -167,16 +167,10 @@ def output_name(model: Any, name: str = "prediction") -> str:
     return sorted(tensor.get_names())[0]
 
 
-def compile_for_cpu(
-    model: Any, precision: str, profile: bool = False, threads: int | None = None, cache: Path | None = None
-) -> Any:
-    """Compile `model` (an OpenVINO model, or the path of a stored one) for the CPU with `threads` (default:
-    torch's thread count), one stream, latency first. `precision` "f32" keeps fp32 math; "auto" leaves
-    OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16, f32 elsewhere). `profile`: keep the plugin's
-    per-node counters (`profiling_info`). `cache`: OpenVINO's compiled-model cache folder (`CACHE_DIR`), in
-    its `OPTIMIZE_SIZE` mode: weights the compile keeps as they are are read from the model's own file, not
-    stored again; it pays for a stored model's path only (an in-memory model is hashed afresh each time)."""
-    ov = openvino()
+def cpu_config(precision: str, threads: int | None = None, profile: bool = False) -> dict[str, Any]:
+    """The CPU plugin's configuration of a compile: `threads` (default: torch's thread count), one stream,
+    latency first. `precision` "f32" keeps fp32 math; "auto" leaves OpenVINO's default (bf16 on CPUs with
+    AMX or AVX512-BF16, f32 elsewhere). `profile`: keep the plugin's per-node counters (`profiling_info`)."""
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
         "NUM_STREAMS": "1",
@@ -186,6 +180,24 @@ def compile_for_cpu(
         config["INFERENCE_PRECISION_HINT"] = "f32"
     if profile:
         config["PERF_COUNT"] = "YES"
-    if cache is not None:
-        config.update(CACHE_DIR=str(cache), CACHE_MODE="OPTIMIZE_SIZE")
-    return ov.Core().compile_model(model, "CPU", config)
+    return config
+
+
+def compile_for_cpu(
+    model: Any, precision: str, profile: bool = False, threads: int | None = None, weightless: bool = False
+) -> Any:
+    """Compile `model` (an OpenVINO model, or the path of a stored one) for the CPU (`cpu_config`).
+    `weightless` (a stored model): its `export_model` leaves out the weights the compile keeps as they are
+    (OpenVINO's `CACHE_MODE=OPTIMIZE_SIZE`): `import_for_cpu` reads them from the model's own file."""
+    config = cpu_config(precision, threads, profile)
+    if weightless:
+        config["CACHE_MODE"] = "OPTIMIZE_SIZE"
+    return openvino().Core().compile_model(model, "CPU", config)
+
+
+def import_for_cpu(blob: Any, weights: Path, precision: str, threads: int | None = None) -> Any:
+    """A weightless compile's export (`blob`, an `openvino.Tensor` of its bytes) imported for the CPU with
+    `threads`, whatever thread count it was compiled with, its other weights read from `weights` (the stored
+    model's .bin). The compiled model reads `blob`'s memory as long as it lives: the caller keeps it."""
+    config = {**cpu_config(precision, threads), "CACHE_MODE": "OPTIMIZE_SIZE", "WEIGHTS_PATH": str(weights)}
+    return openvino().Core().import_model(blob, "CPU", config)

@@ -17,9 +17,10 @@ other convolutions clip. `overflow_fix` "auto" applies it to every int8 convolut
 the bundled model: 25.1 dB against fp32, 23.6 dB with the first layer only), and NNCF's default elsewhere.
 
 What a first call prepares is kept under the studio's home (`openvino.cache`): each part as converted and
-quantized, and OpenVINO's compile of it (its `CACHE_DIR`, a few MB for SD 1.5's int8 UNet, ~200 MB per image
-size for the VAE decoder, all compiles together under a cap), so a new process reads both back; each part's
-preparation is recorded as a phase ("cold": built now, "warm": read back from those caches).
+quantized, and the CPU plugin's compile of it, exported (a few MB for SD 1.5's int8 UNet, ~200 MB per image
+size for the VAE decoder, one blob per part whatever the thread count, all together under a cap), so a new
+process reads both back; each part's preparation is recorded as a phase ("cold": built now, "warm": read
+back from those caches).
 
 This module is the technique: its settings, apply and revert, and its facts. The stand-ins it swaps in are
 `openvino.parts`, their calibration samples `openvino.calibration_samples`, the conversion and compression
