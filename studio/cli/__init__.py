@@ -11,6 +11,7 @@ import sys
 from studio import settings
 from studio.cli.arguments import optimizations_arg, request_args, rounds_arg
 from studio.cli.benchmark_command import add_benchmark_parser, cmd_benchmark
+from studio.cli.matrix_command import add_matrix_parser, cmd_matrix
 from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.packages_command import add_packages_parser, cmd_packages
 from studio.cli.shard_command import add_shard_parser, cmd_shard
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_shard_parser(sub)
     add_packages_parser(sub)
     add_benchmark_parser(sub)
+    add_matrix_parser(sub)
     add_timeline_parser(sub)
     return parser
 
@@ -246,6 +248,7 @@ COMMANDS = {
     "shard": cmd_shard,
     "packages": cmd_packages,
     "benchmark": cmd_benchmark,
+    "matrix": cmd_matrix,
     "timeline": cmd_timeline,
 }
 

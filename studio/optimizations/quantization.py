@@ -92,7 +92,9 @@ def float_weights(pipe: Any, ctx: Context) -> Iterator[None]:
 WEIGHTS = ("int8_dynamic", "int8_weight_only", "fp8")
 
 
-def _register(name: str, label: str, description: str, requires: tuple[str, ...] = ()) -> None:
+def _register(
+    name: str, label: str, description: str, requires: tuple[str, ...] = (), conflicts: tuple[str, ...] = ()
+) -> None:
     """Register a weight quantizer: candidates of the auto-tuner at their defaults, in no preset or rung."""
     register(
         Optimization(
@@ -101,7 +103,7 @@ def _register(name: str, label: str, description: str, requires: tuple[str, ...]
             group="precision",
             description=description,
             requires=("module:torchao", *requires),
-            conflicts=("jit_trace_unet", *(w for w in WEIGHTS if w < name)),
+            conflicts=("jit_trace_unet", *(w for w in WEIGHTS if w < name), *conflicts),
             apply=_quantizer(name),
             revert=dequantize,
             order=60,
@@ -125,6 +127,8 @@ _register(
     "int8 weight-only quantization",
     "Store the denoiser's Linear weights in int8 (per-row scales, torchao) and compute in the model's "
     "precision: less weight memory, activations untouched.",
+    # OpenVINO's conversion traces the UNet, and torchao's Int8Tensor has no aten.view to trace
+    conflicts=("openvino",),
 )
 _register(
     "fp8",

@@ -238,6 +238,7 @@ register(
             "jit_trace_unet",
             "torch_compile",
             "int8_dynamic",
+            "int8_weight_only",  # its prepare finds torchao's int8 tensors where it expects aten linears
             "deepcache",
             "token_merging",
             "fused_qkv",

@@ -1,11 +1,11 @@
-"""The Gradio Blocks app: Generate, Compare, Ladder, Auto-tune, Benchmark, History, Profile, Big models and
-System.
+"""The Gradio Blocks app: Generate, Compare, Ladder, Combinations, Auto-tune, Benchmark, History, Profile, Big
+models and System.
 
 `build_demo()` returns the Blocks; `launch_kwargs()` the launch settings (theme, css,
 queue sizes and file limits live there in Gradio 6). Endpoints: `/generate`, `/cancel`, `/read_image`,
-`/compare`, `/ladder`, `/autotune`, `/benchmark` (the suite measured here, written as a card), `/machines`
-(the cards of many machines, one table per model), `/history`, `/load_config`, `/export_db`, `/profile`,
-`/shard`, `/system`.
+`/compare`, `/ladder`, `/matrix` (every pair of techniques), `/autotune`, `/benchmark` (the suite measured
+here, written as a card), `/machines` (the cards of many machines, one table per model), `/history`,
+`/load_config`, `/export_db`, `/profile`, `/shard`, `/system`.
 Each tab is built in `studio.ui.tabs`, its events handled in `studio.ui.handlers`. The MCP tools
 (`generate`, `compare`, `autotune`, `history`, `system`; endpoints `/mcp_*`) are in `studio.ui.mcp_tools`.
 """
@@ -21,13 +21,15 @@ import gradio as gr
 from studio.engine import Studio
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
-from studio.ui.mcp_server import hide_form_endpoints
+from studio.ui.handlers.combinations import build_matrix_handlers
+from studio.ui.mcp_server import MCP_COUNT_HEAD, hide_form_endpoints
 from studio.ui.mcp_tools import mcp_enabled, register_mcp_tools
 from studio.ui.tabs.autotune_tab import autotune_tab
 from studio.ui.tabs.benchmark_tab import benchmark_tab
 from studio.ui.tabs.compare_tab import compare_tab, ladder_tab
 from studio.ui.tabs.generate_tab import generate_tab
 from studio.ui.tabs.history_tab import history_tab
+from studio.ui.tabs.matrix_tab import matrix_tab
 from studio.ui.tabs.profile_tab import profile_tab
 from studio.ui.tabs.system_tab import shard_tab, system_tab
 
@@ -37,7 +39,9 @@ CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 # Compare's and the Ladder's tables show all their rows (wrapped rows are taller than the 500 px Gradio
 # scrolls within); History's and Auto-tune's long ones scroll. Compare's gallery grows with its rows (Gradio
 # caps it at 55% of the window and scrolls inside, which hid the last captions of an X/Y sweep).
-SWEEP_TABLES = ("#ladder-table", "#cmp-table", "#cmp-details")  # Auto-tune's dozens of rows scroll
+# Auto-tune's dozens of rows scroll. The Combinations matrix (one column per technique, each its share of the
+# page) sets its cells in the page's font, smaller, so that a dozen and more columns fit.
+SWEEP_TABLES = ("#ladder-table", "#cmp-table", "#cmp-details", "#mx-table")
 # The Machines tables are Markdown (one per model, as many as the cards measured): fixed columns (the
 # machine's name and the two winners get the room), words wrap whole, a long configuration anywhere. A card's
 # summary: words wrap whole, its headings no larger than the page's.
@@ -52,6 +56,8 @@ CSS = f"""
 {" ".join(f"#machines-md th:nth-child({i}) {{ width: {w}%; }}" for i, w in enumerate(MACHINE_COLUMNS, 1))}
 #bench-summary h1 {{ font-size: 1.5rem; }} #bench-summary h2 {{ font-size: 1.2rem; }}
 #bench-summary th, #bench-summary td {{ word-break: normal; overflow-wrap: break-word; }}
+#mx-table th *, #mx-table .body-cell * {{ font-size: 12px !important; font-family: var(--font) !important; }}
+#mx-table th * {{ font-size: 11px !important; }}
 """
 
 
@@ -62,7 +68,8 @@ def queue_size() -> int:
 def build_demo(studio: Studio | None = None) -> gr.Blocks:
     """The whole app around one Studio (a new one on the default database if not given)."""
     studio = studio or Studio()
-    handlers = build_handlers(studio, Cancellations())
+    cancels = Cancellations()
+    handlers = {**build_handlers(studio, cancels), **build_matrix_handlers(studio, cancels)}
     with gr.Blocks(title="Diffusion Studio") as demo:
         mcp_tools = register_mcp_tools(studio)  # first: the tools take the plain names (generate, ...)
         gr.Markdown(
@@ -75,6 +82,8 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
                 compare_tab(handlers)
             with gr.Tab("Ladder", id="ladder"):
                 ladder_tab(handlers)
+            with gr.Tab("Combinations", id="matrix"):
+                matrix_tab(handlers)
             with gr.Tab("Auto-tune", id="autotune"):
                 autotune_tab(handlers, generate, tabs)
             with gr.Tab("Benchmark", id="benchmark") as benchmark:
@@ -96,7 +105,8 @@ def launch_kwargs() -> dict[str, Any]:
     """Launch settings: where the server listens (STUDIO_HOST and STUDIO_PORT, else Gradio's own
     GRADIO_SERVER_NAME and GRADIO_SERVER_PORT, which a Hugging Face Space sets to 0.0.0.0 and 7860; else
     127.0.0.1:7860), theme and css (they live here in Gradio 6: `CSS`, then assets/studio.css), the upload
-    limit, and the MCP server (at /gradio_api/mcp/, unless STUDIO_MCP=0)."""
+    limit, and the MCP server (at /gradio_api/mcp/, unless STUDIO_MCP=0) with its tool count in the API
+    page's header."""
     env = os.environ.get
     auth = env("STUDIO_AUTH")
     return {
@@ -109,4 +119,5 @@ def launch_kwargs() -> dict[str, Any]:
         "auth": tuple(auth.split(":", 1)) if auth and ":" in auth else None,
         "footer_links": ["api", "gradio"],
         "mcp_server": mcp_enabled(),
+        "head": MCP_COUNT_HEAD if mcp_enabled() else None,  # the API page counts the MCP tools listed
     }

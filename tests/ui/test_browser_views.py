@@ -119,10 +119,10 @@ def test_an_x_axis_compare_shows_every_caption_and_names_the_x_values(page):
     page.locator("#cmp-rounds input").fill("1")
     page.locator("#compare-btn").click()
     headline = page.locator("#cmp-headline")
-    expect(headline).to_contain_text("Best throughput", timeout=LONG)
+    expect(headline).to_contain_text("Fastest per denoising step", timeout=LONG)
     expect(page.locator("#cmp-table")).to_contain_text("median of 1 round")
     text = headline.inner_text()
-    assert "each at 2 steps values" in text, text
+    assert "against the baseline at each of 2 steps values (2, 4)" in text, text
     assert "deepcache[interval=2], deepcache[interval=2]" not in text, "a name without its X value"
     if "Faster beyond noise" in text:
         assert " at steps=" in text.split("Faster beyond noise", 1)[1].split("\n", 1)[0], text
@@ -190,3 +190,20 @@ def test_a_bad_history_date_is_one_sentence_and_the_table_stays(page):
     since.fill("")
     page.locator("#history-btn").click()
     expect(note).to_have_text("", timeout=30_000)
+
+
+def test_the_api_pages_mcp_header_counts_the_tools_it_lists(page):
+    """The API page's MCP tab says as many tools in its header as it lists (Gradio counts every endpoint
+    there), and its Python tab still counts the endpoints."""
+    from playwright.sync_api import expect
+
+    page.get_by_text("Use via API").first.click()
+    counts = page.locator(".counts").first
+    expect(counts).to_contain_text("5 MCP Tools", timeout=30_000)  # the MCP tab opens first
+    page.screenshot(path=str(ARTIFACTS / "api-mcp-header.png"))
+    page.get_by_text("Python", exact=True).first.click()
+    expect(counts).to_contain_text("API endpoint", timeout=30_000)
+    assert not counts.inner_text().strip().startswith("5 "), "the endpoints keep their own count"
+    page.get_by_text("MCP", exact=True).first.click()
+    expect(counts).to_contain_text("5 MCP Tools", timeout=30_000)
+    page.reload()
