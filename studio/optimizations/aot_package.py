@@ -253,6 +253,10 @@ register(
             "megabytes on disk. Settings: vae (the VAE decoder too), source (a folder of packages published "
             "elsewhere)."
         ),
+        conflict_reason=(
+            "it swaps the denoiser for a package compiled ahead of time from the plain model, in which other "
+            "compilers, quantized weights, offloading, step caches and casting have no place"
+        ),
         conflicts=(
             "jit_trace_unet",
             "torch_compile",

@@ -161,6 +161,9 @@ def _attention(name: str, label: str, group: str, description: str, **kw: Any) -
             description=description,
             requires=(*kw.pop("requires", ()), "family:sd|sdxl"),
             reasons=KERNEL_REASONS,
+            conflict_reason=(
+                "each one sets the UNet's attention processors, and one of them is in place at a time"
+            ),
             conflicts=tuple(k for k in KERNELS if k != name),
             apply=set_attention,
             revert=set_attention,
@@ -228,6 +231,10 @@ register(
         description=(
             "Fuse each attention layer's query/key/value projections (and a transformer's text-stream ones) "
             "into one matmul (diffusers' fuse_qkv_projections)."
+        ),
+        conflict_reason=(
+            "it fuses the attention's query, key and value projections for the processors that take them "
+            "fused (SDPA's), which the classic, xFormers and sliced processors do not"
         ),
         conflicts=("classic_attention", "xformers", "attention_slicing"),
         apply=fuse_qkv,

@@ -119,6 +119,10 @@ class Optimization:
     stage: Stage = "pipeline"
     requires: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
+    # Why it cannot run with what `conflicts` names (a clause a sentence carries after a colon), and, by name,
+    # where one of them has a reason of its own (`conflict_reason_of`).
+    conflict_reason: str = ""
+    conflict_reasons: dict[str, str] = field(default_factory=dict)
     reversible: bool = True
     order: int = 50
     apply: Callable[[Any, Context], None] = _noop
@@ -297,12 +301,26 @@ def conflicts_of(name: str) -> set[str]:
     return set(get(name).conflicts) | {o.name for o in REGISTRY.values() if name in o.conflicts}
 
 
+def conflict_reason_of(name: str, other: str) -> str:
+    """Why `name` and `other` cannot be combined, as the technique declaring the conflict says it ("" where
+    neither declares it or gives no reason)."""
+    for declares, named in ((name, other), (other, name)):
+        opt = get(declares)
+        if named in opt.conflicts:
+            why = opt.conflict_reasons.get(named) or opt.conflict_reason
+            return f"{declares} {why[3:]}" if why.startswith("it ") else why  # "it" named: two are in play
+    return ""
+
+
 def check_conflicts(names: set[str] | frozenset[str]) -> None:
-    """Raise ConflictError naming the first conflicting pair in `names`."""
+    """Raise ConflictError naming the first conflicting pair in `names`, with the registry's reason."""
     for name in sorted(names):
         for other in sorted(conflicts_of(name)):
             if other in names:
-                raise ConflictError(f"{name} and {other} cannot be combined; remove one of them.")
+                why = conflict_reason_of(name, other)
+                raise ConflictError(
+                    f"{name} and {other} cannot be combined{f': {why}' if why else ''}; remove one of them."
+                )
 
 
 @contextlib.contextmanager

@@ -167,6 +167,9 @@ register(
         ),
         requires=("family:sd|sdxl",),
         reasons={"family": "caches a UNet's deep blocks; transformers have step caches of their own"},
+        conflict_reason=(
+            "DeepCache skips parts of the UNet call by call, which a traced UNet's fixed graph cannot"
+        ),
         conflicts=("jit_trace_unet",),
         apply=enable_deepcache,
         revert=disable_deepcache,

@@ -263,6 +263,7 @@ register(
         ),
         requires=("kept-across-requests",),
         reasons={"kept-across-requests": JUST_IN_TIME},
+        conflict_reason="both replace the UNet's call with a graph of their own; one at a time",
         conflicts=("jit_trace_unet",),
         reversible=False,
         apply=_compile,

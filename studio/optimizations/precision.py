@@ -51,6 +51,7 @@ register(
         description="Load the weights in float16: half the memory, faster on GPUs with tensor cores.",
         stage="load",
         requires=("accelerator",),
+        conflict_reason="the weights take one precision at a time",
         conflicts=("bf16",),
         dtype=torch.float16,
         order=0,
@@ -71,6 +72,7 @@ register(
             "with AMX or AVX512-BF16; CPUs without them emulate it, many times slower than fp32."
         ),
         stage="load",
+        conflict_reason="the weights take one precision at a time",
         conflicts=("fp16",),
         dtype=torch.bfloat16,
         order=0,

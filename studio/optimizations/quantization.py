@@ -103,6 +103,12 @@ def _register(
             group="precision",
             description=description,
             requires=("module:torchao", *requires),
+            conflict_reason="the weights take one quantization at a time",
+            conflict_reasons={
+                "jit_trace_unet": "torch.jit cannot trace torchao's quantized tensors",
+                "openvino": "OpenVINO converts the float model, and torchao's int8 tensors cannot be "
+                "exported to it",
+            },
             conflicts=("jit_trace_unet", *(w for w in WEIGHTS if w < name), *conflicts),
             apply=_quantizer(name),
             revert=dequantize,

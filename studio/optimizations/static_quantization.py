@@ -234,6 +234,11 @@ register(
             "calibrates and compiles (minutes for SD 1.5). Changes the output slightly; judge it by PSNR."
         ),
         requires=("module:torchao", "family:sd", "cpu-x86"),
+        conflict_reason=(
+            "it swaps the UNet (and the VAE decoder) for quantized, compiled graphs of the plain float "
+            "model, which other compilers and quantizations, step caches, fused projections, bf16 and "
+            "autocast would change under its calibration or be bypassed by"
+        ),
         conflicts=(
             "jit_trace_unet",
             "torch_compile",

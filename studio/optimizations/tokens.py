@@ -114,6 +114,10 @@ register(
         ),
         requires=("module:tomesd", "family:sd|sdxl"),
         reasons={"family": "patches the BasicTransformerBlocks of SD UNets, which transformers lack"},
+        conflict_reason=(
+            "it merges tokens in the UNet's transformer blocks in Python, which a traced UNet's fixed "
+            "graph never runs"
+        ),
         conflicts=("jit_trace_unet",),
         apply=enable_token_merging,
         revert=disable_token_merging,

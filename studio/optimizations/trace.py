@@ -38,6 +38,7 @@ register(
             "family": "traces an SD 1.x UNet (no extra conditioning); use torch_compile elsewhere",
             "kept-across-requests": JUST_IN_TIME,
         },
+        conflict_reason="both replace the UNet's call with a graph of their own; one at a time",
         conflicts=("torch_compile",),
         reversible=False,
         apply=swap_denoiser(_traced),

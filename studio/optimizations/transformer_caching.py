@@ -169,6 +169,10 @@ def _register(name: str, label: str, description: str, settings: type[Settings],
             description=description,
             requires=("family:flux",),
             reasons=REASONS,
+            conflict_reason=(
+                "each cache installs its own hooks on the transformer's blocks, and one decides what is "
+                "reused"
+            ),
             conflicts=tuple(c for c in CACHES if c < name),
             apply=_enabler(name),
             revert=disable,

@@ -234,6 +234,10 @@ register(
             "compute dtype only while it runs (diffusers' enable_layerwise_casting): about half a bf16 "
             "model's weight memory; the image changes a little."
         ),
+        conflict_reason=(
+            "it stores the weights in fp8 and casts each layer up with hooks at call time, which quantized "
+            "weights, a traced UNet and OpenVINO's converted model never run"
+        ),
         conflicts=("jit_trace_unet", "int8_dynamic", "int8_weight_only", "fp8", "openvino", "int8_static"),
         apply=enable_casting,
         revert=disable_casting,
@@ -255,6 +259,11 @@ register(
             "Keep the denoiser's layers in host memory (or on disk) and move them group by group to the "
             "device just before they run (diffusers' enable_group_offload, block_level or leaf_level): the "
             "denoiser's weights stop counting against device memory; slower."
+        ),
+        conflict_reason=(
+            "it moves groups of layers on and off the device with hooks, which other placements, a "
+            "compiled or "
+            "traced UNet, int8_static's graphs, OpenVINO's runtime and layerwise casting do not run"
         ),
         conflicts=(
             "model_cpu_offload",

@@ -229,3 +229,17 @@ def test_the_tables_above_the_registry_are_what_its_techniques_declare():
     assert RUNGS[0].add == ("classic_attention",) and RUNGS[-1].add == ("openvino",)
 
     assert MEMORY_TECHNIQUES == tuple(n for n, o in REGISTRY.items() if o.memory_effect.remedy)
+
+
+def test_every_declared_conflict_says_why_and_the_refusal_carries_it():
+    """A user told two techniques cannot be combined is told why, in the registry's words, naming which."""
+    from studio.errors import ConflictError
+    from studio.optimizations import REGISTRY, check_conflicts, conflict_reason_of
+
+    silent = [(n, c) for n, o in REGISTRY.items() for c in o.conflicts if not conflict_reason_of(n, c)]
+    assert silent == [], "each conflict needs a conflict_reason (or a conflict_reasons entry)"
+    with pytest.raises(ConflictError) as refused:
+        check_conflicts({"bf16", "openvino"})
+    said = str(refused.value)
+    assert said.startswith("bf16 and openvino cannot be combined: openvino runs the UNet"), said
+    assert said.endswith("; remove one of them.")

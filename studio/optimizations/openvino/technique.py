@@ -228,6 +228,12 @@ register(
             "cannot saturate. The first call of each size converts (and calibrates) and is cached on disk."
         ),
         requires=("module:openvino", "family:sd", "cpu"),
+        conflict_reason=(
+            "it runs the UNet, VAE decoder and text encoder in OpenVINO's runtime from the float model it "
+            "converts, where PyTorch's compilers, quantizations, step caches, attention processors, "
+            "layouts and "
+            "precisions have no effect (its own settings choose precision and int8)"
+        ),
         conflicts=(
             "jit_trace_unet",
             "torch_compile",
