@@ -238,7 +238,7 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         """The chosen winner of `cards` (the card just measured, or the Machines view's) in Generate's form,
         at the model and shape its card measured (`winner_request`); Generate shown."""
         request = winner_request(cards, chosen)
-        return (*form_values(run_columns(request, 0, 0, None)), gr.update(selected="generate"))
+        return (*form_values(run_columns(request, 0, 0, None)).values(), gr.update(selected="generate"))
 
     @engine_errors
     def machines(source=""):

@@ -35,6 +35,8 @@ def _form_order() -> tuple[str, ...]:
 
 
 FORM_ORDER = _form_order()
+# What `form_values` fills, by the form's field names, in its order (Generate's `targets`)
+FILLED = tuple(name for name in FORM_ORDER if name not in ("device", "optimizations"))
 
 
 def in_form_order(fields: dict[str, Any]) -> dict[str, Any]:
@@ -143,9 +145,10 @@ def ticked_by_group(opts: list[str]) -> list[list[str]]:
     return [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
 
 
-def form_values(columns: dict[str, Any]) -> tuple:
-    """Generate's form (`targets`) from run-log columns: a logged run, or the settings a PNG carries. A
-    column that is absent (another tool's `parameters` name no techniques) leaves its field as it is."""
+def form_values(columns: dict[str, Any]) -> dict[str, Any]:
+    """Generate's form by field name (`FILLED`, the tab's `targets`) from run-log columns: a logged run, or
+    the settings a PNG carries. A column that is absent (another tool's `parameters` name no techniques)
+    leaves its field as it is."""
     keep = gr.update()
 
     def get(name: str) -> Any:
@@ -163,16 +166,8 @@ def form_values(columns: dict[str, Any]) -> tuple:
     )
     fields = ("prompt", "negative_prompt", "seed", "steps", "guidance", "width", "height", "scheduler")
     sources = [columns.get(c) or "" if c in columns else keep for c in ("vae", "single_file_config")]
-    return (
-        model,
-        custom,
-        get("dtype"),
-        *boxes,
-        *(get(f) for f in fields),
-        settings,
-        get("num_images"),
-        *sources,
-    )
+    values = (model, custom, get("dtype"), *boxes, *map(get, fields), settings, get("num_images"), *sources)
+    return dict(zip(FILLED, values, strict=True))
 
 
 def client_gone_check() -> Callable[[], bool]:

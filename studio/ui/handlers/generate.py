@@ -34,7 +34,6 @@ from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
-    FORM_ORDER,
     cancelled_note,
     engine_errors,
     form_request,
@@ -56,14 +55,12 @@ def model_note(spec: PipelineSpec) -> str | None:
     )
 
 
-# What `form_values` fills, by the form's field names, in its order (the tab's `targets`)
-FILLED = tuple(name for name in FORM_ORDER if name not in ("device", "optimizations"))
 REFUSALS = (ValidationError, UnavailableError)  # a run refused before it starts: said in the card
 
 
 def filled(columns: dict) -> dict[str, object]:
     """Generate's form from run-log columns (`form_values`), by field name."""
-    return dict(zip(FILLED, form_values(columns), strict=True))
+    return form_values(columns)
 
 
 def conflicts_note(precision: str | None, *ticked: list[str] | None) -> str:

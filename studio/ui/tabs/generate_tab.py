@@ -12,8 +12,7 @@ import gradio as gr
 from pipelines.schedulers import menu_choices
 from studio.optimizations import REGISTRY, availability
 from studio.request import PRECISIONS
-from studio.ui.handlers.common import TECHNIQUE_BOXES, in_form_order, techniques_for_model
-from studio.ui.handlers.generate import FILLED
+from studio.ui.handlers.common import FILLED, TECHNIQUE_BOXES, in_form_order, techniques_for_model
 from studio.ui.raw_fields import RawNumber
 from studio.ui.views import named
 from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
