@@ -302,8 +302,7 @@ def conflicts_of(name: str) -> set[str]:
 
 
 def conflict_reason_of(name: str, other: str) -> str:
-    """Why `name` and `other` cannot be combined, as the technique declaring the conflict says it ("" where
-    neither declares it or gives no reason)."""
+    """Why `name` and `other` cannot be combined, as the technique declaring the conflict says it."""
     for declares, named in ((name, other), (other, name)):
         opt = get(declares)
         if named in opt.conflicts:
@@ -317,10 +316,8 @@ def check_conflicts(names: set[str] | frozenset[str]) -> None:
     for name in sorted(names):
         for other in sorted(conflicts_of(name)):
             if other in names:
-                why = conflict_reason_of(name, other)
-                raise ConflictError(
-                    f"{name} and {other} cannot be combined{f': {why}' if why else ''}; remove one of them."
-                )
+                why = f": {conflict_reason_of(name, other)}" if conflict_reason_of(name, other) else ""
+                raise ConflictError(f"{name} and {other} cannot be combined{why}; remove one of them.")
 
 
 @contextlib.contextmanager

@@ -105,3 +105,31 @@ def check_sweep(
             f"limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). Use fewer rounds, steps, "
             "configurations or axis values, or a smaller size."
         )
+
+
+MATRIX_INCLUDE = ("auto", "yes", "no")  # include_compile: when the time allows, always, never
+INCLUDE_FLAGS = {True: "yes", False: "no", None: "auto"}
+MAX_MATRIX_CELLS = 10_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixOptions:
+    """What a composition matrix may measure, checked as it is built: whether techniques that build on
+    their first call (compile, trace, convert, calibrate) are in ('auto', 'yes', 'no'; True, False and None
+    read as yes, no and auto) and the most cells measured (None, "" or 0: no cap)."""
+
+    include_compile: Any = None
+    max_cells: Any = None
+
+    def __post_init__(self) -> None:
+        given = self.include_compile
+        include = given if isinstance(given, str) else INCLUDE_FLAGS.get(given, given)
+        if include not in MATRIX_INCLUDE:
+            raise ValidationError(
+                f"include_compile must be one of {', '.join(MATRIX_INCLUDE)}, not {include!r}."
+            )
+        cells = self.max_cells
+        cap = None if cells in (None, "", 0) else checks.whole("max_cells", cells, 1, MAX_MATRIX_CELLS)
+        object.__setattr__(self, "include_compile", include)
+        object.__setattr__(self, "max_cells", cap)
+

@@ -19,19 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.registry import cost_of
-from studio import checks, devices
+from studio import devices
 from studio.engine import Studio
 from studio.errors import ConflictError, StudioError, UnavailableError, ValidationError
 from studio.measure.bench import StopFn
 from studio.optimizations import REGISTRY, get, unavailable_reason
 from studio.request import GenerationRequest, validate_counts, with_config
-from studio.request.sweep_limits import estimated_seconds, max_request_seconds
+from studio.request.sweep_limits import MatrixOptions, estimated_seconds, max_request_seconds
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepCancelled, run_sweep
 
 DEFAULT_ROUNDS = 3
 PREPARE_SETUPS = 10  # a first call's build, where none was logged: this many times the model's assumed setup
-INCLUDE = ("auto", "yes", "no")  # include_compile: when the time allows, always, never
 FIGURES = "status run_id speedup speedup_min speedup_max verdict psnr_db ssim latency_s".split()
 Known = Callable[[GenerationRequest], float | None]  # a configuration's logged first call, or None
 
@@ -187,10 +186,8 @@ def plan_matrix(
     """
     base = dataclasses.replace(request, opts=(), settings={})
     counts = validate_counts(warmup, rounds)
-    include = {True: "yes", False: "no", None: "auto"}.get(include_compile, include_compile)
-    if include not in INCLUDE:
-        raise ValidationError(f"include_compile must be one of {', '.join(INCLUDE)}, not {include!r}.")
-    cap = None if max_cells in (None, "", 0) else checks.whole("max_cells", max_cells, 1, 10_000)
+    options = MatrixOptions(include_compile=include_compile, max_cells=max_cells)
+    include, cap = options.include_compile, options.max_cells
     chosen, left_out, named = _chosen(base, techniques)
     if include == "no":
         left_out |= {n: "builds on its first call (include_compile: no)" for n in chosen if prepares(n)}
