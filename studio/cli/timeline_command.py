@@ -38,26 +38,19 @@ def add_timeline_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_timeline(args: argparse.Namespace) -> int:
     from studio import devices
     from studio.engine import Studio, speed_timeline
-    from studio.request import build_request
-    from studio.request.configs import parse_config
 
-    names, settings = parse_config(args.config)
-    request = build_request(
+    request = speed_timeline.timeline_request(
         model=args.model,
-        prompt="-",
+        config=args.config,
         steps=args.steps,
         width=args.width,
         height=args.height,
         batch=args.batch,
         device=args.device,
-        optimizations=names,
-        settings=settings,
     )
     hardware = devices.detect().summary()
     eras = speed_timeline.timeline(Studio().runlog, request, hardware)
-    machine = f"{hardware['cpu_name']}, {hardware['cpu_count']} cores" + "".join(
-        f", {g['name']}" for g in hardware["gpus"]
-    )
+    machine = speed_timeline.machine_words(hardware)
     if not eras:
         text = (
             f"No finished run of {request.config_label} at this size on this machine is in the run log yet."

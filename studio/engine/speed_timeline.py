@@ -149,3 +149,32 @@ def markdown(request: GenerationRequest, eras: list[Era], machine: str) -> str:
         lines.append(f"| {len(era.runs)} | {when} | {versions} | {figure} | {busy} | {judged} |")
     lines += ["", f"The eras were {protocol.APART_CAVEAT}."]
     return "\n".join(lines)
+
+
+def timeline_request(
+    *, model: Any, config: Any, steps: Any, width: Any, height: Any, batch: Any, device: Any
+) -> GenerationRequest:
+    """The request whose runs a timeline gathers, from what a face was given: a configuration as Compare
+    writes it ('baseline', 'bf16+channels_last') at a size (None: the model's own), checked at the request's
+    door."""
+    from studio.request import build_request
+    from studio.request.configs import parse_config
+
+    names, settings = parse_config("baseline" if config in (None, "") else config)
+    return build_request(
+        model=model or "tiny-shapes",
+        prompt="-",
+        steps=steps,
+        width=width,
+        height=height,
+        batch=1 if batch in (None, "") else batch,
+        device=device or "auto",
+        optimizations=names,
+        settings=settings,
+    )
+
+
+def machine_words(hardware: dict[str, Any]) -> str:
+    """The machine a timeline is of, in words: 'Intel Xeon ... (family 6 ...), 2 cores, NVIDIA H100'."""
+    gpus = "".join(f", {g['name']}" for g in hardware["gpus"])
+    return f"{hardware['cpu_name']}, {hardware['cpu_count']} cores{gpus}"

@@ -56,6 +56,7 @@ CSS = f"""
 {" ".join(f"#machines-md th:nth-child({i}) {{ width: {w}%; }}" for i, w in enumerate(MACHINE_COLUMNS, 1))}
 #bench-summary h1 {{ font-size: 1.5rem; }} #bench-summary h2 {{ font-size: 1.2rem; }}
 #bench-summary th, #bench-summary td {{ word-break: normal; overflow-wrap: break-word; }}
+#cards-compare td, #cards-compare th {{ word-break: normal; overflow-wrap: normal; }}
 #mx-table th *, #mx-table .body-cell * {{ font-size: 12px !important; font-family: var(--font) !important; }}
 #mx-table th * {{ font-size: 11px !important; }}
 """

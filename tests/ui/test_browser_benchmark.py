@@ -47,7 +47,7 @@ def test_the_machines_view_shows_every_machine_in_tables_that_fit_the_page(page)
     expect(tables).to_contain_text("NVIDIA H100", timeout=LONG)  # docs/cards, loaded as the tab opens
     page.locator("#machines-source textarea").fill(str(V0))
     page.locator("#machines-btn").click()
-    expect(tables).to_contain_text("AMD EPYC (family 25 model 1), 2 cores", timeout=LONG)
+    expect(tables).to_contain_text("AMD EPYC Zen 3 (family 25 model 1), 2 cores", timeout=LONG)
     for model in ("sd15-arch", "tiny-shapes", "sdxl-arch"):
         expect(tables.get_by_role("heading", name=model)).to_be_visible()
     size = page.evaluate(TABLES)

@@ -6,7 +6,9 @@ here on this machine's device, and a configuration this machine cannot run is on
 
 Options are checked (`studio.cards.options.validate_options`, then every model's request and
 configuration in `run_benchmark`) before anything runs; a bad one is one sentence, as `gr.Error`. A cancelled
-benchmark writes nothing and says where it stopped."""
+benchmark writes nothing and says where it stopped. After a run, the regression report against this machine's
+newest card before it (`studio.cards.regression`); "Compare two cards" reports on two cards of the studio's
+folder without measuring."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from PIL import Image
 from pipelines.sources import inside_roots
 from studio import devices
 from studio.cards import card as card_files
-from studio.cards import hub, picks, wording
-from studio.cards.collection import machine_name, machines_markdown
+from studio.cards import hub, picks, regression, wording
+from studio.cards.collection import load_folder, machine_name, machines_markdown
+from studio.cards.machine import this_fingerprint
 from studio.cards.options import expected, validate_options
 from studio.cards.run_suite import run_benchmark
 from studio.cards.suite import CPU_CASES, GPU_CASES, suite_for
@@ -35,7 +38,7 @@ from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import engine_errors, form_values, session_of, stop_check
 
 # What `/benchmark` fills, by name (a client gets all but the layout `results`, in this order).
-BENCHMARK = ("results", "summary", "sheet", "files", "card")
+BENCHMARK = ("results", "summary", "sheet", "files", "card", "regression")  # the last: a State
 PLAN_FORM = ("models", "device", "budget_s", "configs", "warmup", "rounds")  # what `plan_note` reads
 NOTHING_WRITTEN = "Nothing was written: a card is written only once every model is measured."
 STOPPING = "Stopping at the next denoising step: a cancelled benchmark writes no card."
@@ -120,23 +123,77 @@ def winner_request(cards: Any, chosen: str | None):
     return with_config(build_request(**fields), winner["config"])
 
 
-def finished(benchmark: Any) -> dict[str, Any]:
+def older_card() -> dict[str, Any] | None:
+    """This machine's newest card in the studio's folder (read before a run writes one); None: none yet."""
+    try:
+        return regression.newest_of_this_machine(card_files.default_folder(), this_fingerprint())
+    except ValidationError:  # no card of this machine yet: nothing to compare against, and nothing said
+        return None
+
+
+def regression_text(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The regression report between two cards (Markdown), or the sentence refusing them (another machine,
+    another suite version), starting with ⚠."""
+    try:
+        return regression.markdown(regression.compare(old, new))
+    except ValidationError as exc:
+        return f"⚠ {describe(exc)}"
+
+
+def regression_view(text: str | None) -> dict[str, Any]:
+    """A report shown in Markdown with its copyable block (`report`, `block`, `area`); a refusal (⚠) in
+    Markdown alone; nothing (None or ''): the area hidden."""
+    copy = bool(text) and not text.startswith("⚠")
+    block = gr.update(value=text if copy else "", visible=copy)
+    return {"report": text or "", "block": block, "area": gr.update(visible=bool(text))}
+
+
+def card_names() -> dict[str, dict[str, Any]]:
+    """The cards of the studio's folder by file name, newest first."""
+    cards = sorted(load_folder(card_files.default_folder()).cards, key=lambda c: c.get("created_at") or "")
+    return {Path(c["path"]).name: c for c in reversed(cards)}
+
+
+def cards_menus() -> tuple:
+    """The menus of "Compare two cards": the folder's cards, the second newest before, the newest after."""
+    names = list(card_names())
+    before = names[1] if len(names) > 1 else None
+    return (
+        gr.update(choices=names, value=before),
+        gr.update(choices=names, value=names[0] if names else None),
+    )
+
+
+def compare_cards(before: str | None, after: str | None) -> dict[str, Any]:
+    """The regression report between two cards of the studio's folder, chosen by file name, nothing
+    measured (`regression_view`'s outputs); a refusal or a missing choice as a sentence."""
+    cards = card_names()
+    if before not in cards or after not in cards:
+        return regression_view(f"⚠ Choose two cards of {card_files.default_folder()}: before and after.")
+    if before == after:
+        return regression_view("⚠ Choose two different cards: the one before the change and the one after.")
+    return regression_view(regression_text(cards[before], cards[after]))
+
+
+def finished(benchmark: Any, older: dict[str, Any] | None = None) -> dict[str, Any]:
     """A finished benchmark's outputs (`BENCHMARK`): the card written into the studio's home, its summary,
-    the contact sheet (shown twice its size: its captions are a small bitmap font), the files' paths and the
-    card."""
+    the contact sheet (shown twice its size: its captions are a small bitmap font), the files' paths, the
+    card, and the regression report against `older` (this machine's newest card before the run; '': none)."""
     files = card_files.save(benchmark)
     with Image.open(files["sheet"]) as written:
         sheet = written.resize((2 * written.width, 2 * written.height), Image.Resampling.NEAREST)
     listing = "\n".join(f"{kind}: {path}" for kind, path in files.items())
     summary = card_files.summary(benchmark.card)
     shown = {"summary": summary, "sheet": sheet, "files": listing, "card": benchmark.card}
-    return {"results": gr.update(visible=True), **shown}
+    report = "" if older is None else regression_text(older, {**benchmark.card, "path": str(files["card"])})
+    return {"results": gr.update(visible=True), **shown, "regression": report}
 
 
 def cancelled(exc: Cancelled) -> dict[str, Any]:
     """A cancelled benchmark's outputs (`BENCHMARK`): where it stopped, and that nothing was written."""
     said = progress_views.sentence(exc, "Benchmark", NOTHING_WRITTEN)
-    return {"results": gr.update(visible=True), "summary": said, "sheet": None, "files": "", "card": None}
+    shown = {"summary": said, "sheet": None, "files": "", "card": None, "regression": ""}
+    return {"results": gr.update(visible=True), **shown}
 
 
 def plan_note(studio: Studio, **form: Any) -> str:
@@ -216,6 +273,7 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
             warmup=warmup,
             device=device,
         )
+        older = older_card()
         try:
             done = run_benchmark(
                 options,
@@ -225,7 +283,7 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
             )
         except Cancelled as exc:
             return cancelled(exc)
-        return finished(done)
+        return finished(done, older)
 
     @engine_errors
     def models_for(device, chosen):
@@ -266,4 +324,7 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         "use_card_winner": use_winner,
         "machines": machines,
         "machines_menu": machines_menu,
+        "regression_view": regression_view,
+        "cards_menus": engine_errors(cards_menus),
+        "compare_cards": engine_errors(compare_cards),
     }

@@ -1,21 +1,80 @@
 """History's handlers: `/history` (the run log, filtered, with its CSV; the tab's Refresh answers a bad filter
 with a sentence instead), `/load_config` (a logged run back into Generate's form), a click on a History row
-(the same, and Generate names the run it loaded), and `/export_db`. The form's handlers return their outputs
-by name (`views.named`)."""
+(the same, and Generate names the run it loaded), `/export_db`, and `/timeline` (did an upgrade make it
+slower? one configuration's runs on this machine grouped by the library versions they ran under,
+`studio.engine.speed_timeline`). The form's handlers return their outputs by name (`views.named`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
+import pandas as pd
 
-from studio import report
-from studio.engine import Studio
+from studio import devices, report
+from studio.engine import Studio, speed_timeline
 from studio.errors import StudioError, describe
 from studio.request import HistoryFilter, validate_run_id
 from studio.ui import exports, views
-from studio.ui.handlers.common import engine_errors
+from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors
 from studio.ui.handlers.generate import filled
+
+TIMELINE = ("table", "plot", "markdown", "eras")  # what `/timeline` answers, in this order
+ERA_COLUMNS = ("Era", "Runs", "When", "Versions", "s / image", "Host busy", "Against the era before")
+
+
+def _when(era: speed_timeline.Era) -> str:
+    first, last = (at[:16].replace("T", " ") for at in (era.first_at, era.last_at))
+    return first if first == last else f"{first} – {last[11:] if last[:10] == first[:10] else last}"
+
+
+def era_names(eras: list[speed_timeline.Era]) -> list[str]:
+    """Each era as the plot's legend names it: its number and the versions of the libraries that change
+    along the timeline ('2: torch 2.13.0')."""
+    moved = [k for k in speed_timeline.TRACKED if any(k in era.changed for era in eras)]
+    return [
+        f"{i}: " + (", ".join(f"{k} {era.versions[k]}" for k in moved) or "one set of versions")
+        for i, era in enumerate(eras, 1)
+    ]
+
+
+def era_table(eras: list[speed_timeline.Era]) -> pd.DataFrame:
+    """One row per era: its runs, when, its versions (the changed ones in bold), seconds per image with the
+    spread, the host's busy share and the verdict against the era before with its change."""
+    rows = []
+    for i, era in enumerate(eras, 1):
+        versions = ", ".join(
+            f"**{k} {v}**" if k in era.changed else f"{k} {v}"
+            for k, v in era.versions.items()
+            if v != "not recorded"
+        )
+        spread = "" if era.spread_s is None else f" ±{report.seconds(era.spread_s / 2)}"
+        judged = "–" if era.verdict is None else f"{era.verdict} ({era.change_pct:+.1f}%)"
+        busy = "–" if era.host_busy_pct is None else f"{era.host_busy_pct:.0f}%"
+        figure = f"{report.seconds(era.seconds_per_image)}{spread}"
+        rows.append((i, len(era.runs), _when(era), versions, figure, busy, judged))
+    return pd.DataFrame(rows, columns=list(ERA_COLUMNS))
+
+
+def plot_frame(points: pd.DataFrame) -> dict[str, Any]:
+    """The plot's axes: seconds from zero (a change reads at its size), time ticks as `views.time_format`
+    writes them."""
+    times = pd.DatetimeIndex(points["time"])
+    return {"y_lim": [0, 1.15 * points["s / image"].max()], "x_axis_format": views.time_format(times)}
+
+
+def era_points(studio: Studio, eras: list[speed_timeline.Era]) -> pd.DataFrame:
+    """Each run's seconds per image at the time it ran, coloured by its era."""
+    points = []
+    for name, era in zip(era_names(eras), eras, strict=True):
+        for run_id in era.runs:
+            run = studio.runlog.get_run(run_id)
+            per_image = run["latency_median"] / (run.get("num_images") or 1)
+            points.append((pd.Timestamp(run["created_at"]), per_image, name, run_id))
+    frame = pd.DataFrame(points, columns=["time", "s / image", "era", "run"])
+    frame["time"] = pd.to_datetime(frame["time"], utc=True)
+    return frame
 
 
 def build_history_handlers(studio: Studio) -> dict[str, Callable]:
@@ -71,7 +130,75 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         said = ", ".join(filter(None, [row.get("model"), row.get("config_label") or "baseline", when]))
         return {**form, "loaded": f"Loaded run #{run_id} ({said}) into the form."}
 
+    def timeline_of(asked: dict[str, Any]) -> dict[str, Any]:
+        """A configuration's timeline on this machine, by output name (`TIMELINE`): a sentence in place of
+        the Markdown block when the run log holds no such run."""
+        request = speed_timeline.timeline_request(**asked)
+        hardware = devices.detect().summary()
+        eras = speed_timeline.timeline(studio.runlog, request, hardware)
+        if not eras:
+            said = (
+                f"No finished run of {request.config_label} on {request.model} at {request.width}x"
+                f"{request.height}, {request.steps} steps, batch {request.num_images} on {request.device} "
+                "of this machine is in the run log yet: run it in Generate (or Compare) first, then again "
+                "after an upgrade."
+            )
+            return {"table": None, "plot": None, "markdown": said, "eras": []}
+        points = era_points(studio, eras)
+        plot = gr.update(value=points, **plot_frame(points))
+        return {
+            "table": era_table(eras),
+            "plot": plot,
+            "markdown": speed_timeline.markdown(request, eras, speed_timeline.machine_words(hardware)),
+            "eras": [era.as_json() for era in eras],
+        }
+
+    @engine_errors
+    def timeline(
+        model=DEFAULT_MODEL, config="baseline", steps=None, width=None, height=None, batch=1, device="auto"
+    ):
+        """Did an upgrade make it slower? One configuration's finished runs on this machine (same CPU and
+        GPUs, model, size, steps, batch and device), oldest first, grouped into eras by the versions of the
+        libraries that change speed: a table of the eras with each verdict against the era before, a plot of
+        each run's seconds per image, the Markdown block to paste into an issue, and the eras (JSON)."""
+        shown = timeline_of(
+            dict(
+                model=model,
+                config=config,
+                steps=steps,
+                width=width,
+                height=height,
+                batch=batch,
+                device=device,
+            )
+        )
+        return tuple(shown[name] for name in TIMELINE)
+
+    @engine_errors
+    def timeline_form(model, config, steps, width, height, batch, device) -> dict[str, Any]:
+        """History's "Speed over library versions": the timeline, or a sentence in its place (no such run,
+        or a bad configuration or size)."""
+        try:
+            shown = timeline_of(
+                dict(
+                    model=model,
+                    config=config,
+                    steps=steps,
+                    width=width,
+                    height=height,
+                    batch=batch,
+                    device=device,
+                )
+            )
+        except StudioError as exc:
+            return {"note": f"⚠ {describe(exc)}", "results": gr.update(visible=False)}
+        if not shown.pop("eras"):
+            return {"note": shown["markdown"], "results": gr.update(visible=False)}
+        return {**shown, "note": "", "results": gr.update(visible=True)}
+
     return {
+        "timeline": timeline,
+        "timeline_form": timeline_form,
         "history": history,
         "history_api": history_api,
         "history_form": history_form,

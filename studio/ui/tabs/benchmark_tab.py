@@ -1,5 +1,7 @@
 """The Benchmark tab: the fixed suite measured on this machine and written as a card (`/benchmark`), its
-progress and Cancel (`studio.ui.progress_views`), a winner of the card into Generate, and the Machines view:
+progress and Cancel (`studio.ui.progress_views`), a winner of the card into Generate, the regression report
+against this machine's card before the run, "Compare two cards" (two cards of the studio's folder, nothing
+measured), and the Machines view:
 the cards of many machines, one table per model (`/machines`), loaded when the tab opens, and a winner of any
 of them into Generate."""
 
@@ -24,6 +26,11 @@ INTRO = (
     "studio's `cards/` folder. Without configurations, the auto-tuner searches the suite's techniques "
     "within the time budget per model, after the first calls of the configurations measured before it; with "
     "them, those are measured instead. The cards compare across machines below (docs/cards.md)."
+)
+COMPARE = (
+    "Two cards of this machine in the studio's `cards/` folder, before and after an upgrade, compared "
+    "configuration by configuration without measuring anything: slower or faster only beyond both cards' "
+    "spreads (docs/cards.md). Cards of another machine or another suite version are refused."
 )
 MACHINES = (
     "## Machines\nOne table per model: this studio's cards, the project's own (docs/cards) and those of a "
@@ -89,9 +96,18 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
             use = gr.Button("Use in Generate", interactive=False, elem_id="bench-use", scale=1)
         with gr.Accordion("The card as the API returns it", open=False):
             data = gr.JSON(label="Card")
+        after_run = report_area("bench-regression")
+    with gr.Accordion("Compare two cards", open=False, elem_id="cards-compare"):
+        gr.Markdown(COMPARE)
+        with gr.Row():
+            before = gr.Dropdown([], label="Before", elem_id="cards-before", scale=2)
+            after = gr.Dropdown([], label="After", elem_id="cards-after", scale=2)
+            compare = gr.Button("Compare", elem_id="cards-btn", scale=1, min_width=120)
+        two_cards = report_area("cards-regression")
+    regression = gr.State("")  # the report after a run (a State: /benchmark's clients get the card)
     inputs = {"models": models, "device": device, "budget_s": budget, "configs": configs}
     inputs.update(warmup=warmup, rounds=rounds)
-    outputs = dict(zip(BENCHMARK, (results, summary, sheet, files, data), strict=True))
+    outputs = dict(zip(BENCHMARK, (results, summary, sheet, files, data, regression), strict=True))
     wire_job(
         (go, stop, status),
         views.named(handlers["benchmark"], outputs),
@@ -153,3 +169,35 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
     # A new card: its winners to choose from, and its row in the Machines tables.
     data.change(handlers["winners_menu"], data, [chosen, use], queue=False, api_visibility="private")
     data.change(handlers["machines"], source, shown, api_visibility="private")
+    regression.change(
+        views.named(handlers["regression_view"], after_run),
+        regression,
+        list(after_run.values()),
+        queue=False,
+        api_visibility="private",
+    )
+    menus = {"fn": handlers["cards_menus"], "outputs": [before, after], "api_visibility": "private"}
+    gr.on([tab.select, data.change], **menus, queue=False)
+    compare.click(
+        views.named(handlers["compare_cards"], two_cards),
+        [before, after],
+        list(two_cards.values()),
+        api_visibility="private",
+    )
+
+
+def report_area(prefix: str) -> dict[str, Any]:
+    """A regression report's place, hidden until there is one: the report (`prefix`-md), and its Markdown to
+    copy into an issue (`prefix`-code), by the names `regression_view` fills."""
+    with gr.Column(visible=False, elem_id=prefix) as area:
+        report = gr.Markdown(elem_id=f"{prefix}-md")
+        block = gr.Code(
+            language="markdown",
+            label="To paste into an issue",
+            interactive=False,
+            wrap_lines=True,
+            show_line_numbers=False,
+            max_lines=16,
+            elem_id=f"{prefix}-code",
+        )
+    return {"area": area, "report": report, "block": block}

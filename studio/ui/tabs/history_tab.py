@@ -1,5 +1,6 @@
 """The History tab: the run log filtered (`/history`), as a plot and a CSV, the database to download
-(`/export_db`), and a logged run loaded back into Generate (`/load_config`, or a click on a row)."""
+(`/export_db`), a logged run loaded back into Generate (`/load_config`, or a click on a row), and "Speed over
+library versions" (`/timeline`): did an upgrade make a configuration slower on this machine?"""
 
 from __future__ import annotations
 
@@ -8,10 +9,19 @@ from typing import Any
 import gradio as gr
 
 from studio.optimizations import REGISTRY
+from studio.ui.handlers.common import DEFAULT_MODEL
+from studio.ui.handlers.history import ERA_COLUMNS, TIMELINE
 from studio.ui.raw_fields import RawNumber
 from studio.ui.views import named
 
 STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
+SPEED_READ_ME = (
+    "One configuration's finished runs on this machine (same CPU and GPUs, model, size, steps, batch and "
+    "device), grouped into eras by the versions of the libraries that change speed (torch, diffusers, "
+    "transformers, accelerate, OpenVINO, NNCF, torchao, the studio). An era is judged against the one "
+    "before: *slower* or *faster* only beyond both eras' spreads, else *within noise*. The eras were "
+    "measured apart, not interleaved: confirm a verdict with one Compare run."
+)
 READ_ME = (
     "Click a row to load that run's configuration into Generate. <small>Latency: the median of the run's "
     "timed calls. Speedup: in a sweep, the median of its per-round ratios against the sweep's baseline, "
@@ -64,4 +74,72 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     picked = {**form, "loaded": generate["loaded_run"]}
     table.select(
         named(handlers["load_selected"], picked), table, list(picked.values()), api_visibility="private"
+    )
+    speed_over_versions(handlers)
+
+
+def speed_over_versions(handlers: dict) -> None:
+    """ "Speed over library versions": a configuration's eras (`/timeline`) as a table, a plot of each run's
+    seconds per image coloured by era, and the Markdown block to copy into an issue."""
+    with gr.Accordion("Speed over library versions", open=False, elem_id="timeline-section"):
+        gr.Markdown(SPEED_READ_ME)
+        with gr.Row():
+            model = gr.Textbox(DEFAULT_MODEL, label="Model", elem_id="timeline-model")
+            config = gr.Textbox(
+                "baseline",
+                label="Configuration, as Compare writes it",
+                placeholder="bf16+channels_last",
+                elem_id="timeline-config",
+                scale=2,
+            )
+            device = gr.Textbox("auto", label="Device", elem_id="timeline-device")
+        with gr.Row():
+            own = "the model's own"
+            steps = RawNumber(None, label="Steps", placeholder=own, precision=0, elem_id="timeline-steps")
+            width = RawNumber(None, label="Width", placeholder=own, precision=0, elem_id="timeline-width")
+            height = RawNumber(None, label="Height", placeholder=own, precision=0, elem_id="timeline-height")
+            batch = RawNumber(1, label="Batch", precision=0, minimum=1, elem_id="timeline-batch")
+        go = gr.Button("Show the timeline", elem_id="timeline-btn")
+        note = gr.Markdown("", elem_id="timeline-note")
+        with gr.Column(visible=False, elem_id="timeline-results") as results:
+            table = gr.Dataframe(
+                headers=list(ERA_COLUMNS),
+                datatype=["number", "number", "str", "markdown", "str", "str", "str"],
+                column_widths=["5%", "5%", "15%", "37%", "12%", "8%", "18%"],
+                label="Eras",
+                wrap=True,
+                interactive=False,
+                elem_id="timeline-table",
+            )
+            plot = gr.ScatterPlot(
+                x="time",
+                y="s / image",
+                color="era",
+                title="Seconds per image of each run, coloured by the versions it ran under",
+                label="Seconds per image over time",
+                show_label=False,
+                x_label_angle=0,
+                height=280,
+                elem_id="timeline-plot",
+            )
+            markdown = gr.Code(
+                language="markdown",
+                label="To paste into an issue",
+                interactive=False,
+                wrap_lines=True,
+                show_line_numbers=False,
+                max_lines=16,
+                elem_id="timeline-markdown",
+            )
+    form = [model, config, steps, width, height, batch, device]
+    shown = {"table": table, "plot": plot, "markdown": markdown}
+    view = named(handlers["timeline_form"], {**shown, "note": note, "results": results})
+    go.click(view, form, [*shown.values(), note, results], api_visibility="private")
+    eras = gr.JSON(visible=False, label="eras")  # the API's: each era as `Era.as_json` writes it
+    outputs = dict(zip(TIMELINE, (table, plot, markdown, eras), strict=True))
+    gr.Button(visible=False).click(
+        handlers["timeline"],
+        form,
+        list(outputs.values()),
+        api_name="timeline",
     )
