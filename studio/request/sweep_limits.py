@@ -132,4 +132,3 @@ class MatrixOptions:
         cap = None if cells in (None, "", 0) else checks.whole("max_cells", cells, 1, MAX_MATRIX_CELLS)
         object.__setattr__(self, "include_compile", include)
         object.__setattr__(self, "max_cells", cap)
-
