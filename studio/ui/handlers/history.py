@@ -20,6 +20,7 @@ from studio.ui import exports, views
 from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors
 from studio.ui.handlers.generate import filled
 
+TIMELINE_INPUTS = ("model", "config", "steps", "width", "height", "batch", "device")
 TIMELINE = ("table", "plot", "markdown", "eras")  # what `/timeline` answers, in this order
 ERA_COLUMNS = ("Era", "Runs", "When", "Versions", "s / image", "Host busy", "Against the era before")
 
@@ -130,10 +131,11 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         said = ", ".join(filter(None, [row.get("model"), row.get("config_label") or "baseline", when]))
         return {**form, "loaded": f"Loaded run #{run_id} ({said}) into the form."}
 
-    def timeline_of(asked: dict[str, Any]) -> dict[str, Any]:
-        """A configuration's timeline on this machine, by output name (`TIMELINE`): a sentence in place of
-        the Markdown block when the run log holds no such run."""
-        request = speed_timeline.timeline_request(**asked)
+    def timeline_of(given: dict[str, Any]) -> dict[str, Any]:
+        """A configuration's timeline on this machine, by output name (`TIMELINE`), from a handler's
+        arguments (`TIMELINE_INPUTS` taken by name): a sentence in place of the Markdown block when the run
+        log holds no such run."""
+        request = speed_timeline.timeline_request(**{name: given[name] for name in TIMELINE_INPUTS})
         hardware = devices.detect().summary()
         eras = speed_timeline.timeline(studio.runlog, request, hardware)
         if not eras:
@@ -161,17 +163,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         GPUs, model, size, steps, batch and device), oldest first, grouped into eras by the versions of the
         libraries that change speed: a table of the eras with each verdict against the era before, a plot of
         each run's seconds per image, the Markdown block to paste into an issue, and the eras (JSON)."""
-        shown = timeline_of(
-            dict(
-                model=model,
-                config=config,
-                steps=steps,
-                width=width,
-                height=height,
-                batch=batch,
-                device=device,
-            )
-        )
+        shown = timeline_of(locals())
         return tuple(shown[name] for name in TIMELINE)
 
     @engine_errors
@@ -179,17 +171,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         """History's "Speed over library versions": the timeline, or a sentence in its place (no such run,
         or a bad configuration or size)."""
         try:
-            shown = timeline_of(
-                dict(
-                    model=model,
-                    config=config,
-                    steps=steps,
-                    width=width,
-                    height=height,
-                    batch=batch,
-                    device=device,
-                )
-            )
+            shown = timeline_of(locals())
         except StudioError as exc:
             return {"note": f"⚠ {describe(exc)}", "results": gr.update(visible=False)}
         if not shown.pop("eras"):
