@@ -114,3 +114,24 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """Run the CLI in-process on a database under tmp_path: (exit status, stdout, stderr)."""
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
+        monkeypatch.delenv(name, raising=False)
+
+    from studio.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            status = main(list(args))
+        except SystemExit as exc:  # argparse
+            status = exc.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run

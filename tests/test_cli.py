@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from studio import devices
-from studio.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "a big green triangle on the right, on a white background"
@@ -36,25 +35,6 @@ OLD = ("latency_median", "peak_memory", "latency")
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """Run the CLI in-process on a database under tmp_path: (exit status, stdout, stderr)."""
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
-        monkeypatch.delenv(name, raising=False)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            status = main(list(args))
-        except SystemExit as exc:  # argparse
-            status = exc.code
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    return run
 
 
 def speaks_the_shared_vocabulary(record: dict) -> None:

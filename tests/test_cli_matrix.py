@@ -7,29 +7,12 @@ import json
 
 import pytest
 
-from studio.cli import main
 from studio.runlog import RunLog
 
 SMALL = ("--steps", "2", "--width", "32", "--height", "32", "--rounds", "1")
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """Run the CLI in-process on a database under tmp_path: (exit status, stdout, stderr)."""
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
-        monkeypatch.delenv(name, raising=False)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main(list(args))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    return run
 
 
 def test_two_cheap_techniques_and_a_conflict_measured_in_one_group_against_one_baseline(cli, tmp_path):
