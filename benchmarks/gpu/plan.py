@@ -27,7 +27,10 @@ DRY_PROMPT = "a big red circle on the left, on a white background"
 DRY_SKIP = {
     "torch_compile": (
         "not compiled with small numbers (inductor takes ~90 s per graph on a 2-core CPU); --with-compile"
-    )
+    ),
+    "aot_package": (
+        "not compiled with small numbers (AOTInductor takes ~60 s a package on a 2-core CPU); --with-compile"
+    ),
 }
 
 
