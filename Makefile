@@ -42,12 +42,14 @@ run: $(VENV)/.extras
 
 # Two pytest-xdist workers, a test file each at a time (its module fixtures built once), one torch thread each
 # (tests/conftest.py): on a two-core machine much of a test's time is spent waiting on servers, browsers and
-# subprocesses, which the other worker fills. TEST_WORKERS=0 runs the suite in this process.
+# subprocesses, which the other worker fills. The files go out longest first (tests/conftest.py orders them).
+# TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
-PYTEST = HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+WORKERS = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST = HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,$(WORKERS))
 
 test: $(VENV)/.dev-deps browser
-	$(PYTEST)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.dev-deps
 	$(PYTEST) -m "not slow and not browser"

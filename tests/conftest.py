@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -68,6 +69,34 @@ def pytest_sessionstart(session):
     if reporter is not None and session.config.get_verbosity() < 0:
         for line in pytest_report_header(session.config):
             reporter.write_line(line)
+
+
+# What a test file costs, for ordering the files longest first: the seconds its tests took in a full run
+# (tests/file_seconds.json: the files of 8 s or more, from `--durations=150`, a 2-core Xeon, cold caches;
+# `python -m tests.file_seconds` refreshes it). A file not listed there is short and is costed by its markers
+# (a test marked slow takes over ~10 s; a browser file starts a studio server and Chromium, ~12 s, once).
+FILE_SECONDS = json.loads((Path(__file__).parent / "file_seconds.json").read_text())
+SLOW_S, BROWSER_FILE_S, OTHER_S = 10.0, 12.0, 0.2
+
+
+def _expected_seconds(name: str, items: list[pytest.Item]) -> float:
+    if name in FILE_SECONDS:
+        return FILE_SECONDS[name]
+    browser = any(item.get_closest_marker("browser") for item in items)
+    slow = sum(1 for item in items if item.get_closest_marker("slow"))
+    return BROWSER_FILE_S * browser + SLOW_S * slow + OTHER_S * (len(items) - slow)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Test files longest first, each file's tests in their own order. `make test`'s workers take whole files
+    (`--dist loadfile --no-loadscope-reorder`) in this order: the long ones start at once, and the last files
+    to start are short ones, so no worker idles through another's long file at the end."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    cost = {name: _expected_seconds(name, tests) for name, tests in files.items()}
+    items[:] = [item for name in sorted(files, key=lambda n: -cost[n]) for item in files[name]]
 
 
 @pytest.fixture(autouse=True)
