@@ -143,3 +143,22 @@ def test_two_cards_of_one_machine_compare_without_measuring_and_others_are_refus
     assert "cards compare only within one suite version" in suites["report"]
     outside = handlers["compare_cards"]("epyc-before.json", "../not-in-the-folder.json")
     assert outside["report"].startswith("⚠ Choose two cards of") and outside["block"]["visible"] is False
+
+
+def test_the_timeline_plot_keeps_its_first_and_last_runs_inside_the_frame():
+    """The time axis has a margin each side: runs on the frame's edges read as cut off. One run alone gets an
+    hour each side."""
+    import pandas as pd
+
+    from studio.ui.handlers.history import plot_frame
+
+    def frame(*times: str) -> dict:
+        when = pd.to_datetime(list(times), utc=True)
+        return plot_frame(pd.DataFrame({"time": when, "s / image": [2.0] * len(times)}))
+
+    first, last = (pd.Timestamp(t, tz="UTC").timestamp() for t in ("2026-11-01", "2026-11-11"))  # seconds
+    low, high = frame("2026-11-01", "2026-11-05", "2026-11-11")["x_lim"]
+    assert low < first and high > last and (first - low) == pytest.approx(0.08 * (last - first))
+    low, high = frame("2026-11-01")["x_lim"]
+    assert (low, high) == (first - 3600, first + 3600)
+    assert frame("2026-11-01")["y_lim"] == [0, pytest.approx(2.3)], "seconds from zero"

@@ -59,10 +59,17 @@ def era_table(eras: list[speed_timeline.Era]) -> pd.DataFrame:
 
 
 def plot_frame(points: pd.DataFrame) -> dict[str, Any]:
-    """The plot's axes: seconds from zero (a change reads at its size), time ticks as `views.time_format`
-    writes them."""
+    """The plot's axes: seconds from zero (a change reads at its size); time with a margin on both sides, so
+    the first and the last run sit inside the frame, not on its edges (an hour each side where every run has
+    one time), ticks as `views.time_format` writes them. Gradio takes a time axis's limits in Unix seconds."""
     times = pd.DatetimeIndex(points["time"])
-    return {"y_lim": [0, 1.15 * points["s / image"].max()], "x_axis_format": views.time_format(times)}
+    first, last = times.min().timestamp(), times.max().timestamp()
+    margin = 0.08 * (last - first) if last > first else 3600.0
+    return {
+        "y_lim": [0, 1.15 * points["s / image"].max()],
+        "x_lim": [first - margin, last + margin],
+        "x_axis_format": views.time_format(times),
+    }
 
 
 def era_points(studio: Studio, eras: list[speed_timeline.Era]) -> pd.DataFrame:
