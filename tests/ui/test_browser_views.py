@@ -74,12 +74,12 @@ def _model(page, prefix: str, name: str) -> None:
 def test_a_random_weight_model_says_its_images_are_noise_by_design(page):
     from playwright.sync_api import expect
 
-    _model(page, "gen", "sd15-arch")
+    _model(page, "gen", "flux-tiny")
     small(page, "gen", steps=2, side=64)
     page.locator("#generate-btn").click()
     card = page.locator("#metrics-card")
     expect(card).to_contain_text("Noise by design", timeout=LONG)
-    expect(card).to_contain_text("sd15-arch has random weights")
+    expect(card).to_contain_text("flux-tiny has random weights")
     assert "this run" in card.inner_text() and "the process's peak" in card.inner_text()
     note = card.get_by_text("Noise by design")
     assert note.is_visible() and note.bounding_box()["y"] < HEIGHT, "the note is in the first screen"
