@@ -233,17 +233,20 @@ def test_the_architecture_digest_is_the_same_in_every_process():
         "with torch.device('meta'):\n    print(packages.architecture(models('sd15')['unet']))"
     )
     root = Path(__file__).resolve().parents[2]
-    digests = {
-        subprocess.run(
+    probes = [  # side by side: each process's time is its imports
+        subprocess.Popen(
             [sys.executable, "-c", probe],
             cwd=root,
             env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            check=True,
-        ).stdout.strip()
+        )
         for seed in ("1", "2", "3")
-    }
+    ]
+    answers = [process.communicate(timeout=300) for process in probes]
+    assert [process.returncode for process in probes] == [0, 0, 0], [err[-2000:] for _, err in answers]
+    digests = {out.strip() for out, _ in answers}
     assert len(digests) == 1, digests
 
 
