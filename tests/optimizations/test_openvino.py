@@ -5,12 +5,15 @@ still shows what was asked); conversions cached on disk; exact revert; no usage 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
+import re
 import subprocess
 import sys
-import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,6 +60,87 @@ def openvino(**settings):
 def cache_entries(home: Path) -> set[str]:
     root = home / "openvino"
     return {p.name for p in root.iterdir()} if root.exists() else set()
+
+
+UNET_ONLY = {"vae": False, "text_encoder": False}  # the calibrated UNet alone (the other parts add time)
+
+
+@dataclass
+class Built:
+    """A UNet calibrated in a fresh pipeline manager: the home it was stored in, the call's request, images
+    and prepared pipeline, its cache entry, and what the spies saw while it was built."""
+
+    home: Path
+    request: Any
+    images: np.ndarray
+    prepared: Any
+    unet: Path
+    seen: dict[str, list] = field(default_factory=dict)
+    hardware: Any = None  # the CPU the build was told it ran on, where one was
+
+    @property
+    def stats(self) -> dict:
+        return self.prepared.ctx.stats
+
+    def stored(self) -> bytes:
+        """The stored weights and quantizer ranges."""
+        return (self.unet / "model.bin").read_bytes()
+
+
+def build_unet(patch: pytest.MonkeyPatch, home: Path, settings: dict, steps: int = 2) -> Built:
+    """openvino with `settings` for the UNet only, `steps` steps (2: a short calibration), by a fresh pipeline
+    manager with `home` as the studio's home (set through `patch`); its one new cache entry is the UNet's."""
+    patch.setenv("STUDIO_HOME", str(home))
+    before = cache_entries(home)
+    request = tiny.request(["openvino"], {"openvino": {**settings, **UNET_ONLY}}, steps=steps)
+    images, prepared = tiny.run(PipelineManager(), request)
+    new = cache_entries(home) - before
+    assert len(new) == 1, f"one new cache entry, the UNet's: {new}"
+    return Built(home, request, images, prepared, home / "openvino" / new.pop())
+
+
+def returned(patch: pytest.MonkeyPatch, owner: Any, name: str) -> list:
+    """What each call of `owner.name` returns from now on (until `patch` puts it back)."""
+    real, seen = getattr(owner, name), []
+
+    def spy(*args, **kwargs):
+        seen.append(real(*args, **kwargs))
+        return seen[-1]
+
+    patch.setattr(owner, name, spy)
+    return seen
+
+
+def given_samples(patch: pytest.MonkeyPatch) -> list:
+    """The samples NNCF is given by each static int8 quantization from now on (iterated again after
+    quantizing: the dataset replays them)."""
+    given: list = []
+    quantize = getattr(ov_int8.static_int8, "__wrapped__", ov_int8.static_int8)  # not an earlier call's spy
+
+    def spy(model, calibration, fix, float_ops, *ranges):
+        quantized = quantize(model, calibration, fix, float_ops, *ranges)
+        given.extend(calibration)
+        return quantized
+
+    spy.__wrapped__ = quantize
+    patch.setattr(ov_int8, "static_int8", spy)
+    return given
+
+
+def nncf_compiles(patch: pytest.MonkeyPatch) -> list[tuple[int, dict | None]]:
+    """The outputs and the configuration of each model NNCF's engine compiles from now on."""
+    import openvino as ov
+
+    compiled: list[tuple[int, dict | None]] = []
+    compile_model = ov.Core.compile_model
+
+    def spy(self, model, *args, **kwargs):
+        if sys._getframe(1).f_code.co_filename.endswith(os.path.join("nncf", "openvino", "engine.py")):
+            compiled.append((len(model.outputs), kwargs.get("config")))  # a model NNCF's engine infers
+        return compile_model(self, model, *args, **kwargs)
+
+    patch.setattr(ov.Core, "compile_model", spy)
+    return compiled
 
 
 def test_fp32_draws_the_same_image_builds_once_per_shape_and_reverts(manager, baseline, home):
@@ -111,48 +195,49 @@ def test_a_sweeps_openvino_pipeline_shares_the_loaded_weights_and_leaves_them_as
     assert np.array_equal(tiny.run(manager, tiny.request(steps=STEPS))[0], baseline)
 
 
-def test_a_build_keeps_the_libraries_chatter_to_itself(tmp_path, monkeypatch, capfd):
-    """The first call of a size traces and compresses each part: torch's tracer warnings and NNCF's INFO
-    tables would fill a CLI user's terminal (some 50 lines) before the results; a cached call is quiet."""
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))  # an empty cache: every part is built
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        _, prepared = tiny.run(PipelineManager(), openvino(mode="int8_weights"))
-    assert prepared.ctx.stats["openvino_builds"] >= 3, "the UNet, decoder and text encoder were built here"
-    out, err = capfd.readouterr()
-    assert [
-        str(w.message) for w in seen if issubclass(w.category, (torch.jit.TracerWarning, FutureWarning))
-    ] == []
-    assert "INFO:nncf" not in out + err and "TracerWarning" not in err
+def entries_used(monkeypatch) -> list[Path]:
+    """The cache entries (folders) the parts open from now on, built or read back, in order."""
+    from studio.optimizations.openvino import cache as ovk
+
+    folders: list[Path] = []
+    init = ovk.Entry.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        folders.append(self.folder)
+
+    monkeypatch.setattr(ovk.Entry, "__init__", recording)
+    return folders
 
 
-def decoder_constants(home: Path, entries: set[str]) -> set[str]:
+def decoder_constants(entries: list[Path]) -> set[str]:
     """The element types of the constants of the VAE decoder among `entries` (the one model whose only input
     is a float latent)."""
     from studio.optimizations.openvino import models as ovm
 
     core = ovm.openvino().Core()
     for entry in entries:
-        model = core.read_model(home / "openvino" / entry / "model.xml")
+        model = core.read_model(entry / "model.xml")
         if len(model.inputs) == 1 and model.inputs[0].get_element_type().is_real():
             constants = [op for op in model.get_ops() if op.get_type_name() == "Constant"]
             return {op.get_element_type().get_type_name() for op in constants}
-    raise AssertionError("no VAE decoder among the new cache entries")
+    raise AssertionError("no VAE decoder among the call's cache entries")
 
 
 def test_vae_int8_makes_the_decoder_static_int8_and_the_image_still_shows_what_was_asked(
-    manager, baseline, tmp_path, monkeypatch
+    home, baseline, monkeypatch
 ):
     """In the int8 modes the decoder otherwise gets 8-bit weights (unsigned, with a zero point) over float
     math; `vae_int8` quantizes its activations too: signed int8 weights, calibrated on the latents the
-    calibration prompts denoise to."""
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))  # an empty cache: every entry below is new
+    calibration prompts denoise to. (In this module's home, int8_weights' parts are read back where
+    test_int8_modes_stay_close built them: only the calibrated decoder is new. A fresh manager: its parts
+    open their cache entries.)"""
+    manager, used = PipelineManager(), entries_used(monkeypatch)
     types = {}
     for vae_int8 in (False, True):
-        before = cache_entries(tmp_path)
-        settings = {"mode": "int8_weights", "text_encoder": False, "vae_int8": vae_int8}
-        images, prepared = tiny.run(manager, openvino(**settings))
-        types[vae_int8] = decoder_constants(tmp_path, cache_entries(tmp_path) - before)
+        used.clear()
+        images, prepared = tiny.run(manager, openvino(mode="int8_weights", vae_int8=vae_int8))
+        types[vae_int8] = decoder_constants(used)
         assert ("openvino_overflow_fix" in prepared.ctx.stats) == vae_int8, "recorded where it applies"
         if vae_int8:
             assert psnr(images, baseline) >= 24.0, psnr(images, baseline)
@@ -356,15 +441,87 @@ def test_openvino_profile_says_where_a_models_time_goes(tmp_path, monkeypatch, c
     assert "FullyConnected" in by_type or "MatMul" in by_type, out
 
 
-def test_the_first_call_benchmark_times_each_phase_in_an_empty_cache(tmp_path):
+# A new process, as a CLI user's: an int8_weights build in an empty cache (its warnings recorded), then
+# `benchmarks.openvino_first_call` on the bundled model, then what became of OpenVINO's and NNCF's usage
+# reporting. Each part's output follows a line of its own on stdout and stderr.
+FRESH_PROCESS = """
+import json
+import sys
+import warnings
+
+import torch
+
+from studio.manager import PipelineManager
+from tests import tiny
+
+MARKS = {marks!r}
+request = tiny.request(["openvino"], {{"openvino": {{"mode": "int8_weights"}}}}, steps=2)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    _, prepared = tiny.run(PipelineManager(), request)
+chatty = (torch.jit.TracerWarning, FutureWarning)
+warned = [str(w.message) for w in seen if issubclass(w.category, chatty)]
+print(json.dumps({{"builds": prepared.ctx.stats.get("openvino_builds", 0), "warnings": warned}}))
+for mark in MARKS:
+    print(mark, flush=True)
+    print(mark, file=sys.stderr, flush=True)
+    if mark == MARKS[0]:
+        from benchmarks import openvino_first_call
+
+        sys.argv = {benchmark!r}
+        openvino_first_call.main()
+from openvino.tools.ovc import telemetry_utils
+from nncf.telemetry import wrapper
+print(sys.modules["openvino_telemetry"], telemetry_utils.tm.__name__, type(wrapper.telemetry).__name__)
+"""
+MARKS = ("=== the first call benchmark", "=== usage reporting")
+BENCHMARK = ["openvino_first_call", "--model", "tiny-shapes", "--side", "64"]
+BENCHMARK += ["--mode", "hybrid_int8", "--steps", "2", "--seeds", "1"]
+
+
+@pytest.fixture(scope="module")
+def fresh_process(tmp_path_factory):
+    """`FRESH_PROCESS` run with its own home directory, studio home and TMPDIR (each empty): the process,
+    and those folders as it left them. One process for the three tests below (each started process imports
+    torch, OpenVINO and NNCF again: seconds)."""
+    root = tmp_path_factory.mktemp("fresh-process")
+    folders = {name: root / name for name in ("home", "studio", "tmp")}
+    for folder in folders.values():
+        folder.mkdir()
+    env = {**os.environ, "HOME": str(folders["home"]), "STUDIO_HOME": str(folders["studio"])}
+    env.update(TMPDIR=str(folders["tmp"]), OMP_NUM_THREADS="1")
+    script = FRESH_PROCESS.format(marks=MARKS, benchmark=BENCHMARK)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    return done, folders
+
+
+def fresh_process_part(fresh_process, part: int) -> tuple[str, str]:
+    """The stdout and stderr of one part of `FRESH_PROCESS` (0: the build, 1: the benchmark, 2: the usage
+    reporting), once it exited cleanly."""
+    done, _ = fresh_process
+    assert done.returncode == 0, done.stderr[-2000:]
+    marks = "|".join(re.escape(f"{mark}\n") for mark in MARKS)
+    outs, errs = (re.split(marks, text) for text in (done.stdout, done.stderr))
+    assert len(outs) == len(errs) == len(MARKS) + 1, done.stdout[-2000:]
+    return outs[part], errs[part]
+
+
+def test_a_build_keeps_the_libraries_chatter_to_itself(fresh_process):
+    """The first call of a size traces and compresses each part: torch's tracer warnings and NNCF's INFO
+    tables would fill a CLI user's terminal (some 50 lines) before the results; a cached call is quiet."""
+    out, err = fresh_process_part(fresh_process, 0)
+    built = json.loads(out.splitlines()[-1])
+    assert built["builds"] >= 3, "the UNet, decoder and text encoder were built here"
+    assert built["warnings"] == []
+    assert "INFO:nncf" not in out + err and "TracerWarning" not in err
+
+
+def test_the_first_call_benchmark_times_each_phase_in_an_empty_cache(fresh_process):
     """`benchmarks.openvino_first_call` on the bundled model: every phase timed, the samples NNCF got, and
     the image against PyTorch fp32's; its cache is its own and gone afterwards."""
-    cmd = [sys.executable, "-m", "benchmarks.openvino_first_call", "--model", "tiny-shapes", "--side", "64"]
-    cmd += ["--mode", "hybrid_int8", "--steps", "2", "--seeds", "1"]
-    env = {**os.environ, "TMPDIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = done.stdout
+    out, _ = fresh_process_part(fresh_process, 1)
     assert "tiny-shapes 64x64, 2 steps, openvino[mode=hybrid_int8]" in out
     assert "    int8 weights folded: " in out, out  # milliseconds on the bundled model
     for phase in ("conversion", "NNCF quantization", "statistics", "bias correction", "compile"):
@@ -374,7 +531,15 @@ def test_the_first_call_benchmark_times_each_phase_in_an_empty_cache(tmp_path):
     samples = int(out.split("samples given to NNCF: ")[1].split()[0])
     assert samples > 0
     assert f"trajectory calls answered by NNCF's statistics inference: {samples}" in out, out
-    assert list(tmp_path.iterdir()) == [], "the benchmark's own cache is removed"
+    assert list(fresh_process[1]["tmp"].iterdir()) == [], "the benchmark's own cache is removed"
+
+
+def test_conversion_sends_no_usage_data_and_writes_nothing_home(fresh_process):
+    """In a fresh process (import order is the point): importing OpenVINO, converting and quantizing with it
+    never reach `openvino_telemetry`, and nothing appears in the home directory."""
+    out, _ = fresh_process_part(fresh_process, 2)
+    assert out.split()[-3:] == ["None", "openvino.tools.ovc.telemetry_stub", "MagicMock"]
+    assert list(fresh_process[1]["home"].iterdir()) == [], "nothing written under the home directory"
 
 
 def _dequantized_weight(op) -> bool:
@@ -392,7 +557,7 @@ def _behind_layout(node) -> str:
     return node.get_type_name()
 
 
-def linear_layers(home: Path) -> int:
+def linear_layers() -> int:
     manager = PipelineManager()
     with manager.acquire(tiny.request()) as plain:
         return sum(isinstance(m, torch.nn.Linear) for m in plain.pipe.unet.modules())
@@ -406,60 +571,91 @@ def weight_element_type(op) -> str:
     return node.get_element_type().get_type_name()
 
 
-def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(tmp_path, monkeypatch):
+# calibrated at SHORT_STEPS steps on SHORT_SAMPLES samples (CALIBRATION_SAMPLES, made smaller): a request
+# longer than its samples, whose calls between them run through the fp32 UNet
+SHORT_STEPS, SHORT_SAMPLES = 6, 12
+CONVOLUTIONS = {"mode": "full_int8", "int8_linears": "convolution"}
+
+
+@pytest.fixture(scope="module")
+def int8_convolutions(tmp_path_factory):
+    """full int8 with the Linear layers as convolutions, calibrated at SHORT_STEPS on SHORT_SAMPLES samples,
+    each in an empty home of its own: on this CPU told it computes bf16 ("native") and told it does not
+    ("emulated": NNCF's statistics then run in f32). Per build, the samples NNCF was given ("samples"), the
+    models NNCF's engine compiled ("compiles"), and the token convolutions each model NNCF's engine compiled
+    ran as MatMuls ("as_matmuls")."""
+    import dataclasses
+
+    from studio import devices
+    from studio.optimizations.openvino import calibration_samples as calibration
+    from studio.optimizations.openvino import statistics as openvino_statistics
+
+    real = devices.detect()
+    cpus = {
+        "native": dataclasses.replace(real, cpu_flags=real.cpu_flags | {"avx512_bf16"}),
+        "emulated": dataclasses.replace(real, cpu_flags=real.cpu_flags - {"avx512_bf16", "amx_bf16"}),
+    }
+    built = {}
+    for name, hardware in cpus.items():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(devices, "detect", lambda hardware=hardware: hardware)
+            patch.setattr(calibration, "CALIBRATION_SAMPLES", SHORT_SAMPLES)
+            seen = {
+                "samples": given_samples(patch),
+                "compiles": nncf_compiles(patch),
+                "as_matmuls": returned(patch, openvino_statistics, "token_convolutions_as_matmuls"),
+            }
+            home = tmp_path_factory.mktemp(f"int8-convolutions-{name}")
+            built[name] = build_unet(patch, home, CONVOLUTIONS, steps=SHORT_STEPS)
+        built[name].seen, built[name].hardware = seen, hardware
+    return built
+
+
+def test_full_int8_runs_the_unets_linear_layers_as_static_int8_convolutions(int8_convolutions):
     """hybrid_int8 leaves the Linear layers as MatMuls with 8-bit weights over float math; full_int8 with
     `int8_linears=convolution` (the choice on CPUs without VNNI) runs each of them as a 1x1 convolution with
     int8 weights and activations (calibrated on their MatMuls)."""
-    import torch
-
     from studio.optimizations.openvino import models as ovm
-    from studio.optimizations.openvino import statistics as openvino_statistics
 
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    as_matmuls = openvino_statistics.token_convolutions_as_matmuls
-    in_statistics: list[int] = []
-    monkeypatch.setattr(
-        openvino_statistics,
-        "token_convolutions_as_matmuls",
-        lambda model: in_statistics.append(as_matmuls(model)) or in_statistics[-1],
-    )
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "convolution"}
-    manager = PipelineManager()
-    _, prepared = tiny.run(manager, tiny.request(["openvino"], {"openvino": settings}, steps=2))
-    rewrites = prepared.ctx.stats["openvino_linears_as_convolutions"]
-    with manager.acquire(tiny.request()) as plain:
-        linears = sum(isinstance(m, torch.nn.Linear) for m in plain.pipe.unet.modules())
-    assert rewrites == linears > 0
-    assert max(in_statistics) == linears, "NNCF's statistics model runs them as the MatMuls they were"
-    (unet,) = cache_entries(tmp_path)
-    model = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml")
-    ops = model.get_ordered_ops()
-    assert not [op for op in ops if op.get_type_name() == "MatMul" and ov_int8._constant_behind(op, 1)]
-    rewritten = [op for op in ops if op.get_friendly_name().endswith("/as_convolution")]
-    assert len(rewritten) == linears
-    assert {weight_element_type(op) for op in rewritten} == {"i8"}
-    kinds = {op.get_type_name() for op in ops}
-    assert "FakeQuantize" in kinds, "int8 activations: calibrated quantizers in front of the convolutions"
+    linears = linear_layers()
+    for built in int8_convolutions.values():  # NNCF's statistics in bf16 and in f32
+        assert built.stats["openvino_linears_as_convolutions"] == linears > 0
+        assert max(built.seen["as_matmuls"]) == linears, (
+            "NNCF's statistics model runs them as the MatMuls they were"
+        )
+        model = ovm.openvino().Core().read_model(built.unet / "model.xml")
+        ops = model.get_ordered_ops()
+        assert not [op for op in ops if op.get_type_name() == "MatMul" and ov_int8._constant_behind(op, 1)]
+        rewritten = [op for op in ops if op.get_friendly_name().endswith("/as_convolution")]
+        assert len(rewritten) == linears
+        assert {weight_element_type(op) for op in rewritten} == {"i8"}
+        kinds = {op.get_type_name() for op in ops}
+        assert "FakeQuantize" in kinds, "int8 activations: calibrated quantizers in front of the convolutions"
 
 
-def test_full_int8_with_int8_matmuls_quantizes_the_linear_layers_where_they_are(
-    tmp_path, monkeypatch, baseline
-):
+MATMULS = {"mode": "full_int8", "int8_linears": "matmul"}
+
+
+@pytest.fixture(scope="module")
+def int8_matmuls(tmp_path_factory):
+    """full int8 with int8 MatMuls at STEPS (the images are compared with fp32's), in an empty home."""
+    with pytest.MonkeyPatch.context() as patch:
+        return build_unet(patch, tmp_path_factory.mktemp("int8-matmuls"), MATMULS, steps=STEPS)
+
+
+def test_full_int8_with_int8_matmuls_quantizes_the_linear_layers_where_they_are(int8_matmuls, baseline):
     """`int8_linears=matmul` (the choice on CPUs with VNNI or AMX) keeps the Linear layers as MatMuls and
     quantizes them, weights and activations, but those fed by the text encoder's states or the timestep
     embedding, which keep 8-bit weights over float math as in hybrid; the image stays close to fp32's."""
     from studio.optimizations.openvino import models as ovm
 
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "matmul"}
-    images, prepared = tiny.run(PipelineManager(), openvino(**settings))
-    assert prepared.ctx.stats["openvino_int8_linears"] == "matmul"
-    assert "openvino_linears_as_convolutions" not in prepared.ctx.stats
-    (unet,) = cache_entries(tmp_path)
-    model = ovm.openvino().Core().read_model(tmp_path / "openvino" / unet / "model.xml")
+    built = int8_matmuls
+    assert built.stats["openvino_int8_linears"] == "matmul"
+    assert "openvino_linears_as_convolutions" not in built.stats
+    model = ovm.openvino().Core().read_model(built.unet / "model.xml")
     ops = model.get_ordered_ops()
     with_weights = [op for op in ops if op.get_type_name() == "MatMul" and _dequantized_weight(op)]
-    assert len(with_weights) == linear_layers(tmp_path) > 0
+    assert len(with_weights) == linear_layers() > 0
     assert not [op for op in ops if op.get_friendly_name().endswith("/as_convolution")]
     fed = {op.get_friendly_name(): _behind_layout(op.input_value(0).get_node()) for op in with_weights}
     int8 = [op for op in with_weights if fed[op.get_friendly_name()] == "FakeQuantize"]
@@ -470,17 +666,19 @@ def test_full_int8_with_int8_matmuls_quantizes_the_linear_layers_where_they_are(
         rows = math.prod(d.get_length() for d in list(op.input_value(0).get_partial_shape())[:-1])
         assert fed[op.get_friendly_name()] == "Parameter" or rows < 16, op.get_friendly_name()
     assert "Parameter" in {fed[op.get_friendly_name()] for op in kept}
-    assert psnr(images, baseline) >= 20.0, psnr(images, baseline)
+    assert psnr(built.images, baseline) >= 20.0, psnr(built.images, baseline)
 
 
-def test_quantile_activation_ranges_calibrate_their_own_entry_and_stay_close(tmp_path, monkeypatch, baseline):
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "matmul"}
-    minmax, _ = tiny.run(PipelineManager(), openvino(**settings))
-    quantile, _ = tiny.run(PipelineManager(), openvino(**settings, activation_ranges="quantile"))
-    assert len(cache_entries(tmp_path)) == 2, "each calibration is its own cache entry"
-    assert not np.array_equal(minmax, quantile), "the ranges changed what the int8 model computes"
-    assert psnr(quantile, baseline) >= 20.0, psnr(quantile, baseline)
+def test_quantile_activation_ranges_calibrate_their_own_entry_and_stay_close(
+    int8_matmuls, monkeypatch, baseline
+):
+    minmax, settings = int8_matmuls, {**MATMULS, "activation_ranges": "quantile"}
+    quantile = build_unet(monkeypatch, minmax.home, settings, steps=STEPS)  # in the minmax build's home
+    assert len(cache_entries(minmax.home)) == 2, "each calibration is its own cache entry"
+    assert not np.array_equal(minmax.images, quantile.images), (
+        "the ranges changed what the int8 model computes"
+    )
+    assert psnr(quantile.images, baseline) >= 20.0, psnr(quantile.images, baseline)
 
 
 def test_activation_ranges_without_int8_activations_is_a_sentence():
@@ -521,19 +719,33 @@ def int8_weight_peaks(model_xml: Path) -> list[int]:
     ]
 
 
-def test_overflow_fix_gives_every_int8_convolution_7_bit_weights(tmp_path, monkeypatch):
+HYBRID = {"mode": "hybrid_int8"}
+
+
+@pytest.fixture(scope="module")
+def hybrid_unets(home):
+    """hybrid int8 at 2 steps (a short calibration) stored in this module's home, a UNet for each overflow
+    fix (each a cache entry of its own); per build, what each model NNCF's engine compiled had of weight
+    reductions folded ("folded")."""
+    from studio.optimizations.openvino import statistics as openvino_statistics
+
+    openvino_statistics.install()
+    built = {}
+    for fix in ("enable", "first_layer_only"):
+        with pytest.MonkeyPatch.context() as patch:
+            folded = returned(patch, openvino_statistics, "fold_weight_reductions")
+            built[fix] = build_unet(patch, home, {**HYBRID, "overflow_fix": fix})
+        built[fix].seen["folded"] = folded
+    return built
+
+
+def test_overflow_fix_gives_every_int8_convolution_7_bit_weights(hybrid_unets):
     """Without VNNI, oneDNN sums pairs of u8 x s8 products in a saturating int16: weights within -64..64 keep
     every pair in range. NNCF's own default fixes the first layer only, and then full-range weights remain."""
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))  # an empty cache: each build below is new
     peaks = {}
-    for fix in ("enable", "first_layer_only"):
-        before = cache_entries(tmp_path)
-        settings = {"mode": "hybrid_int8", "overflow_fix": fix, "vae": False, "text_encoder": False}
-        request = tiny.request(["openvino"], {"openvino": settings}, steps=2)  # a short calibration
-        _, prepared = tiny.run(PipelineManager(), request)
-        assert prepared.ctx.stats["openvino_overflow_fix"] == fix
-        (unet,) = cache_entries(tmp_path) - before  # a UNet of its own for each fix
-        peaks[fix] = int8_weight_peaks(tmp_path / "openvino" / unet / "model.xml")
+    for fix, built in hybrid_unets.items():  # a UNet of its own for each fix (`build_unet`)
+        assert built.stats["openvino_overflow_fix"] == fix
+        peaks[fix] = int8_weight_peaks(built.unet / "model.xml")
     assert peaks["enable"] and max(peaks["enable"]) <= 64
     assert max(peaks["first_layer_only"]) > 64
 
@@ -640,52 +852,61 @@ def test_another_nncf_without_the_engine_is_used_as_it_is_and_says_so(monkeypatc
     assert len(caplog.records) == 1, "said once, not once per build"
 
 
-def _built_with_and_without(rewrite: str, settings: dict, tmp_path, monkeypatch) -> tuple[list[int], dict]:
-    """The UNet's stored weights built with the statistics engine's `rewrite` and without it, and what the
-    rewrite returned for each model NNCF's engine compiled."""
+def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(
+    hybrid_unets, tmp_path, monkeypatch
+):
+    """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
+    without: the stored weights and quantizer ranges are byte for byte the same."""
+    from studio.optimizations.openvino import statistics as openvino_statistics
+
+    folded = hybrid_unets["enable"]
+    counts = folded.seen["folded"]
+    assert counts and counts[0] > 0, "the statistics model had weight reductions to fold"
+    monkeypatch.setattr(openvino_statistics, "fold_weight_reductions", lambda model: 0)
+    unfolded = build_unet(monkeypatch, tmp_path, {**HYBRID, "overflow_fix": "enable"})
+    assert unfolded.stored() == folded.stored()
+
+
+# NNCF's statistics in f32 whatever the CPU (bf16 would not change what is compared below)
+QUANTILES = {"mode": "full_int8", "activation_ranges": "quantile", "calibration_precision": "f32"}
+
+
+@pytest.fixture(scope="module")
+def quantile_unet(tmp_path_factory):
+    """full int8 with quantile ranges at 2 steps in an empty home, as the studio builds it; what each call
+    of the studio's quantiles returned ("quantiles") and the repeated Results each model NNCF's engine
+    compiled had dropped ("dropped")."""
+    from studio.optimizations.openvino import quantiles as openvino_quantiles
     from studio.optimizations.openvino import statistics as openvino_statistics
 
     openvino_statistics.install()
-    real = getattr(openvino_statistics, rewrite)
-    counts: list[int] = []
-    built = {}
-    for name, rewriting in (
-        ("with", lambda model: counts.append(real(model)) or counts[-1]),
-        ("without", lambda model: 0),
-    ):
-        monkeypatch.setattr(openvino_statistics, rewrite, rewriting)
-        home = tmp_path / name
-        monkeypatch.setenv("STUDIO_HOME", str(home))
-        tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
-        (unet,) = cache_entries(home)
-        built[name] = (home / "openvino" / unet / "model.bin").read_bytes()
-    return counts, built
+    with pytest.MonkeyPatch.context() as patch:
+        seen = {
+            "quantiles": returned(patch, openvino_quantiles, "quantiles"),
+            "dropped": returned(patch, openvino_statistics, "drop_repeated_results"),
+        }
+        built = build_unet(patch, tmp_path_factory.mktemp("quantiles"), QUANTILES)
+    built.seen = seen
+    return built
 
 
-def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(tmp_path, monkeypatch):
-    """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
-    without: the stored weights and quantizer ranges are byte for byte the same."""
-    settings = {"mode": "hybrid_int8", "vae": False, "text_encoder": False}
-    folded, built = _built_with_and_without("fold_weight_reductions", settings, tmp_path, monkeypatch)
-    assert folded and folded[0] > 0, "the statistics model had weight reductions to fold"
-    assert built["with"] == built["without"]
-
-
-def test_a_tensor_two_quantiles_read_is_copied_out_once_and_builds_the_same_model(tmp_path, monkeypatch):
+def test_a_tensor_two_quantiles_read_is_copied_out_once_and_builds_the_same_model(
+    quantile_unet, tmp_path, monkeypatch
+):
     """Quantile ranges read each activation for its low and its high quantile: the statistics model gives
     it out once, and the quantized model is the one built with each copied out twice: the same int8
     weights, its ranges and biases the same to float rounding at each tensor's scale (the CPU plugin may
     pick another kernel for a tensor with fewer readers)."""
     import openvino as ov
 
-    settings = {"mode": "full_int8", "activation_ranges": "quantile", "calibration_precision": "f32"}
-    settings.update(vae=False, text_encoder=False)
-    dropped, _ = _built_with_and_without("drop_repeated_results", settings, tmp_path, monkeypatch)
-    assert max(dropped) > 0, "the statistics model had an activation given out twice"
+    from studio.optimizations.openvino import statistics as openvino_statistics
+
+    assert max(quantile_unet.seen["dropped"]) > 0, "the statistics model had an activation given out twice"
+    monkeypatch.setattr(openvino_statistics, "drop_repeated_results", lambda model: 0)
+    twice = build_unet(monkeypatch, tmp_path, QUANTILES)
     constants = {}
-    for name in ("with", "without"):
-        (unet,) = cache_entries(tmp_path / name)
-        model = ov.Core().read_model(tmp_path / name / "openvino" / unet / "model.xml")
+    for name, built in (("with", quantile_unet), ("without", twice)):
+        model = ov.Core().read_model(built.unet / "model.xml")
         constants[name] = [
             op.get_data() for op in model.get_ordered_ops() if op.get_type_name() == "Constant"
         ]
@@ -720,33 +941,20 @@ def test_auto_overflow_fix_follows_the_cpus_int8_kernels(flags, expected):
     assert overflow_fix("disable", frozenset(flags)) == "disable", "an explicit setting is kept"
 
 
-def test_hybrid_calibration_is_keyed_by_size_and_steps(home):
-    manager = PipelineManager()
-    before = cache_entries(home)
-    tiny.run(manager, tiny.request(["openvino"], {"openvino": {"mode": "hybrid_int8"}}, steps=6))
-    after_six = cache_entries(home)
-    tiny.run(manager, tiny.request(["openvino"], {"openvino": {"mode": "hybrid_int8"}}, steps=8))
-    new_unets = cache_entries(home) - after_six
-    assert len(after_six - before) >= 1 and len(new_unets) == 1, "8 steps calibrates a UNet of its own"
-
-
-def calibrated(monkeypatch, request) -> tuple[list, dict, object]:
-    """Run `request` (a calibrated openvino mode) in an empty cache: the samples NNCF was given (iterated
-    again after quantizing: the dataset replays them), the calibration's call counts, the prepared
-    pipeline."""
-
-    given: list = []
-    quantize = getattr(ov_int8.static_int8, "__wrapped__", ov_int8.static_int8)  # not an earlier call's spy
-
-    def spy(model, calibration, fix, float_ops, *ranges):
-        quantized = quantize(model, calibration, fix, float_ops, *ranges)
-        given.extend(calibration)
-        return quantized
-
-    spy.__wrapped__ = quantize
-    monkeypatch.setattr(ov_int8, "static_int8", spy)
-    _, prepared = tiny.run(PipelineManager(), request)
-    return given, prepared.ctx.stats["openvino_calibration_calls"], prepared
+def test_hybrid_calibration_is_keyed_by_size_and_steps(hybrid_unets, home, monkeypatch):
+    """A call at other steps opens a UNet of its own, and the same decoder and text encoder. (This module's
+    home holds both UNets: the 2-step ones of `hybrid_unets`, one of them for the overflow fix this CPU
+    gets, and the one at STEPS test_int8_modes_stay_close built. Fresh managers: their parts open their
+    entries.)"""
+    used, opened = entries_used(monkeypatch), {}
+    for steps in (STEPS, 2):
+        used.clear()
+        tiny.run(
+            PipelineManager(), tiny.request(["openvino"], {"openvino": {"mode": "hybrid_int8"}}, steps=steps)
+        )
+        opened[steps] = set(used)
+    assert len(opened[STEPS]) == len(opened[2]) == 3, opened
+    assert len(opened[STEPS] - opened[2]) == 1, "2 steps calibrates a UNet of its own"
 
 
 def pytorch_trajectories(prepared, request, like: tuple) -> list[tuple]:
@@ -768,38 +976,38 @@ def pytorch_trajectories(prepared, request, like: tuple) -> list[tuple]:
 
 
 def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over_the_steps(
-    tmp_path, monkeypatch
+    int8_convolutions, monkeypatch
 ):
     """NNCF infers every calibration sample for its statistics, so each sample's prediction, which the
     trajectory needs for its next input, is the one NNCF computed: one UNet inference per sample, not two.
     The calls between samples run through the converted fp32 UNet, and so does every call where NNCF's
     engine does not tell what it inferred (another nncf). The samples are the inputs the PyTorch UNet's
-    trajectories give, to fp32 rounding (with `calibration_precision=f32`); a long request keeps
+    trajectories give, to fp32 rounding (with NNCF's statistics in f32); a long request keeps
     CALIBRATION_SAMPLES of them, from each prompt's first step to its last, so that NNCF's statistics cost
-    no more at 30 steps than at 10."""
+    no more at 30 steps than at 10 (built at SHORT_STEPS with the cap made SHORT_SAMPLES: the same
+    spread, fewer samples)."""
     import contextlib
 
     from pipelines.schedulers import fresh_scheduler
+    from studio import devices
     from studio.optimizations.openvino import calibration_samples as calibration
     from studio.optimizations.openvino import statistics as ovs
 
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    # the Linear layers as convolutions: every weight fp32 in NNCF's statistics model, which runs in f32
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False, "int8_linears": "convolution"}
-    settings["calibration_precision"] = "f32"
-    request = tiny.request(["openvino"], {"openvino": settings}, steps=30)
-    given, calls, prepared = calibrated(monkeypatch, request)
+    built = int8_convolutions["emulated"]  # NNCF's statistics in f32
+    given, calls, request = built.seen["samples"], built.stats["openvino_calibration_calls"], built.request
     prompts = len(request.spec.calibration_prompts)
-    samples = calibration.CALIBRATION_SAMPLES // prompts * prompts
+    cap = calibration.CALIBRATION_SAMPLES  # the studio's own: 30 steps give NNCF that many samples, no more
+    assert len(calibration.spread(30, prompts, cap)) * prompts == cap // prompts * prompts <= cap
+    samples = SHORT_SAMPLES // prompts * prompts
     assert len(given) == samples
     assert calls == {
         "answered by NNCF's statistics inference": samples,
-        "run through the fp32 UNet": 30 * prompts - samples,
+        "run through the fp32 UNet": SHORT_STEPS * prompts - samples,
     }
-    every = pytorch_trajectories(prepared, request, given[0])
-    picks = calibration.spread(30, prompts, calibration.CALIBRATION_SAMPLES)
-    reference = [every[run * 30 + i] for run in range(prompts) for i in picks]
-    steps = [float(t) for t in fresh_scheduler(prepared.pipe.scheduler, 30).timesteps]
+    every = pytorch_trajectories(built.prepared, request, given[0])
+    picks = calibration.spread(SHORT_STEPS, prompts, SHORT_SAMPLES)
+    reference = [every[run * SHORT_STEPS + i] for run in range(prompts) for i in picks]
+    steps = [float(t) for t in fresh_scheduler(built.prepared.pipe.scheduler, SHORT_STEPS).timesteps]
     first = [float(t.reshape(-1)[0]) for _, t, _ in given[: len(given) // prompts]]
     assert first[0] == steps[0] and first[-1] == steps[-1] and set(first) <= set(steps)
     assert first == sorted(first, reverse=True) and len(set(first)) == len(first)
@@ -808,41 +1016,23 @@ def test_calibration_samples_are_denoised_by_nncfs_own_inference_and_spread_over
         np.testing.assert_allclose(x, x0, rtol=0, atol=1e-3)
     # with an nncf whose engine tells nothing of what it infers, every call up to the last sample runs
     # through the fp32 UNet: the same samples, one more inference each
-    before = cache_entries(tmp_path)
-    monkeypatch.setattr(calibration, "CALIBRATION_SAMPLES", 24)
+    monkeypatch.setattr(devices, "detect", lambda: built.hardware)
+    fewer = 2 * prompts
+    monkeypatch.setattr(calibration, "CALIBRATION_SAMPLES", fewer)
     monkeypatch.setattr(ovs, "listening", lambda listener, precision: contextlib.nullcontext())
-    given, calls, _ = calibrated(monkeypatch, request)
-    assert len(cache_entries(tmp_path) - before) == 1, "another sample count calibrates a UNet of its own"
-    picks = calibration.spread(30, prompts, 24)
-    last = (prompts - 1) * 30 + picks[-1]
-    assert calls == {"answered by NNCF's statistics inference": 0, "run through the fp32 UNet": last}
-    reference = [every[run * 30 + i] for run in range(prompts) for i in picks]
+    given = given_samples(monkeypatch)
+    again = build_unet(monkeypatch, built.home, CONVOLUTIONS, steps=SHORT_STEPS)
+    assert len(cache_entries(built.home)) == 2, "another sample count calibrates a UNet of its own"
+    picks = calibration.spread(SHORT_STEPS, prompts, fewer)
+    last = (prompts - 1) * SHORT_STEPS + picks[-1]
+    assert again.stats["openvino_calibration_calls"] == {
+        "answered by NNCF's statistics inference": 0,
+        "run through the fp32 UNet": last,
+    }
+    reference = [every[run * SHORT_STEPS + i] for run in range(prompts) for i in picks]
     for (x, t, c), (x0, t0, c0) in zip(given, reference, strict=True):
         assert np.array_equal(t, t0) and np.array_equal(c, c0)
         np.testing.assert_allclose(x, x0, rtol=0, atol=1e-3)
-
-
-def test_conversion_sends_no_usage_data_and_writes_nothing_home(tmp_path):
-    """In a fresh process (import order is the point): importing OpenVINO, converting and quantizing with it
-    never reach `openvino_telemetry`, and nothing appears in the home directory."""
-    script = """
-import sys
-from studio.manager import PipelineManager
-from tests import tiny
-tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": {"mode": "int8_weights"}}, steps=2))
-from openvino.tools.ovc import telemetry_utils
-from nncf.telemetry import wrapper
-print(sys.modules["openvino_telemetry"], telemetry_utils.tm.__name__, type(wrapper.telemetry).__name__)
-"""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "HOME": str(home), "STUDIO_HOME": str(tmp_path / "studio"), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-3:] == ["None", "openvino.tools.ovc.telemetry_stub", "MagicMock"]
-    assert list(home.iterdir()) == [], "nothing written under the home directory"
 
 
 def test_bad_settings_are_refused_before_anything_runs():
@@ -963,7 +1153,7 @@ def test_quantiles_near_the_ends_are_numpys_to_the_bit_without_numpys_full_selec
     ), "a median takes NumPy's own path"
 
 
-def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(tmp_path, monkeypatch):
+def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(quantile_unet, tmp_path, monkeypatch):
     """full int8 with quantile ranges, its statistics by the studio's quantiles and by NNCF's own: the stored
     weights and quantizer ranges are byte for byte the same."""
     from nncf.common.tensor_statistics import collectors
@@ -973,55 +1163,27 @@ def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(tmp_path
     openvino_statistics.install()
     faster = collectors.QuantileReducer._reduce_out_of_place
     assert faster.studio_quantiles, "the studio's quantiles are installed"
-    settings = {"mode": "full_int8", "activation_ranges": "quantile", "vae": False, "text_encoder": False}
-    built = {}
-    for name, reduce in (("studio", faster), ("nncf", faster.__wrapped__)):
-        monkeypatch.setattr(collectors.QuantileReducer, "_reduce_out_of_place", reduce)
-        monkeypatch.setattr(openvino_statistics, "faster_reducer", lambda module: False)
-        home = tmp_path / name
-        monkeypatch.setenv("STUDIO_HOME", str(home))
-        tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
-        (unet,) = cache_entries(home)
-        built[name] = (home / "openvino" / unet / "model.bin").read_bytes()
-    assert built["studio"] == built["nncf"]
+    assert quantile_unet.seen["quantiles"], "and they computed the studio's build's ranges"
+    monkeypatch.setattr(collectors.QuantileReducer, "_reduce_out_of_place", faster.__wrapped__)
+    monkeypatch.setattr(openvino_statistics, "faster_reducer", lambda module: False)
+    nncfs = build_unet(monkeypatch, tmp_path, QUANTILES)
+    assert nncfs.stored() == quantile_unet.stored()
 
 
-def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_stays_f32(
-    tmp_path, monkeypatch
-):
-    import dataclasses
-
+def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_stays_f32(int8_convolutions):
     import openvino as ov
 
-    from studio import devices
     from studio.optimizations.openvino import technique
 
-    real = devices.detect()
-    native = dataclasses.replace(real, cpu_flags=real.cpu_flags | {"avx512_bf16"})
-    emulated = dataclasses.replace(real, cpu_flags=real.cpu_flags - {"avx512_bf16", "amx_bf16"})
+    native, emulated = int8_convolutions["native"].hardware, int8_convolutions["emulated"].hardware
     assert technique.statistics_precision("auto", native) == "bf16"
     assert technique.statistics_precision("f32", native) == "f32", "NNCF's own, where asked for"
     assert technique.statistics_precision("auto", emulated) == "f32"
-
-    compiled: list[tuple[int, dict | None]] = []
-    compile_model = ov.Core.compile_model
-
-    def spy(self, model, *args, **kwargs):
-        if sys._getframe(1).f_code.co_filename.endswith(os.path.join("nncf", "openvino", "engine.py")):
-            compiled.append((len(model.outputs), kwargs.get("config")))  # a model NNCF's engine infers
-        return compile_model(self, model, *args, **kwargs)
-
-    monkeypatch.setattr(ov.Core, "compile_model", spy)
-    settings = {"mode": "full_int8", "vae": False, "text_encoder": False}
-    keys = {}
-    for name, hardware in (("native", native), ("emulated", emulated)):
-        monkeypatch.setattr(devices, "detect", lambda hardware=hardware: hardware)
-        monkeypatch.setenv("STUDIO_HOME", str(tmp_path / name))
-        compiled.clear()
-        _, prepared = tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
-        assert prepared.ctx.stats["openvino_statistics_precision"] == technique.statistics_precision(
-            "auto", hardware
+    for name, built in int8_convolutions.items():
+        assert built.stats["openvino_statistics_precision"] == technique.statistics_precision(
+            "auto", built.hardware
         )
+        compiled = built.seen["compiles"]
         statistics = [config for outputs, config in compiled if outputs > 1]
         corrections = [config for outputs, config in compiled if outputs == 1]
         assert len(statistics) == 1, compiled
@@ -1029,5 +1191,5 @@ def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_st
         assert corrections and all(
             config == {"INFERENCE_PRECISION_HINT": ov.Type.f32} for config in corrections
         )
-        keys[name] = cache_entries(tmp_path / name)
-    assert keys["native"] != keys["emulated"], "a build's statistics precision is part of its cache key"
+    unets = {name: built.unet.name for name, built in int8_convolutions.items()}
+    assert unets["native"] != unets["emulated"], "a build's statistics precision is part of its cache key"

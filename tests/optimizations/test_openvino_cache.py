@@ -11,6 +11,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,21 +57,48 @@ def blobs(home: Path) -> list[Path]:
     return sorted((home / "openvino").glob("*/compiled/*/*.blob"))
 
 
-def test_a_first_build_is_cold_and_a_fresh_pipeline_reads_it_and_its_compile_back_warm(home):
-    images, stats = run()
+@pytest.fixture(scope="module")
+def first_build(tmp_path_factory):
+    """The request's first build, in an empty studio home, with one thread: that home, the images and the
+    stats. Built once for the tests that start from a cache it left (each gets a copy: `built`)."""
+    source = tmp_path_factory.mktemp("first-build")
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STUDIO_HOME", str(source))
+        torch.set_num_threads(1)
+        try:
+            images, stats = run()
+        finally:
+            torch.set_num_threads(threads)
+    return source, images, stats
+
+
+@pytest.fixture
+def built(first_build, home) -> np.ndarray:
+    """`home` holding a copy of what the first build stored (as if this test had just built it): its
+    images. (A weightless blob names the weights it was compiled with, the first build's; an import reads
+    those of the entry it belongs to, and an export in this home differs from the copy by that name.)"""
+    source, images, _ = first_build
+    shutil.copytree(source / "openvino", home / "openvino")
+    return images
+
+
+def test_a_first_build_is_cold_and_a_fresh_pipeline_reads_it_and_its_compile_back_warm(
+    first_build, built, home
+):
+    source, images, stats = first_build
     assert phases_by_part(stats) == dict.fromkeys(PARTS, "cold")
     assert [e["what"] for e in stats[phases.PHASES] if e["what"].startswith("the UNet")] == [
         "the UNet at 2x8x8x8"
     ], "the part and its input's shape"
-    assert len(blobs(home)) == 3, "each part's compile stored beside its model"
+    assert len(blobs(source)) == 3, "each part's compile stored beside its model"
     again, stats = run()
     assert phases_by_part(stats) == dict.fromkeys(PARTS, "warm")
     assert stats["openvino_compiled_from_cache"] == 3 and "openvino_builds" not in stats
     assert np.array_equal(again, images)
 
 
-def test_a_new_process_with_the_cache_is_warm(home):
-    run()  # the cache, built here
+def test_a_new_process_with_the_cache_is_warm(built, home):
     script = """
 import json
 from studio.manager import PipelineManager
@@ -90,10 +118,10 @@ print(json.dumps([*events, stats["openvino_compiled_from_cache"]]))
     assert sorted(phase for _, phase in events) == ["warm"] * 3 and from_blobs == 3, events
 
 
-def test_a_blob_compiled_with_one_thread_count_is_imported_with_another(home):
+def test_a_blob_compiled_with_one_thread_count_is_imported_with_another(built, home):
     """The engine runs a call on the cores free at request time: a process whose count differs from the one
     that compiled imports the same blob with its own count, rather than compiling from the model again."""
-    images, _ = run()
+    images = built
     stored = {blob: blob.stat().st_size for blob in blobs(home)}
     torch.set_num_threads(2)  # the fixture puts the process's count back
     again, stats = run()
@@ -103,10 +131,9 @@ def test_a_blob_compiled_with_one_thread_count_is_imported_with_another(home):
     assert {blob: blob.stat().st_size for blob in blobs(home)} == stored, "no blob per thread count"
 
 
-def test_openvinos_own_cache_folders_of_a_part_go_when_its_blob_is_exported(home):
+def test_openvinos_own_cache_folders_of_a_part_go_when_its_blob_is_exported(built, home):
     """A home kept from before: OpenVINO's `CACHE_DIR` folders, one per precision and thread count, are
     removed as each part's blob is exported (they would no longer be read)."""
-    run()
     for blob in blobs(home):
         old = blob.parent.parent / "f32-1"
         old.mkdir()
@@ -128,8 +155,8 @@ def test_a_cache_folder_that_cannot_be_written_is_said_and_the_parts_are_built(h
     assert np.array_equal(again, images)
 
 
-def test_a_compiled_cache_folder_that_cannot_be_used_compiles_without_it(home, caplog):
-    images, _ = run()
+def test_a_compiled_cache_folder_that_cannot_be_used_compiles_without_it(built, home, caplog):
+    images = built
     for entry in (home / "openvino").iterdir():
         for folder in (entry / ovk.COMPILED).iterdir():
             for blob in folder.iterdir():
@@ -144,7 +171,7 @@ def test_a_compiled_cache_folder_that_cannot_be_used_compiles_without_it(home, c
 
 
 def test_a_truncated_compiled_blob_is_said_and_compiled_again(home, caplog):
-    images, _ = run()
+    images, _ = run()  # built here: a blob exported in this home is what its export anew is compared with
     sizes = {}
     for blob in blobs(home):
         sizes[blob] = blob.stat().st_size
@@ -177,8 +204,8 @@ def test_a_disk_that_fills_while_saving_is_said_and_the_next_run_builds_again(ho
     assert len(list((home / "openvino").iterdir())) == 3
 
 
-def test_an_entry_that_cannot_be_read_is_removed_and_built_again(home, caplog):
-    images, _ = run()
+def test_an_entry_that_cannot_be_read_is_removed_and_built_again(built, home, caplog):
+    images = built
     for xml in (home / "openvino").glob("*/model.xml"):
         xml.write_text("<net>truncated")
     again, stats = run()
