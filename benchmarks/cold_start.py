@@ -120,13 +120,14 @@ def median_start(starts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _first_range(m: dict[str, Any]) -> str | None:
+    """The range of several processes' first calls ("6.65–7.26 s"), or None for one process."""
+    return f"{m['first_min_s']:.2f}–{m['first_max_s']:.2f} s" if m.get("processes", 1) > 1 else None
+
+
 def _line(model: str, config: str, kind: str, m: dict[str, Any]) -> str:
     prep = "" if m["prepare_s"] is None else f", {m['prepare_s']:.2f} s of it"
-    spread = (
-        f"median of {m['processes']}, {m['first_min_s']:.2f}–{m['first_max_s']:.2f} s; "
-        if m.get("processes", 1) > 1
-        else ""
-    )
+    spread = f"median of {m['processes']}, {_first_range(m)}; " if _first_range(m) else ""
     return (
         f"| {model} | `{config}` | {kind} | {m['first_s']:.2f} s ({spread}{m['phase']}{prep}) | "
         f"{m['steady_s']:.3f} s | "
@@ -198,8 +199,7 @@ def openvino_targets(model: str, results: dict[str, dict[str, dict[str, Any]]]) 
         if "openvino" not in opts or settings.get("openvino", {}).get("mode") != "full_int8" or warm is None:
             continue
         met = warm["first_s"] <= TARGET_OPENVINO_S and warm["phase"] != phases.COLD
-        several = warm.get("processes", 1) > 1
-        spread = f" ({warm['first_min_s']:.2f}–{warm['first_max_s']:.2f} s)" if several else ""
+        spread = f" ({_first_range(warm)})" if _first_range(warm) else ""
         lines.append(
             f"target: {config} warm first call <= {TARGET_OPENVINO_S:g} s: {warm['first_s']:.2f} s{spread}, "
             f"phase {warm['phase']} ({'met' if met else 'not met'})"
@@ -227,14 +227,15 @@ def main(argv: list[str] | None = None) -> None:
         "process |\n|---|---|---|---|---|---|---|---|"
     )
     for model in args.models:
+        homes = {config: home_of(root, model, config) for config in args.configs}
         results: dict[str, dict[str, Any]] = {}
         for config in args.configs:
-            results[config] = {"cold": start(home_of(root, model, config), model, config, args.repeats)}
+            results[config] = {"cold": start(homes[config], model, config, args.repeats)}
             print(_line(model, config, "cold", results[config]["cold"]), flush=True)
         warms: dict[str, list[dict[str, Any]]] = {config: [] for config in args.configs}
         for _ in range(args.warm):
             for config in args.configs:
-                warms[config].append(start(home_of(root, model, config), model, config, args.repeats))
+                warms[config].append(start(homes[config], model, config, args.repeats))
         for config in args.configs:
             results[config]["warm"] = median_start(warms[config])
             print(_line(model, config, "warm", results[config]["warm"]), flush=True)
