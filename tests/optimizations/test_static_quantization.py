@@ -119,8 +119,9 @@ def test_int8_static_records_its_path_and_quantizes_activations_for_it(manager, 
     req = request(["int8_static"], settings={"int8_static": {"calibration_steps": 3}})
     with manager.acquire(req) as prepared:
         assert prepared.entry.stats["int8_static_path"] == path
-        reduce = [prepared.pipe.unet._recipe.reduce_range, prepared.pipe.vae.decoder._recipe.reduce_range]
-        assert reduce == [path == "reduced_range"] * 2
+        recipes = [prepared.pipe.unet._recipe, prepared.pipe.vae.decoder._recipe]
+        assert [r.reduce_range for r in recipes] == [path == "reduced_range"] * 2
+        assert [r.cpp_wrapper for r in recipes] == [path == "amx"] * 2, "auto: the C++ launcher on AMX only"
     with manager.acquire(request()) as prepared:
         assert "int8_static_path" not in prepared.entry.stats, "a reverted int8_static leaves no path behind"
 
@@ -202,8 +203,25 @@ def test_int8_static_is_refused_before_any_compute_where_it_cannot_run(fake_gpus
         request(["int8_static"], settings={"int8_static": {"layers": "linear"}})
     with pytest.raises(ValidationError, match="int8_static bias_correction must be true or false"):
         request(["int8_static"], settings={"int8_static": {"bias_correction": "maybe"}})
+    with pytest.raises(ValidationError, match="int8_static cpp_wrapper must be one of auto, true, false"):
+        request(["int8_static"], settings={"int8_static": {"cpp_wrapper": "sometimes"}})
     with pytest.raises(ConflictError, match="cannot be combined"):
         request(["int8_static", "torch_compile"])
     hw = fake_gpus(1, major=8)
     reason = unavailable_reason(REGISTRY["int8_static"], hw, "cuda:0")
     assert reason == "int8_static runs on the CPU (oneDNN int8 kernels); this run is on cuda:0."
+
+
+@needs_torchao
+@pytest.mark.parametrize(
+    ("setting", "flags", "wrapped"),
+    [("true", "cascade-lake", True), ("false", "sapphire-rapids", False), ("TRUE", "amd-epyc-avx2", True)],
+)
+def test_int8_static_cpp_wrapper_set_by_hand_wins_over_the_cpus_default(
+    manager, monkeypatch, setting, flags, wrapped
+):
+    _fake_cpu(monkeypatch, CPU_FLAGS[flags][0])
+    req = request(["int8_static"], settings={"int8_static": {"cpp_wrapper": setting}})
+    with manager.acquire(req) as prepared:
+        assert prepared.pipe.unet._recipe.cpp_wrapper is wrapped
+        assert prepared.pipe.vae.decoder._recipe.cpp_wrapper is wrapped
