@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import importlib
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ from studio.optimizations.per_shape import PerShapeModule, PerShapeUNet
 
 LAYERS = ("all", "convolutions")
 CPP_WRAPPER = ("auto", "true", "false")
+MKLDNN_LOWERINGS = "torch._inductor.mkldnn_lowerings"  # where the lowering's copy warning is raised
 EDGES = ("conv_in", "conv_out")  # the first and last convolution of a UNet and of a VAE decoder
 
 
@@ -161,7 +163,12 @@ def _quantize_and_compile(
         # The backend counts graphs in a scratch dict: the build is counted once, by PerShapeModule.
         options = {"freezing": True, **({"cpp_wrapper": True} if recipe.cpp_wrapper else {})}
         compiled = recovering(torch.compile(converted, backend=counting_backend({}, options)))
-        with freezing():
+        with freezing(), warnings.catch_warnings():
+            # Inductor's oneDNN lowering copies each weight's zero points with torch.tensor(a tensor), which
+            # warns once per int8 layer: its own code, nothing the user did, and not for the user's terminal.
+            warnings.filterwarnings(
+                "ignore", "To copy construct from a tensor", UserWarning, MKLDNN_LOWERINGS
+            )
             compiled(*inputs)
     return compiled
 

@@ -5,6 +5,8 @@ it cannot take, and devices it cannot run on, are refused before any compute."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -52,8 +54,11 @@ def test_int8_static_calibrates_and_compiles_once_per_shape_then_reverts(manager
     req = request(["int8_static"], settings={"int8_static": {"calibration_steps": 4}}, steps=20)
     with manager.acquire(request()) as prepared:
         unet, decoder = prepared.pipe.unet, prepared.pipe.vae.decoder
-    with manager.acquire(req) as prepared:
+    with manager.acquire(req) as prepared, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         images = bench.run_once(prepared, req).images
+        lowering = [str(w.message) for w in caught if w.filename.endswith("mkldnn_lowerings.py")]
+        assert not lowering, f"inductor's lowering warnings reached the user: {lowering[:1]}"
         assert type(prepared.pipe.unet).__name__ == "Int8StaticUNet"
         assert type(prepared.pipe.vae.decoder).__name__ == "Int8StaticDecoder"
         assert prepared.entry.stats["compile_count"] == 2, (
