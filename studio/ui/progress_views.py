@@ -9,6 +9,7 @@ one (`studio.ui.views`): rows of configurations that finished all their rounds a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -36,26 +37,39 @@ def status_area(elem_id: str) -> gr.Markdown:
     return gr.Markdown("", elem_id=elem_id, min_height=64, container=True, padding=True, visible="hidden")
 
 
+def wire_cancel(stop: gr.Button, shown_in: gr.Markdown, cancel: Callable, stopping: str, **api) -> None:
+    """A Cancel button: `shown_in` says `stopping` (what `cancel` answers when it stops a run) at the click,
+    in the page itself, and the server's answer replaces it only when it says something else ("Nothing is
+    running."). The run can end before the server's answer arrives; that answer, shown as it came, would
+    then cover what the run ended with. `api`: the answer's endpoint name (private without one)."""
+    answer = gr.Textbox(visible=False, label="answer")
+
+    def other_answer(said: str):
+        return gr.skip() if said == stopping else gr.update(value=said, visible=True)
+
+    stop.click(None, None, shown_in, js=f"() => {json.dumps(stopping)}")
+    stop.click(cancel, None, answer, queue=False, **(api or {"api_visibility": "private"})).then(
+        other_answer, answer, shown_in, queue=False, api_visibility="private"
+    )
+
+
 def wire_job(
     buttons: tuple[gr.Button, gr.Button, gr.Markdown],
     fn: Callable,
-    reserve: Callable,
-    cancel: Callable,
+    cancels: tuple[Callable, Callable, str],
     **event,
 ) -> None:
     """(run, cancel, status): the run button runs `fn` (`event`: its inputs, outputs, api_name) in the
-    generation queue with its progress in the status area, shown from the click; `reserve` makes the
-    session's cancel flag at the click, outside the queue (a Cancel while the job waits is not lost); the
-    Cancel button runs `cancel`, whose answer shows in the status area, emptied and hidden when the job
-    ends."""
+    generation queue with its progress in the status area, shown from the click. `cancels` is (reserve,
+    cancel, stopping): `reserve` makes the session's cancel flag at the click, outside the queue (a Cancel
+    while the job waits is not lost); the Cancel button runs `cancel` (`wire_cancel`: `stopping` shows at
+    once) in the status area, emptied and hidden when the job ends."""
     go, stop, status = buttons
+    reserve, cancel, stopping = cancels
 
     def start(request: gr.Request):
         reserve(request)
         return gr.update(visible=True)
-
-    def answer(request: gr.Request):
-        return gr.update(value=cancel(request), visible=True)
 
     job = go.click(start, None, status, queue=False, api_visibility="private").then(
         fn, show_progress_on=[status], **generation_queue(), **event
@@ -63,7 +77,7 @@ def wire_job(
     job.then(
         lambda: gr.update(value="", visible="hidden"), None, status, queue=False, api_visibility="private"
     )
-    stop.click(answer, None, status, queue=False, api_visibility="private")
+    wire_cancel(stop, status, cancel, stopping)
 
 
 def progress_to(progress: Any, job: str) -> Callable[[float, int, str], None]:

@@ -80,3 +80,28 @@ def no_horizontal_scroll(page) -> None:
 
 def tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
+
+
+def cancel_answered_late(page, button: str, seconds: float = 3.0) -> None:
+    """Click a Cancel `button` whose answer from the server reaches the page `seconds` late (held back after
+    the server has answered it: a loaded server or a slow network), by which time the run it stopped has ended
+    and shown its own last words. Only that answer is held (the click's first request outside the queue);
+    the route is gone once it is in."""
+    import time
+
+    held: list[str] = []
+
+    def late(route) -> None:
+        if held:  # what the page asks for next goes through as it is
+            route.fallback()
+            return
+        held.append(route.request.url)
+        response = route.fetch()
+        time.sleep(seconds)
+        route.fulfill(response=response)
+
+    page.route("**/gradio_api/run/predict", late)
+    page.locator(button).click()
+    page.wait_for_timeout(seconds * 1000 + 1000)
+    page.unroute("**/gradio_api/run/predict", late)
+    assert held, "no answer was held back: the test would prove nothing"

@@ -35,7 +35,7 @@ from studio.errors import Cancelled, StudioError, UnavailableError, ValidationEr
 from studio.request import build_request, with_config
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.common import engine_errors, form_values, session_of, stop_check
+from studio.ui.handlers.common import NOTHING_RUNNING, engine_errors, form_values, session_of, stop_check
 
 # What `/benchmark` fills, by name (a client gets all but the layout `results`, in this order).
 BENCHMARK = ("results", "summary", "sheet", "files", "card", "regression")  # the last: a State
@@ -313,7 +313,7 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
 
     def cancel_benchmark(request: gr.Request):
         """The tab's Cancel: stops the session's benchmark at its next denoising step (and one that waits)."""
-        return STOPPING if cancels.cancel(session_of(request)) else "Nothing is running."
+        return STOPPING if cancels.cancel(session_of(request)) else NOTHING_RUNNING
 
     return {
         "benchmark": benchmark,

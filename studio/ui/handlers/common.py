@@ -223,6 +223,9 @@ def model_numbers(model: str, custom: str):
     return model_defaults(model, custom)[:4]
 
 
+NOTHING_RUNNING = "Nothing is running."  # a Cancel's answer when the session has no run to stop
+
+
 def cancelled_note(exc: Cancelled) -> str:
     """The neutral note a cancelled run shows instead of an error."""
     return f"{describe(exc)} The run is logged as cancelled."

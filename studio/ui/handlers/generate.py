@@ -34,6 +34,7 @@ from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
+    NOTHING_RUNNING,
     cancelled_note,
     engine_errors,
     form_request,
@@ -55,6 +56,7 @@ def model_note(spec: PipelineSpec) -> str | None:
     )
 
 
+STOPPING = "Stopping after the current step…"  # the Cancel's answer while a run is going
 REFUSALS = (ValidationError, UnavailableError)  # a run refused before it starts: said in the card
 
 
@@ -225,7 +227,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
 
     def cancel(request: gr.Request):
         stopping = cancels.cancel(session_of(request))
-        return "Stopping after the current step…" if stopping else "Nothing is running."
+        return STOPPING if stopping else NOTHING_RUNNING
 
     return {
         "generate": generate,

@@ -16,7 +16,14 @@ import pandas as pd
 from studio.engine import Studio
 from studio.report import profile_text
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.common import engine_errors, form_request, optional_fields, session_of, stop_check
+from studio.ui.handlers.common import (
+    NOTHING_RUNNING,
+    engine_errors,
+    form_request,
+    optional_fields,
+    session_of,
+    stop_check,
+)
 
 CANNOT_STOP = "A Profile runs three steps and cannot stop part-way: it ends on its own in a moment."
 STOPPING = "A Profile waiting in the queue will not start; one already profiling ends after its third step."
@@ -73,6 +80,6 @@ def build_profile_handlers(studio: Studio, cancels: Cancellations | None = None)
         """Profile's Cancel."""
         if cancels is None:
             return CANNOT_STOP
-        return STOPPING if cancels.cancel(session_of(request)) else "Nothing is running."
+        return STOPPING if cancels.cancel(session_of(request)) else NOTHING_RUNNING
 
     return {"profile": profile, "profile_reserve": reserve, "profile_cancel": cancel}

@@ -31,6 +31,7 @@ from studio.sweeps.xy import run_xy
 from studio.ui import progress_views, views, xy_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
+    NOTHING_RUNNING,
     TECHNIQUE_BOXES,
     engine_errors,
     form_request,
@@ -217,7 +218,7 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
     def cancel_job(request: gr.Request):
         """The Cancel of Compare, Ladder and Auto-tune: stops the session's run at its next denoising step
         (and one it asked for that waits in the queue)."""
-        return STOPPING if cancels.cancel(session_of(request)) else "Nothing is running."
+        return STOPPING if cancels.cancel(session_of(request)) else NOTHING_RUNNING
 
     return {
         "compare": compare,

@@ -10,6 +10,7 @@ import gradio as gr
 from studio.optimizations import availability
 from studio.ui import views
 from studio.ui.handlers.sweeps import APPLY, AUTOTUNE, MEMORY_TITLE
+from studio.ui.handlers.sweeps import STOPPING as SWEEP_STOPPING
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, sweep_counts
@@ -100,8 +101,7 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
     wire_job(
         (go, stop, status),
         views.named(handlers["autotune"], outputs),
-        handlers["reserve"],
-        handlers["cancel_job"],
+        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
         api_name="autotune",

@@ -15,6 +15,7 @@ from studio import devices
 from studio.cards.options import DEFAULT_BUDGET_S, DEFAULT_ROUNDS, MIN_BUDGET_S
 from studio.ui import views
 from studio.ui.handlers.benchmark import BENCHMARK, suite_models
+from studio.ui.handlers.benchmark import STOPPING as BENCHMARK_STOPPING
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import sweep_counts
@@ -111,8 +112,7 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
     wire_job(
         (go, stop, status),
         views.named(handlers["benchmark"], outputs),
-        handlers["reserve"],
-        handlers["cancel_benchmark"],
+        (handlers["reserve"], handlers["cancel_benchmark"], BENCHMARK_STOPPING),
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
         api_name="benchmark",

@@ -12,6 +12,7 @@ from studio.request.axes import AXES
 from studio.ui import views
 from studio.ui.handlers.common import DEFAULT_MODEL, family_of
 from studio.ui.handlers.sweeps import COMPARE, LADDER
+from studio.ui.handlers.sweeps import STOPPING as SWEEP_STOPPING
 from studio.ui.presets import conflicts_shown, preselected, presets_for, presets_for_model
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
@@ -138,8 +139,7 @@ def compare_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         views.named(handlers["compare"], outputs),
-        handlers["reserve"],
-        handlers["cancel_job"],
+        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
         api_name="compare",
@@ -180,8 +180,7 @@ def ladder_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         views.named(handlers["ladder"], dict(zip(LADDER, (results, md, table, rows), strict=True))),
-        handlers["reserve"],
-        handlers["cancel_job"],
+        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
         inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},
         outputs=[results, md, table, rows],
         api_name="ladder",

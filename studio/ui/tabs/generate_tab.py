@@ -13,6 +13,8 @@ from pipelines.schedulers import menu_choices
 from studio.optimizations import REGISTRY, availability
 from studio.request import PRECISIONS
 from studio.ui.handlers.common import FILLED, TECHNIQUE_BOXES, in_form_order, techniques_for_model
+from studio.ui.handlers.generate import STOPPING
+from studio.ui.progress_views import wire_cancel
 from studio.ui.raw_fields import RawNumber
 from studio.ui.views import named
 from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
@@ -115,7 +117,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         api_name="generate",
         **generation,
     )
-    stop.click(handlers["cancel"], None, card, queue=False, api_name="cancel")
+    wire_cancel(stop, card, handlers["cancel"], STOPPING, api_name="cancel")
     fit.click(handlers["estimate_form"], inputs_kwargs=form, outputs=fit_note, api_visibility="private")
     gr.Button(visible=False).click(
         handlers["estimate"],

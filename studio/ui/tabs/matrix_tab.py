@@ -9,6 +9,7 @@ import gradio as gr
 
 from studio.ui.handlers.combinations import matrix_choices
 from studio.ui.handlers.common import DEFAULT_MODEL
+from studio.ui.handlers.sweeps import STOPPING as SWEEP_STOPPING
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, sweep_counts
@@ -64,8 +65,7 @@ def matrix_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         handlers["matrix"],
-        handlers["reserve"],
-        handlers["cancel_job"],
+        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
         inputs_kwargs={**inputs, "warmup": warmup, "rounds": rounds},
         outputs=[results, summary, table, why, data],
         api_name="matrix",

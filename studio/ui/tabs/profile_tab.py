@@ -9,6 +9,7 @@ import gradio as gr
 from studio.optimizations import availability
 from studio.request import PRECISIONS
 from studio.ui.handlers.common import GROUPS, in_form_order, techniques_by_group
+from studio.ui.handlers.profile import STOPPING as PROFILE_STOPPING
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import model_inputs, settings_placeholder
@@ -71,8 +72,7 @@ def profile_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         handlers["profile"],
-        handlers["profile_reserve"],
-        handlers["profile_cancel"],
+        (handlers["profile_reserve"], handlers["profile_cancel"], PROFILE_STOPPING),
         inputs_kwargs={**inputs, "batch": batch, "settings": settings},
         outputs=[summary, chart, ops, kinds, record, results],
         api_name="profile",
