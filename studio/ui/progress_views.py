@@ -56,16 +56,18 @@ def wire_cancel(stop: gr.Button, shown_in: gr.Markdown, cancel: Callable, stoppi
 def wire_job(
     buttons: tuple[gr.Button, gr.Button, gr.Markdown],
     fn: Callable,
-    cancels: tuple[Callable, Callable, str],
+    *,
+    reserve: Callable,
+    cancel: Callable,
+    stopping: str,
     **event,
 ) -> None:
     """(run, cancel, status): the run button runs `fn` (`event`: its inputs, outputs, api_name) in the
-    generation queue with its progress in the status area, shown from the click. `cancels` is (reserve,
-    cancel, stopping): `reserve` makes the session's cancel flag at the click, outside the queue (a Cancel
-    while the job waits is not lost); the Cancel button runs `cancel` (`wire_cancel`: `stopping` shows at
+    generation queue with its progress in the status area, shown from the click. `reserve` makes the
+    session's cancel flag at the click, outside the queue (a Cancel while the job waits is not lost); the
+    Cancel button runs `cancel` (`wire_cancel`: `stopping`, what it answers when it stops a run, shows at
     once) in the status area, emptied and hidden when the job ends."""
     go, stop, status = buttons
-    reserve, cancel, stopping = cancels
 
     def start(request: gr.Request):
         reserve(request)

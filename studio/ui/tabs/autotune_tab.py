@@ -101,7 +101,9 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
     wire_job(
         (go, stop, status),
         views.named(handlers["autotune"], outputs),
-        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
+        reserve=handlers["reserve"],
+        cancel=handlers["cancel_job"],
+        stopping=SWEEP_STOPPING,
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
         api_name="autotune",

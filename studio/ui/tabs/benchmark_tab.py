@@ -112,7 +112,9 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
     wire_job(
         (go, stop, status),
         views.named(handlers["benchmark"], outputs),
-        (handlers["reserve"], handlers["cancel_benchmark"], BENCHMARK_STOPPING),
+        reserve=handlers["reserve"],
+        cancel=handlers["cancel_benchmark"],
+        stopping=BENCHMARK_STOPPING,
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
         api_name="benchmark",

@@ -139,7 +139,9 @@ def compare_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         views.named(handlers["compare"], outputs),
-        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
+        reserve=handlers["reserve"],
+        cancel=handlers["cancel_job"],
+        stopping=SWEEP_STOPPING,
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
         api_name="compare",
@@ -180,7 +182,9 @@ def ladder_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         views.named(handlers["ladder"], dict(zip(LADDER, (results, md, table, rows), strict=True))),
-        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
+        reserve=handlers["reserve"],
+        cancel=handlers["cancel_job"],
+        stopping=SWEEP_STOPPING,
         inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},
         outputs=[results, md, table, rows],
         api_name="ladder",

@@ -65,7 +65,9 @@ def matrix_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         handlers["matrix"],
-        (handlers["reserve"], handlers["cancel_job"], SWEEP_STOPPING),
+        reserve=handlers["reserve"],
+        cancel=handlers["cancel_job"],
+        stopping=SWEEP_STOPPING,
         inputs_kwargs={**inputs, "warmup": warmup, "rounds": rounds},
         outputs=[results, summary, table, why, data],
         api_name="matrix",

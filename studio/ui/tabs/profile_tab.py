@@ -72,7 +72,9 @@ def profile_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         handlers["profile"],
-        (handlers["profile_reserve"], handlers["profile_cancel"], PROFILE_STOPPING),
+        reserve=handlers["profile_reserve"],
+        cancel=handlers["profile_cancel"],
+        stopping=PROFILE_STOPPING,
         inputs_kwargs={**inputs, "batch": batch, "settings": settings},
         outputs=[summary, chart, ops, kinds, record, results],
         api_name="profile",
