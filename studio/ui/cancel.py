@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class Cancellations:
@@ -11,11 +12,12 @@ class Cancellations:
 
     A run asked for from the form may wait in the queue before its handler starts; `reserve` (called when
     the button is clicked, outside the queue) gives it its flag at once, so a Cancel clicked while it waits
-    stops it as soon as it starts instead of being lost.
+    stops it as soon as it starts instead of being lost. A run's flag lives as long as the run (`running`):
+    once the session's runs have ended, a Cancel finds nothing to stop and says so.
     """
 
     def __init__(self):
-        self._flags: dict[str, threading.Event] = {}
+        self._running: dict[str, set[threading.Event]] = {}  # the flags of the session's runs under way
         self._reserved: dict[str, threading.Event] = {}  # the flag of a run asked for, not started yet
         self._lock = threading.Lock()
 
@@ -24,15 +26,19 @@ class Cancellations:
         with self._lock:
             self._reserved[session] = threading.Event()
 
-    def begin(self, session: str, client_gone: Callable[[], bool] | None = None) -> Callable[[], str | None]:
-        """A stop check for a run of `session` (the flag `reserve` made for it, if any): says why the run
-        must stop, or None to go on.
+    @contextmanager
+    def running(
+        self, session: str, client_gone: Callable[[], bool] | None = None
+    ) -> Iterator[Callable[[], str | None]]:
+        """A run of `session`, for the length of the `with` block: yields its stop check (the flag `reserve`
+        made for it, if any), which says why the run must stop, or None to go on.
 
         `client_gone` reports that whoever asked for the run is no longer listening (a closed
         browser tab or client), so the run stops instead of computing for nobody.
         """
         with self._lock:
-            event = self._flags[session] = self._reserved.pop(session, None) or threading.Event()
+            event = self._reserved.pop(session, None) or threading.Event()
+            self._running.setdefault(session, set()).add(event)
 
         def should_stop() -> str | None:
             if event.is_set():
@@ -41,13 +47,20 @@ class Cancellations:
                 return "the client disconnected"
             return None
 
-        return should_stop
+        try:
+            yield should_stop
+        finally:
+            with self._lock:
+                runs = self._running.get(session, set())
+                runs.discard(event)
+                if not runs:
+                    self._running.pop(session, None)
 
     def cancel(self, session: str) -> bool:
-        """Stop `session`'s running run and the one it asked for that waits in the queue; whether there was
-        any."""
+        """Stop `session`'s runs under way and the one it asked for that waits in the queue; whether there
+        was any."""
         with self._lock:
-            events = [e for e in (self._flags.get(session), self._reserved.get(session)) if e is not None]
+            events = [*self._running.get(session, ()), *filter(None, [self._reserved.get(session)])]
         for event in events:
             event.set()
         return bool(events)

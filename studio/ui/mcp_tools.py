@@ -32,7 +32,7 @@ from studio.sweeps import xy
 from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
 from studio.ui import views
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors, stop_check
+from studio.ui.handlers.common import DEFAULT_MODEL, cancellable_run, engine_errors
 from studio.ui.mcp_server import json_text
 
 TOOLS = ("generate", "compare", "autotune", "history", "system")
@@ -116,9 +116,10 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         """
         req = build_request(**pick_fields(locals()))  # first, while locals() are only the arguments
         counts = validate_counts(warmup, rounds)
-        result = studio.generate(
-            req, warmup=counts.warmup, repeats=counts.rounds, should_stop=stop_check(cancels, request)
-        )
+        with cancellable_run(cancels, request) as should_stop:
+            result = studio.generate(
+                req, warmup=counts.warmup, repeats=counts.rounds, should_stop=should_stop
+            )
         record = {**report.single_record(result), "warnings": list(result.warnings)}
         return _plain(record), _png(views.batch_image(result.images))
 
@@ -167,14 +168,11 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         configs = _texts(configs, "configs", '["channels_last", "deepcache[interval=2]"]')
         counts = validate_counts(warmup, rounds)
         x_axis = parse_axis(axis, axis_values, req)
-        options = {
-            "warmup": counts.warmup,
-            "rounds": counts.rounds,
-            "should_stop": stop_check(cancels, request),
-        }
-        if x_axis is not None:
-            return _plain(xy.as_json(xy.run_xy(studio, req, configs, x_axis, **options)))
-        result = run_compare(studio, req, configs, **options)
+        with cancellable_run(cancels, request) as should_stop:
+            options = {"warmup": counts.warmup, "rounds": counts.rounds, "should_stop": should_stop}
+            if x_axis is not None:
+                return _plain(xy.as_json(xy.run_xy(studio, req, configs, x_axis, **options)))
+            result = run_compare(studio, req, configs, **options)
         return _plain({"group_id": result.group_id, "rows": result.records})
 
     @engine_errors
@@ -228,7 +226,8 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             techniques=_texts(techniques, "techniques", '["deepcache", "cfg_cutoff"]') or None,
             include_compile=include_compile,
         )
-        result = autotune_mod.run_with(studio, req, settings, should_stop=stop_check(cancels, request))
+        with cancellable_run(cancels, request) as should_stop:
+            result = autotune_mod.run_with(studio, req, settings, should_stop=should_stop)
         return _plain(autotune_mod.as_json(result))
 
     @engine_errors

@@ -280,7 +280,11 @@ def test_system_is_short_tables(page):
 
 
 def test_cancel_is_neutral_and_resets_the_card(page):
+    from playwright.sync_api import expect
+
     tab(page, "Generate")
+    page.locator("#cancel-btn").click()  # nothing runs: the server's answer replaces the page's "Stopping…"
+    expect(page.locator("#metrics-card")).to_contain_text("Nothing is running.", timeout=30_000)
     # long enough (tens of seconds on any of these CPUs) that the run cannot end before the click lands
     small(page, "gen", steps=200, side=256)
     page.locator("#generate-btn").click()

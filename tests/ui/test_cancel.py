@@ -14,8 +14,10 @@ def test_a_cancel_between_the_click_and_the_start_stops_the_run_when_it_starts()
     cancels = Cancellations()
     cancels.reserve("s")
     assert cancels.cancel("s"), "a run asked for is something to cancel"
-    assert cancels.begin("s")() == "cancelled by the user"
-    assert cancels.begin("s")() is None, "the next run has a flag of its own"
+    with cancels.running("s") as should_stop:
+        assert should_stop() == "cancelled by the user"
+    with cancels.running("s") as should_stop:
+        assert should_stop() is None, "the next run has a flag of its own"
 
 
 def test_a_reservation_is_for_its_own_session_and_a_new_click_starts_clean():
@@ -24,11 +26,32 @@ def test_a_reservation_is_for_its_own_session_and_a_new_click_starts_clean():
     cancels.reserve("s")
     cancels.reserve("other")
     cancels.cancel("other")
-    running = cancels.begin("s")
-    assert running() is None, "another session's cancel does not reach this one"
-    assert cancels.cancel("s") and running() == "cancelled by the user"
+    with cancels.running("s") as should_stop:
+        assert should_stop() is None, "another session's cancel does not reach this one"
+        assert cancels.cancel("s") and should_stop() == "cancelled by the user"
     cancels.reserve("s")
-    assert cancels.begin("s")() is None, "a cancel before the click does not reach the run it asks for"
+    with cancels.running("s") as should_stop:
+        assert should_stop() is None, "a cancel before the click does not reach the run it asks for"
+
+
+def test_once_a_run_has_ended_a_cancel_finds_nothing_to_stop_even_if_the_run_failed():
+    cancels = Cancellations()
+    with cancels.running("s"):
+        assert cancels.cancel("s"), "a run under way is something to cancel"
+    assert not cancels.cancel("s"), "a finished run is not"
+    with pytest.raises(RuntimeError), cancels.running("s"):
+        raise RuntimeError("the run failed")
+    assert not cancels.cancel("s"), "nor is a failed one"
+
+
+def test_a_cancel_stops_every_run_of_its_session_under_way_and_the_last_to_end_releases_it():
+    cancels = Cancellations()
+    with cancels.running("s") as first:
+        with cancels.running("s") as second:  # say a Compare started while a Generate runs
+            assert cancels.cancel("s")
+            assert first() == second() == "cancelled by the user"
+        assert cancels.cancel("s"), "the first run is still under way"
+    assert not cancels.cancel("s")
 
 
 def test_a_run_cancelled_before_it_starts_is_logged_cancelled_and_loads_nothing(studio):

@@ -35,7 +35,7 @@ from studio.errors import Cancelled, StudioError, UnavailableError, ValidationEr
 from studio.request import build_request, with_config
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.common import NOTHING_RUNNING, engine_errors, form_values, session_of, stop_check
+from studio.ui.handlers.common import NOTHING_RUNNING, cancellable_run, engine_errors, form_values, session_of
 
 # What `/benchmark` fills, by name (a client gets all but the layout `results`, in this order).
 BENCHMARK = ("results", "summary", "sheet", "files", "card", "regression")  # the last: a State
@@ -264,26 +264,26 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         """The fixed benchmark suite on this machine (`models`: a subset of the device's suite), written as a
         card into the studio's home: its summary, contact sheet, files and the card; `configs` (one per line)
         are measured instead of the auto-tuner's search within `budget_s` seconds per model."""
-        should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        options = validate_options(
-            models=models,
-            budget_s=budget_s,
-            configs=config_lines(configs),
-            rounds=rounds,
-            warmup=warmup,
-            device=device,
-        )
-        older = older_card()
-        try:
-            done = run_benchmark(
-                options,
-                studio=studio,
-                progress=lambda fraction, where: progress(fraction, desc=f"Benchmark: {where}"),
-                should_stop=should_stop,
+        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+            options = validate_options(
+                models=models,
+                budget_s=budget_s,
+                configs=config_lines(configs),
+                rounds=rounds,
+                warmup=warmup,
+                device=device,
             )
-        except Cancelled as exc:
-            return cancelled(exc)
-        return finished(done, older)
+            older = older_card()
+            try:
+                done = run_benchmark(
+                    options,
+                    studio=studio,
+                    progress=lambda fraction, where: progress(fraction, desc=f"Benchmark: {where}"),
+                    should_stop=should_stop,
+                )
+            except Cancelled as exc:
+                return cancelled(exc)
+            return finished(done, older)
 
     @engine_errors
     def models_for(device, chosen):

@@ -23,12 +23,12 @@ from studio.sweeps.matrix_report import as_json, grid, headline, reasons
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
+    cancellable_run,
     cancelled_note,
     engine_errors,
     family_of,
     form_request,
     optional_fields,
-    stop_check,
 )
 
 # A cell's background by what became of it: faster or slower beyond noise, refused, failed (else none).
@@ -104,22 +104,22 @@ def build_matrix_handlers(studio: Studio, cancels: Cancellations) -> dict[str, C
         """Every pair of the chosen techniques (none: every speed and precision technique that can run
         here) on this model and device: refused with the registry's reason, failed with the error, or its
         speedup and PSNR against one baseline, all timed in the same interleaved rounds."""
-        should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        plan = plan_matrix(
-            form_request(fields),
-            parse_opts(techniques) or None,
-            include_compile=include_compile or "auto",
-            max_cells=max_cells,
-            warmup=warmup,
-            rounds=rounds,
-            known=lambda r: found.cold_s if (found := studio.first_call(r)) else None,
-        )
-        progress_to = progress_views.progress_to(progress, "Combinations")
-        try:
-            result = run_matrix(studio, plan, progress=progress_to, should_stop=should_stop)
-        except Cancelled as exc:  # stopped before its sweep began: nothing measured, said so
-            return gr.update(visible=True), cancelled_note(exc), None, "", {}
-        return matrix_outputs(result)
+        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+            plan = plan_matrix(
+                form_request(fields),
+                parse_opts(techniques) or None,
+                include_compile=include_compile or "auto",
+                max_cells=max_cells,
+                warmup=warmup,
+                rounds=rounds,
+                known=lambda r: found.cold_s if (found := studio.first_call(r)) else None,
+            )
+            progress_to = progress_views.progress_to(progress, "Combinations")
+            try:
+                result = run_matrix(studio, plan, progress=progress_to, should_stop=should_stop)
+            except Cancelled as exc:  # stopped before its sweep began: nothing measured, said so
+                return gr.update(visible=True), cancelled_note(exc), None, "", {}
+            return matrix_outputs(result)
 
     def matrix_boxes(model: str, custom: str, ticked: list[str]):
         """The technique boxes for the model now chosen (ticks that still can run are kept)."""

@@ -9,6 +9,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import gradio as gr
@@ -198,9 +199,12 @@ def session_of(request: gr.Request | None) -> str:
     return request.session_hash if request and request.session_hash else "api"
 
 
-def stop_check(cancels: Cancellations, request: gr.Request | None) -> Callable[[], str | None]:
-    """The stop check of a new run: the session's Cancel button, or its client gone."""
-    return cancels.begin(session_of(request), client_gone=client_gone_check())
+def cancellable_run(
+    cancels: Cancellations, request: gr.Request | None
+) -> AbstractContextManager[Callable[[], str | None]]:
+    """A new run of the request's session, for the length of a `with` block; yields its stop check: the
+    session's Cancel button, or its client gone."""
+    return cancels.running(session_of(request), client_gone=client_gone_check())
 
 
 def model_name(model: Any, custom: Any) -> Any:

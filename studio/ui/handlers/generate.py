@@ -35,13 +35,13 @@ from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
     NOTHING_RUNNING,
+    cancellable_run,
     cancelled_note,
     engine_errors,
     form_request,
     form_values,
     optional_fields,
     session_of,
-    stop_check,
 )
 
 
@@ -125,8 +125,8 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
     def generate(request: gr.Request = None, progress=gr.Progress(), **fields):
         """Generate one image (or a batch) with the given model, techniques and settings; the run is timed
         and logged. Returns the image, the metrics card and the metrics (the shared vocabulary)."""
-        should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        shown = run_generate(form_request(fields), request, progress, should_stop)
+        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+            shown = run_generate(form_request(fields), request, progress, should_stop)
         return shown["image"], shown["card"], shown["metrics"]
 
     @engine_errors
@@ -134,13 +134,13 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """The form's Generate: as `/generate`, with a refused run (a bad value, techniques that cannot
         combine, a run that would not fit) said in the card instead of the last run's, and a note of a
         loaded run cleared (the form is the user's now)."""
-        should_stop = stop_check(cancels, request)
-        refused.pop(session_of(request), None)
-        try:
-            shown = run_generate(form_request(fields), request, progress, should_stop)
-        except REFUSALS as exc:
-            refused[session_of(request)] = describe(exc)
-            shown = {"image": None, "card": views.refused_card(describe(exc)), "metrics": None}
+        with cancellable_run(cancels, request) as should_stop:
+            refused.pop(session_of(request), None)
+            try:
+                shown = run_generate(form_request(fields), request, progress, should_stop)
+            except REFUSALS as exc:
+                refused[session_of(request)] = describe(exc)
+                shown = {"image": None, "card": views.refused_card(describe(exc)), "metrics": None}
         return {**shown, "loaded": ""}
 
     def refusal_toast(request: gr.Request):

@@ -9,6 +9,7 @@ after its third step."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import gradio as gr
 import pandas as pd
@@ -18,11 +19,11 @@ from studio.report import profile_text
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     NOTHING_RUNNING,
+    cancellable_run,
     engine_errors,
     form_request,
     optional_fields,
     session_of,
-    stop_check,
 )
 
 CANNOT_STOP = "A Profile runs three steps and cannot stop part-way: it ends on its own in a moment."
@@ -56,17 +57,17 @@ def build_profile_handlers(studio: Studio, cancels: Cancellations | None = None)
     def profile(request: gr.Request = None, progress=gr.Progress(), **fields):
         """Where the time of one denoising step goes, by kind of operator and by operator, with its FLOPs and
         how close it comes to the device's matmul peak. The run is logged."""
-        should_stop = stop_check(cancels, request) if cancels is not None else None
-        req = form_request(fields)
-        why = should_stop() if should_stop is not None else None
-        if why:
-            return profile_cancelled(why if isinstance(why, str) else "stopped")
-        progress(
-            None,  # the engine reports no steps of a profile: no share done to show
-            desc=f"Profile: preparing the pipeline, then step 1 of {req.steps} (warm-up), step 2 (profiled) "
-            "and step 3 (timed without the profiler)",
-        )
-        run = studio.profile(req)
+        with cancellable_run(cancels, request) if cancels is not None else nullcontext() as should_stop:
+            req = form_request(fields)
+            why = should_stop() if should_stop is not None else None
+            if why:
+                return profile_cancelled(why if isinstance(why, str) else "stopped")
+            progress(
+                None,  # the engine reports no steps of a profile: no share done to show
+                desc=f"Profile: preparing the pipeline, then step 1 of {req.steps} (warm-up), step 2 "
+                "(profiled) and step 3 (timed without the profiler)",
+            )
+            run = studio.profile(req)
         for warning in run.warnings:
             gr.Warning(warning)
         return profile_outputs(run.as_json())

@@ -33,11 +33,11 @@ from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     NOTHING_RUNNING,
     TECHNIQUE_BOXES,
+    cancellable_run,
     engine_errors,
     form_request,
     optional_fields,
     session_of,
-    stop_check,
     ticked_by_group,
 )
 
@@ -119,43 +119,45 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
     ):
         """Compare configurations with the baseline (fp32, no technique) in interleaved timed rounds, over an
         optional X axis (steps, size, scheduler, batch or a technique setting)."""
-        should_stop = stop_check(cancels, request)  # first: it takes the flag a click reserved
-        req = form_request(fields)
-        configs = list(presets or []) + [c.strip() for c in (custom_configs or "").splitlines() if c.strip()]
-        counts = validate_counts(warmup, rounds)
-        x_axis = parse_axis(axis, axis_values, req)
-        options = {
-            "warmup": counts.warmup,
-            "rounds": counts.rounds,
-            "progress": progress_views.progress_to(progress, "Compare"),
-            "should_stop": should_stop,
-        }
-        try:
-            if x_axis is not None:
-                return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, **options))
-            return named(COMPARE, views.compare_outputs(run_compare(studio, req, configs, **options)))
-        except Cancelled as exc:
-            return named(COMPARE, progress_views.compare_cancelled(exc))
+        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+            req = form_request(fields)
+            configs = list(presets or []) + [
+                c.strip() for c in (custom_configs or "").splitlines() if c.strip()
+            ]
+            counts = validate_counts(warmup, rounds)
+            x_axis = parse_axis(axis, axis_values, req)
+            options = {
+                "warmup": counts.warmup,
+                "rounds": counts.rounds,
+                "progress": progress_views.progress_to(progress, "Compare"),
+                "should_stop": should_stop,
+            }
+            try:
+                if x_axis is not None:
+                    return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, **options))
+                return named(COMPARE, views.compare_outputs(run_compare(studio, req, configs, **options)))
+            except Cancelled as exc:
+                return named(COMPARE, progress_views.compare_cancelled(exc))
 
     @optional_fields
     @engine_errors
     def run_ladder(warmup, rounds, request: gr.Request = None, progress=gr.Progress(), **fields):
         """The diffusers documentation's speed ladder on this machine: each step adds one technique to the
         previous ones, all timed in interleaved rounds against the baseline."""
-        should_stop = stop_check(cancels, request)
-        req = form_request(fields)
-        counts = validate_counts(warmup, rounds)
-        try:
-            _, records = ladder_mod.run_ladder(
-                studio,
-                req,
-                warmup=counts.warmup,
-                rounds=counts.rounds,
-                progress=progress_views.progress_to(progress, "Ladder"),
-                should_stop=should_stop,
-            )
-        except Cancelled as exc:
-            return named(LADDER, progress_views.ladder_cancelled(exc))
+        with cancellable_run(cancels, request) as should_stop:
+            req = form_request(fields)
+            counts = validate_counts(warmup, rounds)
+            try:
+                _, records = ladder_mod.run_ladder(
+                    studio,
+                    req,
+                    warmup=counts.warmup,
+                    rounds=counts.rounds,
+                    progress=progress_views.progress_to(progress, "Ladder"),
+                    should_stop=should_stop,
+                )
+            except Cancelled as exc:
+                return named(LADDER, progress_views.ladder_cancelled(exc))
         shown = {"headline": views.headline(records), "table": views.ladder_table(records), "rows": records}
         return {"results": gr.update(visible=True), **shown}
 
@@ -176,30 +178,30 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
     ):
         """The fastest configuration whose image stays within a quality floor of the baseline's, confirmed
         against it in interleaved rounds."""
-        should_stop = stop_check(cancels, request)
-        req = form_request(fields)
-        settings = AutotuneSettings(
-            min_psnr=min_psnr,
-            min_ssim=min_ssim,
-            fidelity_drop=fidelity_drop,
-            warmup=warmup,
-            repeats=rounds,
-            confirm_rounds=confirm_rounds,
-            techniques=techniques,
-            include_compile=include_compile,
-        )
-        progress_to = progress_views.progress_to(progress, "Auto-tune")
-        try:
-            result = autotune_mod.run_with(
-                studio, req, settings, progress=progress_to, should_stop=should_stop
+        with cancellable_run(cancels, request) as should_stop:
+            req = form_request(fields)
+            settings = AutotuneSettings(
+                min_psnr=min_psnr,
+                min_ssim=min_ssim,
+                fidelity_drop=fidelity_drop,
+                warmup=warmup,
+                repeats=rounds,
+                confirm_rounds=confirm_rounds,
+                techniques=techniques,
+                include_compile=include_compile,
             )
-        except Cancelled as exc:
-            shown = named(AUTOTUNE, progress_views.autotune_cancelled(exc))
-            rows = shown["result"]["rows"]
-            return {**shown, "memory_plot": memory_plot(shown["memory_plot"], rows)}
-        shown = named(AUTOTUNE, views.autotune_outputs(result))
-        winner = measured_at(shown["winner"], req)
-        return {**shown, "memory_plot": memory_plot(shown["memory_plot"], result.rows), "winner": winner}
+            progress_to = progress_views.progress_to(progress, "Auto-tune")
+            try:
+                result = autotune_mod.run_with(
+                    studio, req, settings, progress=progress_to, should_stop=should_stop
+                )
+            except Cancelled as exc:
+                shown = named(AUTOTUNE, progress_views.autotune_cancelled(exc))
+                rows = shown["result"]["rows"]
+                return {**shown, "memory_plot": memory_plot(shown["memory_plot"], rows)}
+            shown = named(AUTOTUNE, views.autotune_outputs(result))
+            winner = measured_at(shown["winner"], req)
+            return {**shown, "memory_plot": memory_plot(shown["memory_plot"], result.rows), "winner": winner}
 
     def apply_winner(winner):
         """The whole winner in Generate: precision, techniques by group and their settings, and the steps,
