@@ -40,14 +40,19 @@ CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 # scrolls within); History's and Auto-tune's long ones scroll. Compare's gallery grows with its rows (Gradio
 # caps it at 55% of the window and scrolls inside, which hid the last captions of an X/Y sweep).
 # Auto-tune's dozens of rows scroll. The Combinations matrix (one column per technique, each its share of the
-# page) sets its cells in the page's font, smaller, so that a dozen and more columns fit.
+# page) sets its cells in the page's font, smaller, so that a dozen and more columns fit. Every other table's
+# headers wrap between words, never inside one: a column is at least as wide as its header's longest word
+# (Gradio sizes it from the cells, and a short column's header, Compare's "Latency", broke as "Latenc|y").
 SWEEP_TABLES = ("#ladder-table", "#cmp-table", "#cmp-details", "#mx-table")
 # The Machines tables are Markdown (one per model, as many as the cards measured): fixed columns (the
 # machine's name and the two winners get the room), words wrap whole, a long configuration anywhere. A card's
 # summary: words wrap whole, its headings no larger than the page's.
+WHOLE_WORDS = ".table-wrap th:not(#mx-table th)"  # the headers that wrap between words only
 MACHINE_COLUMNS = (18, 12, 7, 5, 6, 26, 26)  # % of the width: device, shape, s/image, it/s, MB, winners
 CSS = f"""
 .table-wrap td .cell-wrap {{ white-space: normal; overflow-wrap: break-word; }}
+{WHOLE_WORDS} {{ min-width: min-content !important; max-width: none !important; }}
+{WHOLE_WORDS} span.header {{ word-break: normal !important; overflow-wrap: normal !important; }}
 {", ".join(f"{t} .virtual-table-viewport" for t in SWEEP_TABLES)} {{ max-height: none !important; }}
 #cmp-gallery .grid-wrap.fixed-height {{ max-height: none; }}
 #machines-md table {{ table-layout: fixed; width: 100%; }}

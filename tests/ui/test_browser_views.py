@@ -17,8 +17,21 @@ FITS = """id => {
   const block = document.getElementById(id);
   const scroller = block.querySelector('.virtual-table-viewport');
   const tables = [...block.querySelectorAll('table')].map(t => t.scrollWidth);
+  const split = [];  // header words laid out on more than one line
+  for (const header of block.querySelectorAll('th span.header')) {
+    const walk = document.createTreeWalker(header, NodeFilter.SHOW_TEXT);
+    for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+      for (const word of node.data.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (lines.size > 1) split.push(word[0]);
+      }
+    }
+  }
   return {block: block.clientWidth, scroll: scroller.scrollWidth, view: scroller.clientWidth,
-          table: Math.max(...tables), page: document.documentElement.scrollWidth};
+          table: Math.max(...tables), page: document.documentElement.scrollWidth, split};
 }"""
 LAST_CAPTION = """() => {
   const gallery = document.getElementById('cmp-gallery');
@@ -44,8 +57,10 @@ def page(server):
 
 
 def _fits(page, elem_id: str) -> None:
-    """The table's rendered width is within its block's and the page's, with nothing to scroll sideways."""
+    """The table's rendered width is within its block's and the page's, with nothing to scroll sideways, and
+    no header word broken over two lines."""
     size = page.evaluate(FITS, elem_id)
+    assert not size["split"], f"#{elem_id}: header words broken over two lines: {size['split']}"
     assert size["scroll"] <= size["view"], f"#{elem_id} scrolls sideways: {size}"
     assert size["table"] <= size["block"] <= WIDTH and size["page"] <= WIDTH, f"#{elem_id}: {size}"
 
