@@ -25,8 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m studio", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("system", "optimizations"):
-        sub.add_parser(name).add_argument("--json", action="store_true")
+    listings = {
+        "system": "this machine: CPU, RAM, GPUs, devices and library versions",
+        "optimizations": "every technique, its group, and whether it can run here (and why not)",
+    }
+    for name, text in listings.items():
+        sub.add_parser(name, help=text).add_argument("--json", action="store_true")
     sub.choices["optimizations"].add_argument(
         "--model", help="what can run for this model (its family: sd, sdxl, sd3, flux); default: any model"
     )
