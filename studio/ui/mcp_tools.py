@@ -116,7 +116,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         """
         req = build_request(**pick_fields(locals()))  # first, while locals() are only the arguments
         counts = validate_counts(warmup, rounds)
-        with cancellable_run(cancels, request) as should_stop:
+        with cancellable_run(cancels, request, "generate") as should_stop:
             result = studio.generate(
                 req, warmup=counts.warmup, repeats=counts.rounds, should_stop=should_stop
             )
@@ -168,7 +168,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         configs = _texts(configs, "configs", '["channels_last", "deepcache[interval=2]"]')
         counts = validate_counts(warmup, rounds)
         x_axis = parse_axis(axis, axis_values, req)
-        with cancellable_run(cancels, request) as should_stop:
+        with cancellable_run(cancels, request, "compare") as should_stop:
             options = {"warmup": counts.warmup, "rounds": counts.rounds, "should_stop": should_stop}
             if x_axis is not None:
                 return _plain(xy.as_json(xy.run_xy(studio, req, configs, x_axis, **options)))
@@ -226,7 +226,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             techniques=_texts(techniques, "techniques", '["deepcache", "cfg_cutoff"]') or None,
             include_compile=include_compile,
         )
-        with cancellable_run(cancels, request) as should_stop:
+        with cancellable_run(cancels, request, "autotune") as should_stop:
             result = autotune_mod.run_with(studio, req, settings, should_stop=should_stop)
         return _plain(autotune_mod.as_json(result))
 

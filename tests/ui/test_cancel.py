@@ -12,46 +12,57 @@ from studio.ui.cancel import Cancellations
 
 def test_a_cancel_between_the_click_and_the_start_stops_the_run_when_it_starts():
     cancels = Cancellations()
-    cancels.reserve("s")
-    assert cancels.cancel("s"), "a run asked for is something to cancel"
-    with cancels.running("s") as should_stop:
+    cancels.reserve("s", "generate")
+    assert cancels.cancel("s", "generate"), "a run asked for is something to cancel"
+    with cancels.running("s", "generate") as should_stop:
         assert should_stop() == "cancelled by the user"
-    with cancels.running("s") as should_stop:
+    with cancels.running("s", "generate") as should_stop:
         assert should_stop() is None, "the next run has a flag of its own"
 
 
 def test_a_reservation_is_for_its_own_session_and_a_new_click_starts_clean():
     cancels = Cancellations()
-    assert not cancels.cancel("s"), "nothing asked for, nothing running"
-    cancels.reserve("s")
-    cancels.reserve("other")
-    cancels.cancel("other")
-    with cancels.running("s") as should_stop:
+    assert not cancels.cancel("s", "generate"), "nothing asked for, nothing running"
+    cancels.reserve("s", "generate")
+    cancels.reserve("other", "generate")
+    cancels.cancel("other", "generate")
+    with cancels.running("s", "generate") as should_stop:
         assert should_stop() is None, "another session's cancel does not reach this one"
-        assert cancels.cancel("s") and should_stop() == "cancelled by the user"
-    cancels.reserve("s")
-    with cancels.running("s") as should_stop:
+        assert cancels.cancel("s", "generate") and should_stop() == "cancelled by the user"
+    cancels.reserve("s", "generate")
+    with cancels.running("s", "generate") as should_stop:
         assert should_stop() is None, "a cancel before the click does not reach the run it asks for"
 
 
 def test_once_a_run_has_ended_a_cancel_finds_nothing_to_stop_even_if_the_run_failed():
     cancels = Cancellations()
-    with cancels.running("s"):
-        assert cancels.cancel("s"), "a run under way is something to cancel"
-    assert not cancels.cancel("s"), "a finished run is not"
-    with pytest.raises(RuntimeError), cancels.running("s"):
+    with cancels.running("s", "generate"):
+        assert cancels.cancel("s", "generate"), "a run under way is something to cancel"
+    assert not cancels.cancel("s", "generate"), "a finished run is not"
+    with pytest.raises(RuntimeError), cancels.running("s", "generate"):
         raise RuntimeError("the run failed")
-    assert not cancels.cancel("s"), "nor is a failed one"
+    assert not cancels.cancel("s", "generate"), "nor is a failed one"
 
 
-def test_a_cancel_stops_every_run_of_its_session_under_way_and_the_last_to_end_releases_it():
+def test_a_cancel_stops_every_run_of_its_job_in_the_session_and_the_last_to_end_releases_it():
     cancels = Cancellations()
-    with cancels.running("s") as first:
-        with cancels.running("s") as second:  # say a Compare started while a Generate runs
-            assert cancels.cancel("s")
+    with cancels.running("s", "generate") as first:
+        with cancels.running("s", "generate") as second:  # a client that asked twice
+            assert cancels.cancel("s", "generate")
             assert first() == second() == "cancelled by the user"
-        assert cancels.cancel("s"), "the first run is still under way"
-    assert not cancels.cancel("s")
+        assert cancels.cancel("s", "generate"), "the first run is still under way"
+    assert not cancels.cancel("s", "generate")
+
+
+def test_a_tabs_cancel_stops_its_own_run_not_another_tabs_running_or_waiting():
+    cancels = Cancellations()
+    with cancels.running("s", "generate") as generating:
+        cancels.reserve("s", "compare")  # Compare clicked in the same page: it waits for the queue
+        assert cancels.cancel("s", "generate") and generating() == "cancelled by the user"
+        with cancels.running("s", "compare") as comparing:
+            assert comparing() is None, "Generate's Cancel does not reach the Compare that waited"
+            assert not cancels.cancel("s", "ladder"), "the Ladder has nothing running"
+            assert comparing() is None
 
 
 def test_a_run_cancelled_before_it_starts_is_logged_cancelled_and_loads_nothing(studio):
@@ -149,7 +160,7 @@ def test_a_profile_cancelled_while_it_waits_does_not_start_and_one_without_flags
 
     cancels = Cancellations()
     handlers = build_profile_handlers(studio, cancels)
-    cancels.reserve("api")  # a client without a session: its Profile was asked for and waits
+    cancels.reserve("api", "profile")  # a client without a session: its Profile was asked for and waits
     assert handlers["profile_cancel"](None).startswith("A Profile waiting in the queue will not start")
     fields = {"model": "tiny-shapes", "prompt": "a red circle", "steps": 3, "width": 32, "height": 32}
     note, *figures, shown = handlers["profile"](**fields)
@@ -157,3 +168,25 @@ def test_a_profile_cancelled_while_it_waits_does_not_start_and_one_without_flags
     assert figures == [None] * 4 and shown["visible"]
     assert studio.runlog.runs() == [], "nothing was profiled or logged"
     assert build_profile_handlers(studio)["profile_cancel"](None) == CANNOT_STOP
+
+
+def test_generates_cancel_leaves_the_compare_waiting_in_the_same_page_and_compares_own_stops_it(studio):
+    """Two tabs of one page: Generate's Cancel does not stop the Compare that waits in the queue behind it;
+    Compare's own Cancel does, before its first round."""
+    from studio.ui.handlers import build_handlers
+    from studio.ui.handlers.common import NOTHING_RUNNING
+    from studio.ui.handlers.sweeps import STOPPING
+
+    handlers = build_handlers(studio, Cancellations())
+    fields = {"model": "tiny-shapes", "prompt": "a red circle", "steps": 2, "width": 32, "height": 32}
+
+    def compare():
+        return handlers["compare"](["channels_last"], "", 0, 1, "none", "", **fields)["headline"]
+
+    handlers["compare_reserve"](None)  # a client without a session is "api", as the handlers' None says
+    assert handlers["generate_cancel"](None) == NOTHING_RUNNING
+    assert "Cancelled" not in compare() and studio.runlog.runs()[-1]["status"] == "ok"
+    handlers["compare_reserve"](None)
+    assert handlers["compare_cancel"](None) == STOPPING
+    assert compare().startswith("**Compare: Cancelled by the user")
+    assert handlers["compare_cancel"](None) == NOTHING_RUNNING, "the cancelled run has ended"

@@ -93,8 +93,8 @@ def test_a_refused_run_is_said_in_the_card_instead_of_the_last_runs(generate):
 
 def test_a_cancelled_run_clears_the_last_runs_image(generate):
     assert generate["generate_form"](**FORM)["image"] is not None
-    generate["reserve"](None)
-    assert generate["cancel"](None) == "Stopping after the current step…"
+    generate["generate_reserve"](None)
+    assert generate["generate_cancel"](None) == "Stopping after the current step…"
     shown = generate["generate_form"](**FORM)
     assert shown["image"] is None and shown["card"].startswith("Cancelled after 0 of 2 steps")
 

@@ -35,7 +35,7 @@ from studio.errors import Cancelled, StudioError, UnavailableError, ValidationEr
 from studio.request import build_request, with_config
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.common import NOTHING_RUNNING, cancellable_run, engine_errors, form_values, session_of
+from studio.ui.handlers.common import cancel_controls, cancellable_run, engine_errors, form_values
 
 # What `/benchmark` fills, by name (a client gets all but the layout `results`, in this order).
 BENCHMARK = ("results", "summary", "sheet", "files", "card", "regression")  # the last: a State
@@ -264,7 +264,8 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         """The fixed benchmark suite on this machine (`models`: a subset of the device's suite), written as a
         card into the studio's home: its summary, contact sheet, files and the card; `configs` (one per line)
         are measured instead of the auto-tuner's search within `budget_s` seconds per model."""
-        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+        # first: it takes the flag a click reserved
+        with cancellable_run(cancels, request, "benchmark") as should_stop:
             options = validate_options(
                 models=models,
                 budget_s=budget_s,
@@ -311,14 +312,10 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
         """The Machines view's winners: every loaded card's, named with its machine in front."""
         return winners_menu(cards, machines=True)
 
-    def cancel_benchmark(request: gr.Request):
-        """The tab's Cancel: stops the session's benchmark at its next denoising step (and one that waits)."""
-        return STOPPING if cancels.cancel(session_of(request)) else NOTHING_RUNNING
-
     return {
         "benchmark": benchmark,
         "benchmark_plan": lambda *values: plan_note(studio, **dict(zip(PLAN_FORM, values, strict=True))),
-        "cancel_benchmark": cancel_benchmark,
+        **cancel_controls(cancels, "benchmark", STOPPING),
         "benchmark_models": models_for,
         "winners_menu": winners_menu,
         "use_card_winner": use_winner,

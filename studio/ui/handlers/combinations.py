@@ -23,6 +23,7 @@ from studio.sweeps.matrix_report import as_json, grid, headline, reasons
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
+    cancel_controls,
     cancellable_run,
     cancelled_note,
     engine_errors,
@@ -30,6 +31,7 @@ from studio.ui.handlers.common import (
     form_request,
     optional_fields,
 )
+from studio.ui.handlers.sweeps import STOPPING
 
 # A cell's background by what became of it: faster or slower beyond noise, refused, failed (else none).
 LEGEND = (
@@ -104,7 +106,8 @@ def build_matrix_handlers(studio: Studio, cancels: Cancellations) -> dict[str, C
         """Every pair of the chosen techniques (none: every speed and precision technique that can run
         here) on this model and device: refused with the registry's reason, failed with the error, or its
         speedup and PSNR against one baseline, all timed in the same interleaved rounds."""
-        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+        # first: it takes the flag a click reserved
+        with cancellable_run(cancels, request, "matrix") as should_stop:
             plan = plan_matrix(
                 form_request(fields),
                 parse_opts(techniques) or None,
@@ -126,4 +129,4 @@ def build_matrix_handlers(studio: Studio, cancels: Cancellations) -> dict[str, C
         choices = matrix_choices(model, custom)
         return gr.update(choices=choices, value=[n for n in ticked or [] if n in choices])
 
-    return {"matrix": matrix, "matrix_boxes": matrix_boxes}
+    return {"matrix": matrix, "matrix_boxes": matrix_boxes, **cancel_controls(cancels, "matrix", STOPPING)}

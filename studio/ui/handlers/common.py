@@ -199,12 +199,29 @@ def session_of(request: gr.Request | None) -> str:
     return request.session_hash if request and request.session_hash else "api"
 
 
+NOTHING_RUNNING = "Nothing is running."  # a Cancel's answer when the session has no run to stop
+
+
 def cancellable_run(
-    cancels: Cancellations, request: gr.Request | None
+    cancels: Cancellations, request: gr.Request | None, job: str
 ) -> AbstractContextManager[Callable[[], str | None]]:
-    """A new run of the request's session, for the length of a `with` block; yields its stop check: the
-    session's Cancel button, or its client gone."""
-    return cancels.running(session_of(request), client_gone=client_gone_check())
+    """A new `job` run of the request's session, for the length of a `with` block; yields its stop check: the
+    job's Cancel button, or its client gone."""
+    return cancels.running(session_of(request), job, client_gone=client_gone_check())
+
+
+def cancel_controls(cancels: Cancellations, job: str, stopping: str) -> dict[str, Callable]:
+    """`{job}_reserve`, for the click of the job's Run button (its flag made before the run leaves the queue),
+    and `{job}_cancel`, for its Cancel: stops the session's `job` run, and one that waits, answering
+    `stopping`, or that nothing is running."""
+
+    def reserve(request: gr.Request) -> None:
+        cancels.reserve(session_of(request), job)
+
+    def cancel(request: gr.Request) -> str:
+        return stopping if cancels.cancel(session_of(request), job) else NOTHING_RUNNING
+
+    return {f"{job}_reserve": reserve, f"{job}_cancel": cancel}
 
 
 def model_name(model: Any, custom: Any) -> Any:
@@ -225,9 +242,6 @@ def model_defaults(model: str, custom: str):
 def model_numbers(model: str, custom: str):
     """A model's own steps, guidance and size: what the form shows when the page loads."""
     return model_defaults(model, custom)[:4]
-
-
-NOTHING_RUNNING = "Nothing is running."  # a Cancel's answer when the session has no run to stop
 
 
 def cancelled_note(exc: Cancelled) -> str:

@@ -34,7 +34,7 @@ from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
-    NOTHING_RUNNING,
+    cancel_controls,
     cancellable_run,
     cancelled_note,
     engine_errors,
@@ -125,7 +125,8 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
     def generate(request: gr.Request = None, progress=gr.Progress(), **fields):
         """Generate one image (or a batch) with the given model, techniques and settings; the run is timed
         and logged. Returns the image, the metrics card and the metrics (the shared vocabulary)."""
-        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+        # first: it takes the flag a click reserved
+        with cancellable_run(cancels, request, "generate") as should_stop:
             shown = run_generate(form_request(fields), request, progress, should_stop)
         return shown["image"], shown["card"], shown["metrics"]
 
@@ -134,7 +135,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """The form's Generate: as `/generate`, with a refused run (a bad value, techniques that cannot
         combine, a run that would not fit) said in the card instead of the last run's, and a note of a
         loaded run cleared (the form is the user's now)."""
-        with cancellable_run(cancels, request) as should_stop:
+        with cancellable_run(cancels, request, "generate") as should_stop:
             refused.pop(session_of(request), None)
             try:
                 shown = run_generate(form_request(fields), request, progress, should_stop)
@@ -221,14 +222,6 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             "settings": settings,
         }
 
-    def reserve(request: gr.Request):
-        """Generate was clicked: the run's cancel flag exists before it leaves the queue."""
-        cancels.reserve(session_of(request))
-
-    def cancel(request: gr.Request):
-        stopping = cancels.cancel(session_of(request))
-        return STOPPING if stopping else NOTHING_RUNNING
-
     return {
         "generate": generate,
         "generate_form": generate_form,
@@ -236,8 +229,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         "conflicts_note": conflicts_note,
         "retry_offer": retry_offer,
         "apply_advice": apply_advice,
-        "reserve": reserve,
-        "cancel": cancel,
+        **cancel_controls(cancels, "generate", STOPPING),
         "load_image": load_image,
         "estimate": estimate,
         "estimate_form": estimate_form,

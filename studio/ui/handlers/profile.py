@@ -57,7 +57,8 @@ def build_profile_handlers(studio: Studio, cancels: Cancellations | None = None)
     def profile(request: gr.Request = None, progress=gr.Progress(), **fields):
         """Where the time of one denoising step goes, by kind of operator and by operator, with its FLOPs and
         how close it comes to the device's matmul peak. The run is logged."""
-        with cancellable_run(cancels, request) if cancels is not None else nullcontext() as should_stop:
+        run_of = cancellable_run(cancels, request, "profile") if cancels is not None else nullcontext()
+        with run_of as should_stop:
             req = form_request(fields)
             why = should_stop() if should_stop is not None else None
             if why:
@@ -75,12 +76,12 @@ def build_profile_handlers(studio: Studio, cancels: Cancellations | None = None)
     def reserve(request: gr.Request):
         """Profile was clicked: its cancel flag exists before it leaves the queue (with cancel flags)."""
         if cancels is not None:
-            cancels.reserve(session_of(request))
+            cancels.reserve(session_of(request), "profile")
 
     def cancel(request: gr.Request):
         """Profile's Cancel."""
         if cancels is None:
             return CANNOT_STOP
-        return STOPPING if cancels.cancel(session_of(request)) else NOTHING_RUNNING
+        return STOPPING if cancels.cancel(session_of(request), "profile") else NOTHING_RUNNING
 
     return {"profile": profile, "profile_reserve": reserve, "profile_cancel": cancel}

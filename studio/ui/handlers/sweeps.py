@@ -31,13 +31,12 @@ from studio.sweeps.xy import run_xy
 from studio.ui import progress_views, views, xy_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
-    NOTHING_RUNNING,
     TECHNIQUE_BOXES,
+    cancel_controls,
     cancellable_run,
     engine_errors,
     form_request,
     optional_fields,
-    session_of,
     ticked_by_group,
 )
 
@@ -119,7 +118,8 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
     ):
         """Compare configurations with the baseline (fp32, no technique) in interleaved timed rounds, over an
         optional X axis (steps, size, scheduler, batch or a technique setting)."""
-        with cancellable_run(cancels, request) as should_stop:  # first: it takes the flag a click reserved
+        # first: it takes the flag a click reserved
+        with cancellable_run(cancels, request, "compare") as should_stop:
             req = form_request(fields)
             configs = list(presets or []) + [
                 c.strip() for c in (custom_configs or "").splitlines() if c.strip()
@@ -144,7 +144,7 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
     def run_ladder(warmup, rounds, request: gr.Request = None, progress=gr.Progress(), **fields):
         """The diffusers documentation's speed ladder on this machine: each step adds one technique to the
         previous ones, all timed in interleaved rounds against the baseline."""
-        with cancellable_run(cancels, request) as should_stop:
+        with cancellable_run(cancels, request, "ladder") as should_stop:
             req = form_request(fields)
             counts = validate_counts(warmup, rounds)
             try:
@@ -178,7 +178,7 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
     ):
         """The fastest configuration whose image stays within a quality floor of the baseline's, confirmed
         against it in interleaved rounds."""
-        with cancellable_run(cancels, request) as should_stop:
+        with cancellable_run(cancels, request, "autotune") as should_stop:
             req = form_request(fields)
             settings = AutotuneSettings(
                 min_psnr=min_psnr,
@@ -217,15 +217,12 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
             "tabs": gr.update(selected="generate"),
         }
 
-    def cancel_job(request: gr.Request):
-        """The Cancel of Compare, Ladder and Auto-tune: stops the session's run at its next denoising step
-        (and one it asked for that waits in the queue)."""
-        return STOPPING if cancels.cancel(session_of(request)) else NOTHING_RUNNING
-
     return {
         "compare": compare,
         "ladder": run_ladder,
         "autotune": autotune,
         "apply_winner": apply_winner,
-        "cancel_job": cancel_job,
+        **cancel_controls(cancels, "compare", STOPPING),
+        **cancel_controls(cancels, "ladder", STOPPING),
+        **cancel_controls(cancels, "autotune", STOPPING),
     }

@@ -101,8 +101,8 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
     wire_job(
         (go, stop, status),
         views.named(handlers["autotune"], outputs),
-        reserve=handlers["reserve"],
-        cancel=handlers["cancel_job"],
+        reserve=handlers["autotune_reserve"],
+        cancel=handlers["autotune_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),

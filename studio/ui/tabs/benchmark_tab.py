@@ -112,8 +112,8 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
     wire_job(
         (go, stop, status),
         views.named(handlers["benchmark"], outputs),
-        reserve=handlers["reserve"],
-        cancel=handlers["cancel_benchmark"],
+        reserve=handlers["benchmark_reserve"],
+        cancel=handlers["benchmark_cancel"],
         stopping=BENCHMARK_STOPPING,
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),

@@ -139,8 +139,8 @@ def compare_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         views.named(handlers["compare"], outputs),
-        reserve=handlers["reserve"],
-        cancel=handlers["cancel_job"],
+        reserve=handlers["compare_reserve"],
+        cancel=handlers["compare_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
@@ -182,8 +182,8 @@ def ladder_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         views.named(handlers["ladder"], dict(zip(LADDER, (results, md, table, rows), strict=True))),
-        reserve=handlers["reserve"],
-        cancel=handlers["cancel_job"],
+        reserve=handlers["ladder_reserve"],
+        cancel=handlers["ladder_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},
         outputs=[results, md, table, rows],

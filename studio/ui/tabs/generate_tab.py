@@ -105,7 +105,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         **generation,
     }
     # The cancel flag is made at the click, outside the queue: a Cancel while the run waits is not lost.
-    event = go.click(handlers["reserve"], None, None, queue=False, api_visibility="private").then(
+    event = go.click(handlers["generate_reserve"], None, None, queue=False, api_visibility="private").then(
         named(handlers["generate_form"], shown),
         api_name="generate_form",  # the private events' own names: /generate is the API's
         **run_form,
@@ -117,7 +117,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         api_name="generate",
         **generation,
     )
-    wire_cancel(stop, card, handlers["cancel"], STOPPING, api_name="cancel")
+    wire_cancel(stop, card, handlers["generate_cancel"], STOPPING, api_name="cancel")
     fit.click(handlers["estimate_form"], inputs_kwargs=form, outputs=fit_note, api_visibility="private")
     gr.Button(visible=False).click(
         handlers["estimate"],

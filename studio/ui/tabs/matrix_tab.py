@@ -65,8 +65,8 @@ def matrix_tab(handlers: dict) -> None:
     wire_job(
         (go, stop, status),
         handlers["matrix"],
-        reserve=handlers["reserve"],
-        cancel=handlers["cancel_job"],
+        reserve=handlers["matrix_reserve"],
+        cancel=handlers["matrix_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs={**inputs, "warmup": warmup, "rounds": rounds},
         outputs=[results, summary, table, why, data],
