@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from gradio_client import Client, handle_file
@@ -106,6 +108,26 @@ def test_generate_returns_an_image_and_a_logged_run(client, server):
     assert metrics["applied"] == ["bf16", "channels_last"] and "s ·" in card
     row = RunLog(server.home / "runs.db").get_run(metrics["run_id"])
     assert row["status"] == "ok" and row["requested"] == ["bf16", "channels_last"] and row["prompt"] == PROMPT
+
+
+def test_cancel_stops_the_clients_own_generate_and_no_other_clients(server):
+    """`/cancel` from the client whose `/generate` runs stops it after its current step; another client's
+    `/cancel` finds nothing of its own to stop; once the run has ended there is nothing to stop."""
+    client, other = Client(server.url, verbose=False), Client(server.url, verbose=False)
+    assert client.predict(api_name="/cancel") == "Nothing is running."
+    seed = 7077
+    job = client.submit(**generate_args(steps=200, width=256, height=256, seed=seed), api_name="/generate")
+    log, deadline = RunLog(server.home / "runs.db"), time.monotonic() + 60
+    while not [r for r in log.runs() if r["seed"] == seed and r["status"] == "running"]:
+        assert time.monotonic() < deadline and not job.done(), "the run never started"
+        time.sleep(0.2)
+    assert other.predict(api_name="/cancel") == "Nothing is running.", "another client's run is not its own"
+    assert client.predict(api_name="/cancel") == "Stopping after the current step…"
+    image, card, metrics = job.result(timeout=60)
+    assert image is None and metrics is None and card.startswith("Cancelled after "), card
+    assert " of 200 steps (cancelled by the user)" in card
+    assert [r["status"] for r in log.runs() if r["seed"] == seed] == ["cancelled"]
+    assert client.predict(api_name="/cancel") == "Nothing is running."
 
 
 @pytest.mark.parametrize(
