@@ -204,7 +204,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     request = request_from_args(args, args.optimizations)
     studio = Studio()
     found = {
-        **studio.estimate(request).as_json(),
+        **studio.will_it_fit(request),
         "first_call": measured_first_calls.sentence(studio, request),
     }
     emit(found, args.json, " ".join(filter(None, [found["sentence"], found["first_call"]])))

@@ -225,6 +225,23 @@ def check_fits(manager: Any, request: GenerationRequest, runlog: RunLog | None =
     found = estimate(manager, request, runlog)
     if found.fits is not False:
         return found
+    raise ValidationError(sentence(found) + remedy(manager, request, runlog))
+
+
+def answer(manager: Any, request: GenerationRequest, runlog: RunLog | None = None) -> dict[str, Any]:
+    """The estimate as every face answers "will it fit?" (`Estimate.as_json`): where it does not fit, its
+    sentence goes on with what would bring it under, the very words a run of it would be refused with. One
+    estimate decides both (the RAM available moves between two)."""
+    found = estimate(manager, request, runlog)
+    said = found.as_json()
+    if found.fits is False:
+        said["sentence"] += remedy(manager, request, runlog)
+    return said
+
+
+def remedy(manager: Any, request: GenerationRequest, runlog: RunLog | None = None) -> str:
+    """For a request that does not fit: the memory techniques that would bring it under (alone, then in
+    pairs), else a smaller size or batch; a sentence that follows the estimate's."""
     hw = devices.detect()
     usable = [
         name
@@ -241,9 +258,6 @@ def check_fits(manager: Any, request: GenerationRequest, runlog: RunLog | None =
             continue
         if estimate(manager, replace(request, opts=(*request.opts, *extra)), runlog).fits:
             fixes.append(" + ".join(extra))
-    advice = (
-        f" It would fit with: {', '.join(fixes[:4])}."
-        if fixes
-        else " No memory technique alone or in pairs brings it under; use a smaller size or batch."
-    )
-    raise ValidationError(sentence(found) + advice)
+    if fixes:
+        return f" It would fit with: {', '.join(fixes[:4])}."
+    return " No memory technique alone or in pairs brings it under; use a smaller size or batch."

@@ -45,10 +45,10 @@ class Services:
         """The peak memory `request` should reach, before it runs, and whether it fits."""
         return memory_estimate.estimate(self.manager, request, self.runlog)
 
-    def check_fits(self, request: GenerationRequest) -> memory_estimate.Estimate:
-        """The estimate, or a `ValidationError` naming the memory techniques that would bring a request that
-        would not fit under (what a run of it would be refused with)."""
-        return memory_estimate.check_fits(self.manager, request, self.runlog)
+    def will_it_fit(self, request: GenerationRequest) -> dict[str, Any]:
+        """The estimate as every face answers it: where it would not fit, its sentence names the memory
+        techniques that would bring it under (what a run of it would be refused with)."""
+        return memory_estimate.answer(self.manager, request, self.runlog)
 
     def first_call(self, request: GenerationRequest) -> first_call.FirstCall | None:
         """What the first call of `request`'s configuration cost here before (`studio.engine.first_call`)."""

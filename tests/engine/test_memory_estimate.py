@@ -90,6 +90,8 @@ def test_a_run_that_would_not_fit_a_gpu_is_refused_with_what_would_make_it_fit(s
         studio.generate(request)
     assert "It would fit with: vae_slicing" in str(info.value)
     assert studio.runlog.runs() == [], "a refused run is not logged"
+    said = studio.will_it_fit(request)  # what /estimate, Generate's "Will it fit?" and the CLI answer
+    assert said["fits"] is False and said["sentence"] == str(info.value), "the words the run is refused with"
     fits = memory_estimate.estimate(
         studio.manager, request.__class__(**{**request.__dict__, "num_images": 1})
     )

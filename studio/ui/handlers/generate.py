@@ -166,13 +166,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         """The estimate (`studio.engine.memory_estimate`) with one sentence for every face: where it would
         not fit, with the memory techniques that would bring it under (what a run would be refused with);
         and what its first call cost before (`first_call`: a sentence, or empty)."""
-        answer = studio.estimate(request).as_json()
-        if answer["fits"] is False:
-            try:
-                studio.check_fits(request)
-            except ValidationError as exc:
-                answer["sentence"] = describe(exc)
-        return {**answer, "first_call": measured_first_calls.sentence(studio, request)}
+        return {**studio.will_it_fit(request), "first_call": measured_first_calls.sentence(studio, request)}
 
     @optional_fields
     @engine_errors
