@@ -165,16 +165,7 @@ def cmd_autotune(args: argparse.Namespace) -> int:
     from studio.sweeps import autotune
 
     request = request_from_args(args)
-    settings = AutotuneSettings(
-        min_psnr=args.min_psnr,
-        min_ssim=args.min_ssim,
-        fidelity_drop=args.fidelity_drop,
-        warmup=1 if args.warmup is None else args.warmup,
-        repeats=3 if args.rounds is None else args.rounds,
-        confirm_rounds=args.confirm_rounds,
-        techniques=args.technique or None,
-        include_compile=args.include_compile,
-    )
+    settings = AutotuneSettings.of(vars(args))
     result = autotune.run_with(Studio(), request, settings)
     emit(autotune.as_json(result), args.json, autotune.markdown(result))
     return 0

@@ -4,7 +4,8 @@ runs."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pipelines import registry
@@ -16,6 +17,7 @@ from studio.request.generation import GenerationRequest
 MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
 MAX_WARMUP = 10
 MAX_ROUNDS = 50
+FACE_WORDS = {"rounds": "repeats", "technique": "techniques"}  # the faces' words for two auto-tune settings
 
 
 def max_request_seconds() -> float:
@@ -52,6 +54,14 @@ class AutotuneSettings:
         )
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> AutotuneSettings:
+        """The settings from whatever a face holds (a handler's or a tool's arguments, argparse's namespace
+        as a dict), by name, in the faces' words (`rounds` for the search's timed calls); a setting left empty
+        (None) keeps its default, and the other names are left."""
+        named = {FACE_WORDS.get(k, k): v for k, v in values.items() if v is not None}
+        return cls(**{f.name: named[f.name] for f in fields(cls) if f.name in named})
 
 
 @dataclass(frozen=True)

@@ -216,16 +216,8 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             confirm_rounds: Interleaved baseline/winner rounds that confirm the winner.
         """
         req = build_request(**pick_fields(locals()))  # as in generate; the baseline: fp32, no technique
-        settings = AutotuneSettings(
-            min_psnr=min_psnr,
-            min_ssim=min_ssim,
-            fidelity_drop=fidelity_drop,
-            warmup=warmup,
-            repeats=rounds,
-            confirm_rounds=confirm_rounds,
-            techniques=_texts(techniques, "techniques", '["deepcache", "cfg_cutoff"]') or None,
-            include_compile=include_compile,
-        )
+        techniques = _texts(techniques, "techniques", '["deepcache", "cfg_cutoff"]') or None
+        settings = AutotuneSettings.of(locals())
         with cancellable_run(cancels, request, "autotune") as should_stop:
             result = autotune_mod.run_with(studio, req, settings, should_stop=should_stop)
         return _plain(autotune_mod.as_json(result))

@@ -86,6 +86,9 @@ def test_auto_tune_options_are_built_by_name_and_checked():
     )
     with pytest.raises(TypeError):
         AutotuneSettings(30, 0.95)  # by name only
+    face = {"rounds": "2", "technique": ["channels_last"], "warmup": None, "prompt": "not a setting"}
+    from_face = AutotuneSettings.of(face)  # what the CLI's namespace, a handler's or a tool's arguments hold
+    assert (from_face.repeats, from_face.techniques, from_face.warmup) == (2, ("channels_last",), 1)
 
 
 def test_the_benchmark_says_what_its_budget_covers_and_what_the_run_takes_before_it_starts(studio):

@@ -180,16 +180,7 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         against it in interleaved rounds."""
         with cancellable_run(cancels, request, "autotune") as should_stop:
             req = form_request(fields)
-            settings = AutotuneSettings(
-                min_psnr=min_psnr,
-                min_ssim=min_ssim,
-                fidelity_drop=fidelity_drop,
-                warmup=warmup,
-                repeats=rounds,
-                confirm_rounds=confirm_rounds,
-                techniques=techniques,
-                include_compile=include_compile,
-            )
+            settings = AutotuneSettings.of(locals())
             progress_to = progress_views.progress_to(progress, "Auto-tune")
             try:
                 result = autotune_mod.run_with(
