@@ -250,14 +250,16 @@ def remedy(manager: Any, request: GenerationRequest, runlog: RunLog | None = Non
         and unavailable_reason(REGISTRY[name], hw, request.device, request.spec.family) is None
     ]
     options = [(n,) for n in usable] + [(a, b) for i, a in enumerate(usable) for b in usable[i + 1 :]]
-    fixes = []
+    fixes: list[tuple[str, ...]] = []
     for extra in options:
+        if any(set(fix) <= set(extra) for fix in fixes):
+            continue  # a pair is offered only where neither of its techniques does it alone
         try:
             check_conflicts({*request.opts, *extra})
         except ValidationError:
             continue
         if estimate(manager, replace(request, opts=(*request.opts, *extra)), runlog).fits:
-            fixes.append(" + ".join(extra))
+            fixes.append(extra)
     if fixes:
-        return f" It would fit with: {', '.join(fixes[:4])}."
+        return f" It would fit with: {', '.join(' + '.join(fix) for fix in fixes[:4])}."
     return " No memory technique alone or in pairs brings it under; use a smaller size or batch."

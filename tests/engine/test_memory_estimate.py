@@ -108,6 +108,7 @@ def test_on_a_cpu_a_run_that_would_not_fit_in_ram_is_refused_with_what_would_mak
     with pytest.raises(ValidationError, match=r"Does not fit in [\d.]+ GB of RAM") as info:
         studio.generate(request)
     assert "It would fit with: vae_slicing" in str(info.value)
+    assert "vae_slicing + " not in str(info.value), "no pair with a technique that does it alone"
     assert studio.runlog.runs() == [], "a refused run is not logged, nothing was loaded"
     assert studio.manager.loaded() == []
 
