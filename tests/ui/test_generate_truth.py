@@ -74,12 +74,17 @@ def test_estimate_says_what_the_pages_will_it_fit_says(generate, monkeypatch):
     names the fix, as the page does."""
     from studio.engine import memory_estimate
 
-    monkeypatch.setattr(memory_estimate, "cpu_capacity", lambda now: now + 450 * 2**20)
+    # 420 MB of room past what the process holds now, whatever it holds (the share kept free counts it too)
+    monkeypatch.setattr(
+        memory_estimate, "cpu_capacity", lambda now: int((now + 420 * 2**20) / memory_estimate.HEADROOM)
+    )
     form = {**FORM, "device": "cpu", "width": 512, "height": 512, "batch": 4}
     answer = generate["estimate"](**form)
     assert answer["fits"] is False and "It would fit with: vae_slicing" in answer["sentence"]
     page = generate["estimate_form"](**form)
-    assert page == " ".join(filter(None, [f"⚠ {answer['sentence']}", answer["first_call"]]))
+    sizes = re.compile(r"[\d.]+ [MG]B")  # what the process holds moves by a few MB between two estimates
+    said = " ".join(filter(None, [f"⚠ {answer['sentence']}", answer["first_call"]]))
+    assert sizes.sub("N", page) == sizes.sub("N", said)
 
 
 def test_a_refused_run_is_said_in_the_card_instead_of_the_last_runs(generate):
