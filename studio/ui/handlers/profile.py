@@ -18,12 +18,11 @@ from studio.engine import Studio
 from studio.report import profile_text
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
-    NOTHING_RUNNING,
+    cancel_controls,
     cancellable_run,
     engine_errors,
     form_request,
     optional_fields,
-    session_of,
 )
 
 CANNOT_STOP = "A Profile runs three steps and cannot stop part-way: it ends on its own in a moment."
@@ -73,15 +72,14 @@ def build_profile_handlers(studio: Studio, cancels: Cancellations | None = None)
             gr.Warning(warning)
         return profile_outputs(run.as_json())
 
-    def reserve(request: gr.Request):
-        """Profile was clicked: its cancel flag exists before it leaves the queue (with cancel flags)."""
-        if cancels is not None:
-            cancels.reserve(session_of(request), "profile")
+    if cancels is not None:
+        return {"profile": profile, **cancel_controls(cancels, "profile", STOPPING)}
 
-    def cancel(request: gr.Request):
-        """Profile's Cancel."""
-        if cancels is None:
-            return CANNOT_STOP
-        return STOPPING if cancels.cancel(session_of(request), "profile") else NOTHING_RUNNING
+    def reserve(request: gr.Request) -> None:
+        """Without cancel flags the click reserves nothing."""
+
+    def cancel(request: gr.Request) -> str:
+        """Without cancel flags the Cancel says why it cannot stop."""
+        return CANNOT_STOP
 
     return {"profile": profile, "profile_reserve": reserve, "profile_cancel": cancel}
