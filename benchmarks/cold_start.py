@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from studio import devices
-from studio.optimizations import phases
+from studio import devices, phases
 from studio.request.configs import parse_config
 
 PROMPT = "a big red circle on the left, on a white background"

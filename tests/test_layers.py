@@ -12,7 +12,15 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundation",
-        ("studio.errors", "studio.settings", "studio.checks", "studio.devices", "studio.__init__"),
+        (
+            "studio.errors",
+            "studio.settings",
+            "studio.checks",
+            "studio.devices",
+            "studio.phases",
+            "studio.recompiles",
+            "studio.__init__",
+        ),
     ),
     ("run log", ("studio.runlog",)),
     ("techniques", ("studio.optimizations",)),

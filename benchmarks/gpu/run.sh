@@ -16,7 +16,7 @@
 #                       and is interrupted in time to write what it measured.
 #   --part tests|bench|all   the GPU tests, the benchmark, or both (default: all)
 #   --dry-run           the same on this CPU with the bundled model and small numbers (the kit install is
-#                       skipped when diffusers already imports)
+#                       skipped when diffusers is already installed)
 #   -h, --help          this text
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -58,8 +58,8 @@ export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchi
 CARRIED_AUTOTUNE=${GPU_AUTOTUNE_CACHE:-benchmarks/gpu/autotune-cache}
 
 install_kit() {
-  if [ "$DRY" = 1 ] && "$PY" -c "import diffusers" 2>/dev/null; then
-    echo "kit: not installed (dry run: diffusers already imports)"
+  if [ "$DRY" = 1 ] && "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('diffusers') is None)"; then
+    echo "kit: not installed (dry run: diffusers is already installed)"
     return
   fi
   if ! ls .gpu-kit/*.whl >/dev/null 2>&1; then

@@ -3,7 +3,7 @@
 The UI, the API and the CLI all call `Studio`; none of them talks to the lower
 layers directly, so they validate, run, measure and log the same way. The values a run
 carries and its run-log columns are in `studio.engine.run_data`, recompile storms in
-`studio.optimizations.recompiles`.
+`studio.recompiles`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import report, settings
+from studio import phases, report, settings
 from studio.engine import memory_advice, memory_estimate, zerogpu
 from studio.engine import threads as cpu_threads
 from studio.engine.profile_run import Profiling
@@ -28,8 +28,8 @@ from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
 from studio.measure import bench, prompt_score, quality
 from studio.measure.host import HostMonitor
-from studio.optimizations import REGISTRY, phases
-from studio.optimizations.recompiles import graph_builds, storm_warnings
+from studio.optimizations import REGISTRY
+from studio.recompiles import graph_builds, storm_warnings
 from studio.report import image_metadata
 from studio.request import GenerationRequest
 from studio.runlog import RunLog

@@ -5,7 +5,7 @@ A first call pays for what later calls reuse: loading, a conversion and its cali
 compile (torch.compile, a traced UNet). The run log records each run's first call (`first_call_seconds`); the
 slowest of them is the cold cost, the newest what the caches on this machine give now (an OpenVINO model read
 back from its cache, a compile from inductor's). Runs whose techniques prepared something also say which phase
-they paid (`studio.optimizations.phases`: cold, warm or package), so cold, warm and packaged first calls are
+they paid (`studio.phases`: cold, warm or package), so cold, warm and packaged first calls are
 said side by side.
 """
 
@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from studio.optimizations import phases
+from studio import phases
 from studio.report import seconds
 
 if TYPE_CHECKING:

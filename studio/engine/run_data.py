@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import devices, settings
+from studio import devices, phases, settings
 from studio.measure import bench
 from studio.measure.host import HostLoad
-from studio.optimizations import phases
 from studio.request import GenerationRequest
 
 

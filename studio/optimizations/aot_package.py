@@ -7,7 +7,7 @@ compiled (`torch._inductor.aoti_compile_and_package`) into a package without wei
 (`studio.optimizations.packages`); the live module's tensors are handed to it
 (`load_constants(user_managed=True)`: no copy). Any later process whose part has the same architecture,
 shapes, dtype, device and torch version loads that package (about a second) and runs it at once. Each first
-sight of a shape records its phase (`studio.optimizations.phases`): "cold" (exported and compiled now) or
+sight of a shape records its phase (`studio.phases`): "cold" (exported and compiled now) or
 "package" (loaded compiled).
 
 Unlike `torch_compile` there is no dynamo at call time: no guards to check per call and no recompiles, but
@@ -31,9 +31,9 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from pipelines.sources import HUB_ID
-from studio import checks
+from studio import checks, phases
 from studio.errors import ValidationError, first_line
-from studio.optimizations import packages, phases
+from studio.optimizations import packages
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser_name, restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset

@@ -52,9 +52,9 @@ from typing import Any
 
 import torch
 
-from studio import checks, devices
+from studio import checks, devices, phases
 from studio.errors import ValidationError
-from studio.optimizations import compile_cache, phases
+from studio.optimizations import compile_cache
 from studio.optimizations.base import JUST_IN_TIME, Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser, restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
@@ -210,7 +210,7 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 # eagerly, with only a log warning. Every UNet of a class shares its forward's code object, so a
 # studio holding a few compiled pipelines (each with a graph per shape, per DeepCache path and per
 # batch under cfg_cutoff) would silently lose compilation on the later ones. The studio reports
-# recompile storms itself (studio.optimizations.recompiles), so it gives dynamo room for every live pipeline.
+# recompile storms itself (studio.recompiles), so it gives dynamo room for every live pipeline.
 RECOMPILE_LIMIT = 64
 
 

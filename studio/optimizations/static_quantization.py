@@ -42,9 +42,8 @@ from typing import Any
 
 import torch
 
-from studio import checks, devices
+from studio import checks, devices, phases
 from studio.errors import UnavailableError
-from studio.optimizations import phases
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.bias_correction import correct_biases
 from studio.optimizations.calibration import denoising_trajectory

@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from studio.measure.host import BUSY_PCT
-from studio.optimizations.recompiles import graph_builds
+from studio.recompiles import graph_builds
 from studio.report.vocabulary import KEYS
 
 MEMORY_RESOLUTION_MB = {

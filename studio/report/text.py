@@ -8,7 +8,7 @@ import io
 import json
 from typing import Any
 
-from studio.optimizations import phases
+from studio import phases
 from studio.report.vocabulary import KEYS
 
 

@@ -142,7 +142,7 @@ def m007_memory_resident(db: Database) -> None:
 def m008_first_call_phase(db: Database) -> None:
     """What a run's first call paid for what its techniques prepare: the slowest phase (cold: compiled,
     converted or calibrated now; warm: from this machine's caches; package: loaded compiled) and the seconds
-    the preparing took (`studio.optimizations.phases`)."""
+    the preparing took (`studio.phases`)."""
     db["runs"].add_column("first_call_phase", str)
     db["runs"].add_column("prepare_seconds", float)
 

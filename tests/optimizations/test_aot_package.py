@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from pipelines import loader
-from studio import devices
+from studio import devices, phases
 from studio.errors import ValidationError
 from studio.manager import PipelineManager
 from studio.measure.quality import max_abs_diff
-from studio.optimizations import Context, packages, phases
+from studio.optimizations import Context, packages
 from studio.optimizations.aot_package import PackagedModule
 from tests.tiny import run
 from tests.tiny import technique_request as request

@@ -73,13 +73,14 @@ def test_static_compile_with_caching_builds_each_path_once_and_draws_what_eager_
 
 @pytest.mark.slow
 def test_every_live_pipeline_of_a_class_gets_its_own_static_graphs(manager, monkeypatch):
-    """Dynamo keeps graphs per code object, shared by every UNet of a class: past its limit of 8 it would run
-    the third of these pipelines (12 graphs) eagerly without saying so. Each builds its four graphs once, and
-    uses them."""
+    """Dynamo keeps graphs per code object, shared by every UNet of a class: past its limit (8 by default,
+    made 4 here so that two pipelines pass it) it would run the second of these pipelines eagerly without
+    saying so. Each builds its four graphs once, and uses them."""
     _eager_graphs(monkeypatch)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 4)
     eager = run(manager, request(["deepcache", "cfg_cutoff"], settings=STATIC_SETTINGS, steps=STEPS))[0]
     req = request(["deepcache", "cfg_cutoff", "torch_compile"], settings=STATIC_SETTINGS, steps=STEPS)
-    engines = [PipelineManager(load=loader.load) for _ in range(3)]  # all alive, each holding its graphs
+    engines = [PipelineManager(load=loader.load) for _ in range(2)]  # both alive, each holding its graphs
     for number, engine in enumerate(engines, 1):
         with engine.acquire(req) as prepared:
             images = bench.run_once(prepared, req).images

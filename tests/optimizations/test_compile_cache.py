@@ -24,8 +24,8 @@ import torch
 from torch._inductor.utils import fresh_cache
 from torch.compiler._cache import CacheArtifactManager
 
-from studio import devices
-from studio.optimizations import compile_cache, phases
+from studio import devices, phases
+from studio.optimizations import compile_cache
 from studio.optimizations.base import Context, get
 from studio.optimizations.compile import counting_backend
 
@@ -229,7 +229,7 @@ SECOND_PROCESS = textwrap.dedent(
     import json, types
     import torch
     from studio import devices
-    from studio.optimizations import phases
+    from studio import phases
     from studio.optimizations.base import Context, get
 
     torch.manual_seed(0)

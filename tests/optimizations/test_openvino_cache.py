@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from studio import phases
 from studio.manager import PipelineManager
-from studio.optimizations import phases
 from studio.optimizations.openvino import cache as ovk
 from tests import tiny
 

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from studio import devices
-from studio.optimizations import phases
+from studio import devices, phases
 from studio.optimizations.openvino import cache as ovk
 from studio.optimizations.openvino import calibration_samples as ovc
 from studio.optimizations.openvino import int8 as int8
