@@ -77,18 +77,20 @@ def test_every_live_pipeline_of_a_class_gets_its_own_static_graphs(manager, monk
     made 4 here so that two pipelines pass it) it would run the second of these pipelines eagerly without
     saying so. Each builds its four graphs once, and uses them."""
     _eager_graphs(monkeypatch)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 4)
     eager = run(manager, request(["deepcache", "cfg_cutoff"], settings=STATIC_SETTINGS, steps=STEPS))[0]
     req = request(["deepcache", "cfg_cutoff", "torch_compile"], settings=STATIC_SETTINGS, steps=STEPS)
     engines = [PipelineManager(load=loader.load) for _ in range(2)]  # both alive, each holding its graphs
-    for number, engine in enumerate(engines, 1):
-        with engine.acquire(req) as prepared:
-            images = bench.run_once(prepared, req).images
-            built = prepared.entry.stats.get("compile_count")
-            assert built == 4, f"pipeline {number}: full and cached path, at batch 2 then 1"
-            bench.run_once(prepared, req)
-            assert prepared.entry.stats["compile_count"] == 4, f"pipeline {number}: the same request again"
-        assert max_abs_diff(images, eager) <= 1e-3, f"pipeline {number}: its graphs draw what eager draws"
+    with torch._dynamo.config.patch(recompile_limit=4):  # put back afterwards
+        for number, engine in enumerate(engines, 1):
+            with engine.acquire(req) as prepared:
+                images = bench.run_once(prepared, req).images
+                built = prepared.entry.stats.get("compile_count")
+                assert built == 4, f"pipeline {number}: full and cached path, at batch 2 then 1"
+                bench.run_once(prepared, req)
+                assert prepared.entry.stats["compile_count"] == 4, (
+                    f"pipeline {number}: the same request again"
+                )
+            assert max_abs_diff(images, eager) <= 1e-3, f"pipeline {number}: its graphs draw what eager draws"
 
 
 @pytest.mark.parametrize("settings", [{}, {"freezing": True, "cpp_wrapper": True}])
