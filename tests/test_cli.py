@@ -72,6 +72,24 @@ def test_python_dash_m_studio_is_the_same_cli(tmp_path):
     assert not (tmp_path / "runs.db").exists()
 
 
+def test_system_and_show_answer_without_importing_the_model_libraries(tmp_path):
+    """`system` and `show` load no model: they answer without importing diffusers or transformers (seconds
+    of imports), and with nothing on stderr."""
+    env = {**os.environ, "STUDIO_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    code = (
+        "import sys\n"
+        "from studio.cli import main\n"
+        "codes = [main(['system', '--json']), main(['show', 'README.md'])]\n"
+        "print(codes, sorted({m.split('.')[0] for m in sys.modules} & {'diffusers', 'transformers'}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == "[0, 1] []", proc.stdout[-500:] + proc.stderr[-2000:]
+    assert (
+        proc.stderr.strip() == "This file is not a PNG (no PNG signature): the studio reads settings only "
+        "from PNG files. Load a PNG the studio or another Stable Diffusion tool saved."
+    ), proc.stderr
+
+
 def test_a_run_from_the_shell_prints_its_result_and_no_library_noise(tmp_path):
     """stdout: one line with the run; stderr: only the studio's own warnings (no progress bars of the
     libraries, no advice to install torchvision, no tracer warnings from a traced UNet)."""

@@ -248,6 +248,11 @@ COMMANDS = {
 }
 
 
+# Commands that import neither diffusers nor transformers: nothing to quiet, and importing them to quiet them
+# would cost seconds.
+NO_LIBRARIES = frozenset({"system", "show"})
+
+
 def quiet_libraries() -> None:
     """Keep diffusers' and transformers' progress bars and their advice about optional packages (torchvision)
     off stderr: the CLI's stderr carries its own warnings and errors."""
@@ -264,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    if not args.verbose:
+    if not args.verbose and args.command not in NO_LIBRARIES:
         quiet_libraries()
     try:
         with results_only_on_stdout():
