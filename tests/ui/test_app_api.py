@@ -226,16 +226,13 @@ def test_compare_is_interleaved_and_speaks_the_shared_keys(client, server):
     )
 
 
-def test_every_face_shares_the_vocabulary(client, server, tmp_path):
+def test_every_face_shares_the_vocabulary(client, server, monkeypatch, capsys):
     """/generate, /compare, /ladder, /autotune, /history, the CLI's --json and the CSV export use the same
     keys."""
     import csv
     import json
-    import os
-    import subprocess
-    import sys
 
-    from tests.server import ROOT
+    from studio.cli import main
 
     _, _, generated = client.predict(**generate_args(), api_name="/generate")
     compared = compare_out(client, ["channels_last"], rounds=2)[-1]
@@ -244,17 +241,13 @@ def test_every_face_shares_the_vocabulary(client, server, tmp_path):
     history, _plot, csv_path, _records = client.predict(
         model="tiny-shapes", status="ok", limit=20, api_name="/history"
     )
-    env = {**os.environ, "STUDIO_HOME": str(server.home), "HF_HUB_OFFLINE": "1"}
-    cli = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "studio", "history", "--json", "--limit", "3"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+    monkeypatch.setenv("STUDIO_HOME", str(server.home))  # the CLI in this process, on the server's run log
+    for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
+        monkeypatch.delenv(name, raising=False)
+    capsys.readouterr()
+    assert main(["history", "--json", "--limit", "3"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert len(cli) == 3, "the server's runs, read from its run log"
     faces = {
         "/generate": [generated],
         "/compare": compared,
