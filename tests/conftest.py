@@ -146,21 +146,31 @@ def one_torch_thread():
 
 
 @pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """Run the CLI in-process on a database under tmp_path: (exit status, stdout, stderr)."""
-    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
-    for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
-        monkeypatch.delenv(name, raising=False)
-
+def cli_at(monkeypatch, capsys):
+    """`cli_at(home)`: a function that runs the CLI in-process on the studio home `home` (its database, its
+    outputs) and answers (exit status, stdout, stderr)."""
     from studio.cli import main
 
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            status = main(list(args))
-        except SystemExit as exc:  # argparse
-            status = exc.code
-        out, err = capsys.readouterr()
-        return status, out, err
+    def at(home: Path):
+        monkeypatch.setenv("STUDIO_HOME", str(home))
+        for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
+            monkeypatch.delenv(name, raising=False)
 
-    return run
+        def run(*args: str) -> tuple[int, str, str]:
+            capsys.readouterr()
+            try:
+                status = main(list(args))
+            except SystemExit as exc:  # argparse
+                status = exc.code
+            out, err = capsys.readouterr()
+            return status, out, err
+
+        return run
+
+    return at
+
+
+@pytest.fixture
+def cli(cli_at, tmp_path):
+    """Run the CLI in-process on a database under tmp_path: (exit status, stdout, stderr)."""
+    return cli_at(tmp_path)

@@ -226,13 +226,11 @@ def test_compare_is_interleaved_and_speaks_the_shared_keys(client, server):
     )
 
 
-def test_every_face_shares_the_vocabulary(client, server, monkeypatch, capsys):
+def test_every_face_shares_the_vocabulary(client, server, cli_at):
     """/generate, /compare, /ladder, /autotune, /history, the CLI's --json and the CSV export use the same
     keys."""
     import csv
     import json
-
-    from studio.cli import main
 
     _, _, generated = client.predict(**generate_args(), api_name="/generate")
     compared = compare_out(client, ["channels_last"], rounds=2)[-1]
@@ -241,12 +239,9 @@ def test_every_face_shares_the_vocabulary(client, server, monkeypatch, capsys):
     history, _plot, csv_path, _records = client.predict(
         model="tiny-shapes", status="ok", limit=20, api_name="/history"
     )
-    monkeypatch.setenv("STUDIO_HOME", str(server.home))  # the CLI in this process, on the server's run log
-    for name in ("STUDIO_DB", "STUDIO_OUTPUTS"):
-        monkeypatch.delenv(name, raising=False)
-    capsys.readouterr()
-    assert main(["history", "--json", "--limit", "3"]) == 0
-    cli = json.loads(capsys.readouterr().out)
+    status, out, _ = cli_at(server.home)("history", "--json", "--limit", "3")  # on the server's run log
+    assert status == 0
+    cli = json.loads(out)
     assert len(cli) == 3, "the server's runs, read from its run log"
     faces = {
         "/generate": [generated],
