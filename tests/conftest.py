@@ -15,6 +15,11 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(
     Path(__file__).resolve().parents[1] / ".pytest_cache" / "inductor"
 )
 os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton")
+# Inductor proves that g++ builds each vector instruction set the CPU declares by building and loading a
+# probe for each, in every process whose inductor cache lacks them: about 6 s, paid by each of the many
+# processes the suite starts on an empty cache. The CPU's own flags still choose the set; the suite's g++
+# builds all of them. (The studio remembering that probe's answer: test_aot_package.py, with the probe on.)
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # The studio's home for what tests do not point elsewhere (OpenVINO's conversions, mostly): never the
 # checkout's ./studio-data, which belongs to the user's `make run`.
 # Under pytest-xdist (`make test` runs two workers) each worker has its own.

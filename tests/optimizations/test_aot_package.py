@@ -197,27 +197,30 @@ def test_a_source_that_is_not_a_folder_is_refused_before_any_compile(tmp_path):
 def test_the_cpu_probe_is_remembered_only_where_every_declared_set_passed(tmp_path, monkeypatch):
     from torch._inductor import config, cpu_vec_isa
 
-    before = config.cpp.vec_isa_ok
-    cpu_vec_isa.valid_vec_isa_list.cache_clear()
-    packages.skip_known_isa_probe(tmp_path)
-    noted = json.loads((tmp_path / packages.ISA_FILE).read_text())
-    assert noted["valid"] == [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]
-    if noted["valid"] != noted["declared"] or not noted["declared"]:
-        pytest.skip("a declared instruction set failed its probe here: nothing is remembered")
-    probed = []
-    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", lambda self, code: probed.append(self) or True)
-    cpu_vec_isa.valid_vec_isa_list.cache_clear()
-    packages.skip_known_isa_probe(tmp_path)
-    assert not probed and [str(i) for i in cpu_vec_isa.valid_vec_isa_list()] == noted["valid"]
-    assert config.cpp.vec_isa_ok == before, (
-        "inductor's config is left as it was (torch.compile's keys read it)"
-    )
-    (tmp_path / packages.ISA_FILE).write_text(json.dumps({**noted, "valid": noted["valid"][1:]}))
-    cpu_vec_isa.valid_vec_isa_list.cache_clear()
-    packages.skip_known_isa_probe(tmp_path)
-    rewritten = json.loads((tmp_path / packages.ISA_FILE).read_text())
-    assert rewritten["valid"] == noted["valid"], "a set that failed its probe is probed again, and noted anew"
-    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    with config.patch({"cpp.vec_isa_ok": None}):  # the probe on, as in a user's process
+        before = config.cpp.vec_isa_ok
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        packages.skip_known_isa_probe(tmp_path)
+        noted = json.loads((tmp_path / packages.ISA_FILE).read_text())
+        assert noted["valid"] == [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]
+        if noted["valid"] != noted["declared"] or not noted["declared"]:
+            pytest.skip("a declared instruction set failed its probe here: nothing is remembered")
+        probed = []
+        monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", lambda self, code: probed.append(self) or True)
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        packages.skip_known_isa_probe(tmp_path)
+        assert not probed and [str(i) for i in cpu_vec_isa.valid_vec_isa_list()] == noted["valid"]
+        assert config.cpp.vec_isa_ok == before, (
+            "inductor's config is left as it was (torch.compile's keys read it)"
+        )
+        (tmp_path / packages.ISA_FILE).write_text(json.dumps({**noted, "valid": noted["valid"][1:]}))
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        packages.skip_known_isa_probe(tmp_path)
+        rewritten = json.loads((tmp_path / packages.ISA_FILE).read_text())
+        assert rewritten["valid"] == noted["valid"], (
+            "a set that failed its probe is probed again, and noted anew"
+        )
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
 
 
 def test_the_architecture_digest_is_the_same_in_every_process():
