@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import getpass
 import logging
@@ -143,6 +144,8 @@ def _writable_folder(path: Path) -> OSError | None:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             return None
+    except FileExistsError:  # a file where the folder would be: mkdir's "File exists" would not say that
+        return NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
     except OSError as exc:
         return exc
 
@@ -154,21 +157,38 @@ def usable_compile_cache() -> str | None:
     torch 2.13 creates that folder when `torch._dynamo` is first imported (diffusers imports it), so one that
     cannot be created stops every command before it starts, and one that exists read-only fails every
     `torch.compile`. Its default is torch's: `torchinductor_<user>` in the temporary folder. The folder used
-    instead is `inductor/` in the studio's home, else a new temporary one: kernels are built again there."""
+    instead is `inductor/` in the studio's home, else a new temporary one: kernels are built again there.
+    Inductor keeps its precompiled C++ headers in that default folder whatever `TORCHINDUCTOR_CACHE_DIR`
+    says: where the default cannot be written they go to `precompiled_headers/` in the folder used (else
+    every kernel's build fails)."""
     configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
-    wanted = Path(configured) if configured else Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+    default = Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+    wanted = Path(configured) if configured else default
     problem = _writable_folder(wanted)
-    if problem is None:
-        return None
-    fallback = home() / "inductor"
-    if _writable_folder(fallback) is not None:
-        fallback = Path(tempfile.mkdtemp(prefix="torchinductor-"))
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(fallback)
-    why = problem.strerror or problem
-    said = (
-        f"torch.compile's cache folder {wanted} cannot be written ({why}): its kernels go to {fallback} "
-        "instead and are built again there. Set TORCHINDUCTOR_CACHE_DIR to a writable folder to keep them."
-    )
-    log.warning(said)
+    said = None
+    if problem is not None:
+        fallback = home() / "inductor"
+        if _writable_folder(fallback) is not None:
+            fallback = Path(tempfile.mkdtemp(prefix="torchinductor-"))
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(fallback)
+        why = problem.strerror or problem
+        said = (
+            f"torch.compile's cache folder {wanted} cannot be written ({why}): its kernels go to "
+            f"{fallback} instead and are built again there. "
+            "Set TORCHINDUCTOR_CACHE_DIR to a writable folder to keep them."
+        )
+        log.warning(said)
+    if (problem if wanted == default else _writable_folder(default)) is not None:
+        precompiled_headers_in(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]) / "precompiled_headers")
     return said
+
+
+def precompiled_headers_in(folder: Path) -> None:
+    """Make inductor keep its precompiled C++ headers (~150 MB each) in `folder` from now on, in this process.
+    Private names of torch 2.13's codecache: where they are gone, inductor's own folder stays in use."""
+    from torch._inductor import codecache
+
+    if hasattr(codecache, "_HEADER_DIR") and hasattr(codecache, "_HEADER_LOCK_DIR"):
+        codecache._HEADER_DIR = str(folder)
+        codecache._HEADER_LOCK_DIR = str(folder / "locks")

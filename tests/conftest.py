@@ -36,25 +36,16 @@ os.environ.update({"OMP_NUM_THREADS": "1"} if os.environ.get("PYTEST_XDIST_WORKE
 import pytest
 import torch
 
-from studio import devices
+from studio import devices, settings
 
 INDUCTOR_CACHE = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
 
 
-def _own_precompiled_headers() -> None:
-    """Inductor precompiles its C++ prefix header (a ~150 MB .gch; kernels compile ~4x faster with it) into
-    /tmp/torchinductor_<user>/precompiled_headers whatever TORCHINDUCTOR_CACHE_DIR says. A build killed there
-    leaves a truncated .gch that fails every later kernel compile on the machine, so the suite keeps its own
-    next to its cache. (Private names of torch 2.13's codecache: if they move, the default directory is
-    used.)"""
-    from torch._inductor import codecache
-
-    if hasattr(codecache, "_HEADER_DIR") and hasattr(codecache, "_HEADER_LOCK_DIR"):
-        codecache._HEADER_DIR = str(INDUCTOR_CACHE / "precompiled_headers")
-        codecache._HEADER_LOCK_DIR = str(INDUCTOR_CACHE / "precompiled_headers" / "locks")
-
-
-_own_precompiled_headers()
+# Inductor precompiles its C++ prefix header (a ~150 MB .gch; kernels compile ~4x faster with it) into
+# /tmp/torchinductor_<user>/precompiled_headers whatever TORCHINDUCTOR_CACHE_DIR says. A build killed there
+# leaves a truncated .gch that fails every later kernel compile on the machine, so the suite keeps its own
+# next to its cache.
+settings.precompiled_headers_in(INDUCTOR_CACHE / "precompiled_headers")
 
 
 def pytest_report_header(config):

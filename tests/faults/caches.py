@@ -5,6 +5,7 @@ CLI, the server's log for the UI), and the run itself goes on with the configura
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
 import subprocess
@@ -114,13 +115,16 @@ print(os.environ["TORCHINDUCTOR_CACHE_DIR"], same, time.perf_counter() - start)
 
 
 def compile_cache_unwritable_case(ws: Workspace) -> Outcome:
-    """torch.compile's cache folder (`TORCHINDUCTOR_CACHE_DIR`) lies under a file, so it cannot be created:
-    torch fails as soon as diffusers is imported, before any command starts, unless the studio moves it."""
-    blocker = ws.root / "a-file"
-    blocker.write_text("not a folder")
+    """torch.compile's default cache folder (`torchinductor_<user>` in the temporary folder, no
+    `TORCHINDUCTOR_CACHE_DIR` set) is a file, so it cannot be created: torch fails as soon as diffusers is
+    imported, before any command starts, unless the studio moves it; and inductor's precompiled headers,
+    which it keeps there whatever the cache folder, fail every kernel's build unless they move with it."""
+    temporary = ws.root / "tmp"
+    temporary.mkdir()
+    (temporary / f"torchinductor_{getpass.getuser()}").write_text("not a folder")
     home = ws.root / "compile-home"
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(blocker / "inductor"), STUDIO_HOME=str(home))
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env.update(TMPDIR=str(temporary), STUDIO_HOME=str(home), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     start = perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", COMPILE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
@@ -129,6 +133,7 @@ def compile_cache_unwritable_case(ws: Workspace) -> Outcome:
     printed = done.stdout.split()
     used = Path(printed[0]) if done.returncode == 0 and len(printed) == 3 else None
     facts = {"stderr": done.stderr, "used": used, "home": home, "same": printed[1:2] == ["True"]}
+    facts["headers"] = sorted(p.name for p in (used or home).glob("precompiled_headers/*.gch"))
     said = next(
         (line for line in done.stderr.splitlines() if "cache folder" in line),
         done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "(no warning)",

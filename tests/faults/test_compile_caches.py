@@ -44,6 +44,7 @@ def test_a_compile_cache_folder_that_cannot_be_created_moves_to_the_studio_home(
     assert outcome.alive, outcome.facts["stderr"][-2000:]
     assert outcome.facts["used"] == outcome.facts["home"] / "inductor"
     assert outcome.said.startswith("torch.compile's cache folder") and "Not a directory" in outcome.said
+    assert outcome.facts["headers"], "the precompiled header was built in the folder used"
 
 
 def test_with_the_home_unwritable_too_the_compile_cache_is_a_new_temporary_folder(tmp_path, monkeypatch):
