@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten
 from pipelines.sources import HUB_ID
 from studio import checks, phases
 from studio.errors import ValidationError, first_line
-from studio.optimizations import packages
+from studio.optimizations import inductor_cache, packages
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser_name, restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
@@ -161,6 +161,7 @@ class PackagedModule(PerShapeModule):
 
     def _compile(self, inputs: dict[str, Any], name: str, env: dict[str, Any], what: str, notes: list[str]):
         start = time.perf_counter()
+        inductor_cache.keep_headers_with_kernels()
         with torch.no_grad():
             exported = torch.export.export(self.original, (), inputs, strict=False)
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from studio import settings
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +117,23 @@ def _forget_failed_builds() -> None:
     clear_caches()
 
 
+def keep_headers_with_kernels() -> None:
+    """Make inductor build its precompiled headers in `precompiled_headers/` of the cache directory in use,
+    unless their directory was already chosen (`settings.precompiled_headers_in`). Inductor keeps them in its
+    default directory whatever `TORCHINDUCTOR_CACHE_DIR` says, so a cache directory kept across restarts (a
+    volume, a Space's persistent storage) would hold every kernel but not the ~150 MB headers, which the
+    first kernel built after each restart would precompile again (seconds per set of compiler flags)."""
+    from torch._inductor import codecache
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if getattr(codecache, "_HEADER_DIR", None) == os.path.join(default_cache_dir(), "precompiled_headers"):
+        settings.precompiled_headers_in(cache_dir() / "precompiled_headers")
+
+
 def recovering(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn`, called once more after deleting a damaged inductor cache entry its compile failed to load."""
+    """`fn`, called once more after deleting a damaged inductor cache entry its compile failed to load (its
+    precompiled headers kept with the kernels: `keep_headers_with_kernels`)."""
+    keep_headers_with_kernels()
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,24 @@ def test_a_writable_compile_cache_folder_is_left_as_the_user_set_it(tmp_path, mo
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert settings.usable_compile_cache() is None
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_a_studio_compile_keeps_inductors_precompiled_headers_with_its_kernels(tmp_path, monkeypatch):
+    """Inductor's headers go to its default folder whatever TORCHINDUCTOR_CACHE_DIR says: the studio's
+    compiles put them in the cache folder in use, so a kept cache folder holds them too; a folder already
+    chosen for them (settings.precompiled_headers_in) stays."""
+    from torch._inductor import codecache
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from studio.optimizations import inductor_cache
+
+    monkeypatch.setattr(codecache, "_HEADER_DIR", os.path.join(default_cache_dir(), "precompiled_headers"))
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(codecache._HEADER_DIR, "locks"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "kept"))
+    inductor_cache.recovering(lambda: None)  # what wraps each compiled call the studio makes
+    assert Path(codecache._HEADER_DIR) == (tmp_path / "kept").resolve() / "precompiled_headers"
+    assert Path(codecache._HEADER_LOCK_DIR) == Path(codecache._HEADER_DIR) / "locks"
+    chosen = str(tmp_path / "chosen")
+    monkeypatch.setattr(codecache, "_HEADER_DIR", chosen)
+    inductor_cache.keep_headers_with_kernels()
+    assert codecache._HEADER_DIR == chosen
