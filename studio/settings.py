@@ -179,9 +179,19 @@ def usable_compile_cache() -> str | None:
             "Set TORCHINDUCTOR_CACHE_DIR to a writable folder to keep them."
         )
         log.warning(said)
-    if (problem if wanted == default else _writable_folder(default)) is not None:
+    default_unwritable = problem is not None if wanted == default else not _could_be_written(default)
+    if default_unwritable:  # where inductor would keep its precompiled headers
         precompiled_headers_in(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]) / "precompiled_headers")
     return said
+
+
+def _could_be_written(path: Path) -> bool:
+    """Whether `path` is, or could be made, a folder this process can write, found without creating it (a
+    folder torch may never need must not appear where another was asked for)."""
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+    return False
 
 
 def precompiled_headers_in(folder: Path) -> None:

@@ -84,3 +84,15 @@ def test_a_studio_compile_keeps_inductors_precompiled_headers_with_its_kernels(t
     monkeypatch.setattr(codecache, "_HEADER_DIR", chosen)
     inductor_cache.keep_headers_with_kernels()
     assert codecache._HEADER_DIR == chosen
+
+
+def test_checking_the_default_folder_creates_nothing_where_another_folder_is_set(tmp_path, monkeypatch):
+    """With TORCHINDUCTOR_CACHE_DIR set, the default folder is only looked at: a process told to leave its
+    temporary folder as it found it (the OpenVINO first-call benchmark) still does."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert settings.usable_compile_cache() is None
+    assert list((tmp_path / "tmp").iterdir()) == []
