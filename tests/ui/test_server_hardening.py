@@ -22,7 +22,7 @@ TOKEN = "hf_fakeSECRETtoken123"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("hard"), HF_TOKEN=TOKEN).start()  # the default queue: 16
+    srv = Server(tmp_path_factory.mktemp("hard"), HF_TOKEN=TOKEN).start()  # the studio's default queue
     yield srv
     srv.stop()
 
