@@ -48,10 +48,16 @@ TEST_WORKERS ?= 2
 WORKERS = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 PYTEST = HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,$(WORKERS))
 
+# The project's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set, each of the ~120 Python processes
+# the suite starts (servers, fresh processes) would otherwise compile the studio's sources again.
+BYTECODE = $(PY) -m compileall -q -j 0 studio pipelines benchmarks tests app.py >/dev/null
+
 test: $(VENV)/.dev-deps browser
+	$(BYTECODE)
 	$(PYTEST) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.dev-deps
+	$(BYTECODE)
 	$(PYTEST) -m "not slow and not browser"
 
 # The README's techniques table, from the registry, and docs/benchmarks.md's "What is fastest where" table, from

@@ -66,7 +66,7 @@ class Server:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.2)
         raise TimeoutError(f"the app did not answer within {timeout}s: {self.log()[-2000:]}")
 
     def log(self) -> str:

@@ -57,16 +57,22 @@ def open_page(server: Server) -> Iterator:
 def small(page, prefix: str, steps: int = 4, side: int = 64) -> None:
     """Small numbers in a tab's form, kept once the page's load has filled in the model's own: typed while the
     load was still writing, "4" became "204" (over the 200-step limit, so the run was refused) or went back to
-    "20". Each value is typed again until it has stayed for a quarter of a second."""
-    for name, value in (("steps", steps), ("width", side), ("height", side)):
-        box = page.locator(f"#{prefix}-{name} input")
-        for _ in range(20):
-            box.fill(str(value))
-            page.wait_for_timeout(250)
-            if box.input_value() == str(value):
-                break
-        else:
-            raise AssertionError(f"{prefix}-{name} would not keep {value}: it shows {box.input_value()!r}")
+    "20". The values are typed at once, and each that did not stay for a quarter of a second is typed again.
+    """
+    wanted = {
+        f"#{prefix}-{name} input": str(value)
+        for name, value in (("steps", steps), ("width", side), ("height", side))
+    }
+    wrong = dict(wanted)
+    for _ in range(20):
+        for selector, value in wrong.items():
+            page.locator(selector).fill(value)
+        page.wait_for_timeout(250)
+        shown = {s: page.locator(s).input_value() for s in wanted}
+        wrong = {s: v for s, v in wanted.items() if shown[s] != v}
+        if not wrong:
+            return
+    raise AssertionError(f"the form would not keep {wanted}: it shows {shown}")
 
 
 def shot(page, name: str) -> None:
