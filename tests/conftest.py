@@ -20,6 +20,12 @@ os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DI
 # processes the suite starts on an empty cache. The CPU's own flags still choose the set; the suite's g++
 # builds all of them. (The studio remembering that probe's answer: test_aot_package.py, with the probe on.)
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# One AOTInductor build per exported graph for the whole suite, in this process and every process it starts
+# (tests/startup/package_memo.py): the studio still compiles in each empty home; the C++ is paid once.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, (str(Path(__file__).resolve().parent / "startup"), os.environ.get("PYTHONPATH")))
+)
+os.environ["STUDIO_SUITE_PACKAGE_MEMO"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "packages")
 # The studio's home for what tests do not point elsewhere (OpenVINO's conversions, mostly): never the
 # checkout's ./studio-data, which belongs to the user's `make run`.
 # Under pytest-xdist (`make test` runs two workers) each worker has its own.
@@ -37,8 +43,10 @@ import pytest
 import torch
 
 from studio import devices, settings
+from tests.startup import package_memo
 
 INDUCTOR_CACHE = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+package_memo.install()
 
 
 # Inductor precompiles its C++ prefix header (a ~150 MB .gch; kernels compile ~4x faster with it) into

@@ -166,8 +166,8 @@ class PackagedModule(PerShapeModule):
             exported = torch.export.export(self.original, (), inputs, strict=False)
 
         def build(path: str) -> None:
-            torch._inductor.aoti_compile_and_package(
-                exported, package_path=path, inductor_configs=INDUCTOR_CONFIGS
+            torch._inductor.aoti_compile_and_package(  # a copy: torch adds its own entries to the dict
+                exported, package_path=path, inductor_configs=dict(INDUCTOR_CONFIGS)
             )
 
         meta = {key: self._parts[key] for key in ("part", "architecture", "techniques")} | {
