@@ -25,7 +25,7 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, (str(Path(__file__).resolve().parent / "startup"), os.environ.get("PYTHONPATH")))
 )
-os.environ["STUDIO_SUITE_PACKAGE_MEMO"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "packages")
+os.environ["SUITE_PACKAGE_MEMO"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "packages")
 # The studio's home for what tests do not point elsewhere (OpenVINO's conversions, mostly): never the
 # checkout's ./studio-data, which belongs to the user's `make run`.
 # Under pytest-xdist (`make test` runs two workers) each worker has its own.

@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+from tests.server import studio_environment
 from tests.startup import package_memo
 
 
@@ -61,9 +62,10 @@ def test_whatever_a_build_reads_besides_the_weights_changes_the_key():
     assert package_memo.key(_exported(layout=torch.ones(8, 2).t()), {}) != base, "strides are part of it"
 
 
-def test_every_process_the_suite_starts_has_the_wrapper():
+def test_every_process_the_suite_starts_has_the_wrapper_servers_included():
     assert os.environ[package_memo.FOLDER_VARIABLE]
     assert hasattr(torch._inductor.aoti_compile_and_package, "memo_folder")
     probe = "import torch._inductor as i; print(hasattr(i.aoti_compile_and_package, 'memo_folder'))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    env = studio_environment()  # what the suite's servers start with
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "True", done.stderr[-2000:]

@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-FOLDER_VARIABLE = "STUDIO_SUITE_PACKAGE_MEMO"
+FOLDER_VARIABLE = "SUITE_PACKAGE_MEMO"  # not STUDIO_*: the suite's servers start without those
 HITS_FILE = "hits.log"
 BUILDS_FILE = "builds.log"
 
