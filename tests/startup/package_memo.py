@@ -25,7 +25,11 @@ BUILDS_FILE = "builds.log"
 
 
 def key(exported, inductor_configs) -> str:
-    return hashlib.sha256(described_build(exported, inductor_configs).encode()).hexdigest()[:24]
+    return _digest(described_build(exported, inductor_configs))
+
+
+def _digest(described: str) -> str:
+    return hashlib.sha256(described.encode()).hexdigest()[:24]
 
 
 def described_build(exported, inductor_configs) -> str:
@@ -50,7 +54,7 @@ def described_build(exported, inductor_configs) -> str:
         str(exported.graph_signature),
         repr(exported.range_constraints),
         repr([(e.fqn, str(e.signature.in_spec) if e.signature else "") for e in exported.module_call_graph]),
-        repr(sorted((k, v) for k, v in (inductor_configs or {}).items() if k != "aot_inductor.package")),
+        repr(sorted((inductor_configs or {}).items())),
     ]
     return "\n".join(parts)
 
@@ -64,7 +68,7 @@ def wrap(compile_, folder: Path):
         if package_path is None or kwargs:  # not how the studio calls it: compile as asked
             return compile_(exported, package_path=package_path, inductor_configs=inductor_configs, **kwargs)
         described = described_build(exported, inductor_configs)
-        name = hashlib.sha256(described.encode()).hexdigest()[:24]
+        name = _digest(described)
         kept = folder / f"{name}.pt2"
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{name}.lock", "w") as lock:
