@@ -19,7 +19,7 @@ from studio.errors import ValidationError
 from studio.manager import PipelineManager
 from studio.measure.quality import max_abs_diff
 from studio.optimizations import Context, packages
-from studio.optimizations.aot_package import PackagedModule
+from studio.optimizations.aot_package import INDUCTOR_CONFIGS, PackagedModule
 from tests.tiny import run
 from tests.tiny import technique_request as request
 
@@ -108,11 +108,22 @@ def stand_in_compile(monkeypatch, small):
 
     def compile_(exported, package_path=None, inductor_configs=None):
         compiles.append(package_path)
+        inductor_configs["aot_inductor.package"] = True  # as torch's own does to the dict it is handed
         shutil.copy(small[2] / "package.pt2", package_path)
         return package_path
 
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_)
     return compiles
+
+
+def test_a_build_leaves_the_studios_inductor_settings_as_they_were(
+    small, stand_in_compile, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    before = dict(INDUCTOR_CONFIGS)
+    _call(small[0], {})
+    assert len(stand_in_compile) == 1
+    assert INDUCTOR_CONFIGS == before, "the next build must read the same settings"
 
 
 def test_the_timestep_as_a_number_is_an_input_not_a_constant(small):
