@@ -76,10 +76,10 @@ def pytest_sessionstart(session):
 
 
 # What a test file costs, for ordering the files longest first: the seconds its tests took in a full run
-# (tests/file_seconds.json: the files of 8 s or more, from a full run's durations, a 2-core AMD EPYC Zen 4,
-# cold caches; `python -m tests.file_seconds` refreshes it). A file not listed there is short and is costed by
-# its markers (a test marked slow takes over ~10 s; a browser file starts a studio server and Chromium, ~12 s,
-# once).
+# (tests/file_seconds.json: the files of 8 s or more, from a full run's durations on the slowest CPU the suite
+# runs on, a 2-core AMD EPYC Zen 3, cold caches; `python -m tests.file_seconds` refreshes it). A file not
+# listed there is short and is costed by its markers (a test marked slow takes over ~10 s; a browser
+# file starts a studio server and Chromium, ~12 s, once).
 FILE_SECONDS = json.loads((Path(__file__).parent / "file_seconds.json").read_text())
 SLOW_S, BROWSER_FILE_S, OTHER_S = 10.0, 12.0, 0.2
 
