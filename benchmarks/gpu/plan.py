@@ -53,18 +53,35 @@ class ModelPlan:
 
 # The best of sd15-arch's ladder on an H100 (CUDA graphs: 0.54 s against 1.56 s for the default mode)
 COMBINATION = ("channels_last", "cudnn_benchmark", "torch_compile[mode=reduce-overhead]")
-# The transformers': fused QKV projections, cuDNN's attention through diffusers' dispatcher (Flux only), each
-# repeated block compiled (a compile of seconds, not minutes); "fast" adds fp8 matmuls and a step cache.
+# The transformers': fused QKV projections, cuDNN's attention through diffusers' dispatcher (Flux only),
+# each repeated block compiled (a compile of seconds, not minutes). Flux's other combinations, in the order
+# they are measured (the most telling first, for a run that a time limit stops): fp8 matmuls with row-wise
+# scales (the public recipes' quantization), then with a step cache, CUDA graphs per block (alone, with fp8,
+# with fp8 and a looser cache), inductor's max-autotune with the public recipes' options, the whole
+# transformer compiled with CUDA graphs.
 REGIONAL = "torch_compile[regional=true]"
-FLUX_KEEP = ("fused_qkv", "attention_backend[backend=_native_cudnn]", REGIONAL)
-FLUX_FAST = ("fp8", "first_block_cache", *FLUX_KEEP)
+FLUX_KERNELS = ("fused_qkv", "attention_backend[backend=_native_cudnn]")
+FLUX_KEEP = (*FLUX_KERNELS, REGIONAL)
+FP8_ROW = "fp8[granularity=row]"
+GRAPHS = "torch_compile[regional=true,mode=reduce-overhead]"
+TUNED = "torch_compile[regional=true,mode=max-autotune-no-cudagraphs,tuning=coordinate]"
+FLUX_COMBINATIONS = (
+    ("combination", FLUX_KEEP),
+    ("fp8", (FP8_ROW, *FLUX_KEEP)),
+    ("fast", (FP8_ROW, "first_block_cache", *FLUX_KEEP)),
+    ("graphs", (*FLUX_KERNELS, GRAPHS)),
+    ("fp8-graphs", (FP8_ROW, *FLUX_KERNELS, GRAPHS)),
+    ("fast-graphs", (FP8_ROW, "first_block_cache[threshold=0.12]", *FLUX_KERNELS, GRAPHS)),
+    ("tuned", (*FLUX_KERNELS, TUNED)),
+    ("whole-graphs", (*FLUX_KERNELS, "torch_compile[mode=reduce-overhead]")),
+)
 SD3_KEEP = ("fused_qkv", REGIONAL)
-COMBINATIONS = ("combination", "fast")  # the names a combination may have (--techniques takes them)
+# the names a combination may have (--techniques takes them): "combination" keeps the math, the others may not
+COMBINATIONS = tuple(dict.fromkeys(label for label, _ in (("fast", ()), *FLUX_COMBINATIONS)))
 TRANSFORMER_SECTIONS = ("memory", "compute-limit", "techniques")
 
 
-def _transformer(role: str, model: str, side: int, steps: int, keep: tuple, fast: tuple = ()) -> ModelPlan:
-    combos = (("combination", keep),) + ((("fast", fast),) if fast else ())
+def _transformer(role: str, model: str, side: int, steps: int, combos: tuple) -> ModelPlan:
     return ModelPlan(role, model, side, steps, TRANSFORMER_SECTIONS, combos, ("bf16",))
 
 
@@ -78,14 +95,14 @@ GPU_MODELS = (
         ("memory", "compute-limit", "techniques"),
         (("combination", COMBINATION),),
     ),
-    _transformer("flux", "flux-arch", 1024, 28, FLUX_KEEP, FLUX_FAST),
-    _transformer("sd3", "sd3-arch", 1024, 28, SD3_KEEP),
+    _transformer("flux", "flux-arch", 1024, 28, FLUX_COMBINATIONS),
+    _transformer("sd3", "sd3-arch", 1024, 28, (("combination", SD3_KEEP),)),
 )
 DRY_MODELS = (
     ModelPlan("sd15", "tiny-shapes", 64, 3, SECTIONS),
     ModelPlan("sdxl", "tiny-shapes", 64, 2, ("techniques",), (("combination", COMBINATION),)),
-    _transformer("flux", "flux-tiny", 64, 2, FLUX_KEEP, FLUX_FAST),
-    _transformer("sd3", "sd3-tiny", 64, 2, SD3_KEEP),
+    _transformer("flux", "flux-tiny", 64, 2, FLUX_COMBINATIONS),
+    _transformer("sd3", "sd3-tiny", 64, 2, (("combination", SD3_KEEP),)),
 )
 
 
@@ -166,8 +183,9 @@ def parser() -> argparse.ArgumentParser:
         "--techniques",
         default="",
         help="the techniques section measures only these, comma-separated, each with settings if given "
-        "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination; 'fast': its "
-        "fastest, which may change the image); default: every technique",
+        "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination; flux's other "
+        "combinations by name: fp8, fast, graphs, fp8-graphs, fast-graphs, tuned, whole-graphs, which may "
+        "change the image); default: every technique",
     )
     return p
 

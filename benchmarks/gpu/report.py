@@ -96,6 +96,7 @@ TECHNIQUE_COLUMNS = (
     ("Technique", lambda r: r.get("technique") or ""),
     ("Revert exact", _revert),
     ("Baseline in the same rounds", lambda r: report.seconds(r.get("baseline_s"))),
+    ("Steps reused", lambda r: "–" if r.get("steps_reused_pct") is None else f"{r['steps_reused_pct']:g}%"),
 )
 MEMORY_COLUMNS = (
     ("Technique", lambda r: r.get("technique") or ""),

@@ -38,6 +38,11 @@ Settings for inference on a CPU (Intel's and PyTorch's recommended inductor opti
   weights are not seen (torch_compile is applied last and is not reverted in place).
 - `cpp_wrapper`: the graph's launcher is generated C++ instead of Python, which removes
   per-kernel Python overhead on small models; compiling takes longer.
+
+`tuning`: "coordinate" sets the inductor options the public Flux recipes set on a GPU (flux-fast,
+diffusers-torchao): coordinate-descent tuning of each generated kernel's launch settings (checking
+every direction), 1x1 convolutions as matmuls, and no epilogue fusion into matmul templates. It
+lengthens the compile; "default" leaves inductor's defaults.
 """
 
 from __future__ import annotations
@@ -65,21 +70,32 @@ log = logging.getLogger(__name__)
 
 DYNAMIC = {"auto": None, "true": True, "false": False}  # the `dynamic` setting -> torch.compile(dynamic=...)
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+TUNINGS = {  # the `tuning` setting -> inductor options
+    "default": {},
+    "coordinate": {
+        "coordinate_descent_tuning": True,
+        "coordinate_descent_check_all_directions": True,
+        "conv_1x1_as_mm": True,
+        "epilogue_fusion": False,
+    },
+}
 
 
 @dataclass(frozen=True)
 class TorchCompileSettings(Settings):
     """`mode`, `regional` (block by block), `dynamic` (auto, true, false), inductor's `freezing` and
-    `cpp_wrapper`."""
+    `cpp_wrapper`, and `tuning` (default, coordinate)."""
 
     mode: str = "default"
     regional: bool = False
     dynamic: str = "auto"
     freezing: bool = False
     cpp_wrapper: bool = False
+    tuning: str = "default"
 
     def __post_init__(self) -> None:
         self._set("mode", checks.one_of("torch_compile mode", self.mode, MODES))
+        self._set("tuning", checks.one_of("torch_compile tuning", self.tuning, tuple(TUNINGS)))
         self._set(
             "dynamic", checks.one_of("torch_compile dynamic", str(self.dynamic).lower(), tuple(DYNAMIC))
         )
@@ -102,6 +118,7 @@ def compile_settings(ctx: Context) -> CompileSettings:
     mode = None if settings.mode == "default" else settings.mode
     options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
     options.update({k: True for k in ("freezing", "cpp_wrapper") if getattr(settings, k)})
+    options.update(TUNINGS[settings.tuning])
     return CompileSettings(mode, settings.regional, DYNAMIC[settings.dynamic], options)
 
 
@@ -237,10 +254,25 @@ def _compile(pipe: Any, ctx: Context) -> None:
         )
     what = " or ".join(sorted({type(block).__name__ for block in blocks}))
     backend = counting_backend(ctx.stats, settings.options, technique="torch_compile", what=what)
+    graphs = ctx.device_type == "cuda" and settings.options.get("triton.cudagraphs")
     for block in blocks:
         block.compile(backend=backend, dynamic=settings.dynamic)
-        block._compiled_call_impl = saving(recovering(block._compiled_call_impl), ctx)
+        call = saving(recovering(block._compiled_call_impl), ctx)
+        block._compiled_call_impl = own_outputs(call) if graphs else call
     ctx.state["compiled_blocks"] = blocks
+
+
+def own_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` returning copies of its tensors. Blocks of one class share a compiled graph, and with CUDA graphs
+    each replay writes the graph's output buffers: without a copy, the next block's replay overwrites the
+    output the model still holds (torch raises "accessing tensor output of CUDAGraphs that has been
+    overwritten by a subsequent run"; seen on Flux's transformer blocks)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, fn(*args, **kwargs))
+
+    return call
 
 
 def _uncompile(pipe: Any, ctx: Context) -> None:
@@ -259,7 +291,8 @@ register(
             "(regional: the model's repeated blocks, as diffusers' compile_repeated_blocks); the first call "
             "pays the compile time (mode=max-autotune also times kernels for every matmul and convolution "
             "shape: more than 8 minutes for SD 1.5's UNet on an H100). Settings: mode, regional, dynamic "
-            "(auto/true/false), freezing and cpp_wrapper (inductor's CPU inference options)."
+            "(auto/true/false), freezing and cpp_wrapper (inductor's CPU inference options), tuning "
+            "(coordinate: the inductor options of the public Flux recipes on a GPU)."
         ),
         requires=("kept-across-requests",),
         reasons={"kept-across-requests": JUST_IN_TIME},

@@ -6,6 +6,8 @@
   matmul: half a bf16 model's weight memory, activations untouched.
 - `fp8` (`Float8DynamicActivationFloat8WeightConfig`): weights and activations in float8 e4m3 with fp8 matmuls
   (`torch._scaled_mm`), which need fp8 tensor cores: NVIDIA compute capability 8.9 (Ada, Hopper) or newer.
+  Setting `granularity`: one scale per tensor (`tensor`, torchao's default) or one per row of the weight and
+  per token of the activation (`row`, the public Flux recipes' choice).
 
 Convolutions stay in floating point. torchao replaces each Linear's `weight` Parameter and sets an instance
 `extra_repr`; both originals are kept here (references, no copies) and put back on revert, so removal is exact
@@ -18,21 +20,42 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from studio import checks
 from studio.errors import UnavailableError
-from studio.optimizations.base import Context, Optimization, register
+from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT
 
 _MISSING = object()
+GRANULARITIES = ("tensor", "row")  # fp8's scales: torchao's PerTensor, PerRow
+
+
+@dataclass(frozen=True)
+class Fp8Settings(Settings):
+    """`granularity`: one scale per tensor, or one per weight row and activation token ("row")."""
+
+    granularity: str = "tensor"
+
+    def __post_init__(self) -> None:
+        self._set("granularity", checks.one_of("fp8 granularity", self.granularity, GRANULARITIES))
+
+
+def _fp8_config(tq: Any, ctx: Context) -> Any:
+    kind = tq.PerRow if ctx.settings("fp8").granularity == "row" else tq.PerTensor
+    return tq.Float8DynamicActivationFloat8WeightConfig(granularity=kind(), set_inductor_config=False)
+
+
 STATE = "quantized_linears"  # (technique, saved weights) in the pipeline's state while applied
-CONFIGS: dict[str, Callable[[Any], Any]] = {  # technique -> its torchao config, from torchao.quantization
-    "int8_dynamic": lambda tq: tq.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
-    "int8_weight_only": lambda tq: tq.Int8WeightOnlyConfig(set_inductor_config=False),
-    "fp8": lambda tq: tq.Float8DynamicActivationFloat8WeightConfig(set_inductor_config=False),
+# technique -> its torchao config (from torchao.quantization, for the request's settings)
+CONFIGS: dict[str, Callable[[Any, Context], Any]] = {
+    "int8_dynamic": lambda tq, ctx: tq.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+    "int8_weight_only": lambda tq, ctx: tq.Int8WeightOnlyConfig(set_inductor_config=False),
+    "fp8": _fp8_config,
 }
 
 
@@ -52,7 +75,7 @@ def quantize(pipe: Any, ctx: Context, name: str) -> None:
     model = denoiser(pipe)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     saved = [(m, m.weight, m.__dict__.get("extra_repr", _MISSING)) for m in linears]
-    tq.quantize_(model, CONFIGS[name](tq))
+    tq.quantize_(model, CONFIGS[name](tq, ctx))
     ctx.state[STATE] = (name, saved)
 
 
@@ -93,7 +116,12 @@ WEIGHTS = ("int8_dynamic", "int8_weight_only", "fp8")
 
 
 def _register(
-    name: str, label: str, description: str, requires: tuple[str, ...] = (), conflicts: tuple[str, ...] = ()
+    name: str,
+    label: str,
+    description: str,
+    requires: tuple[str, ...] = (),
+    conflicts: tuple[str, ...] = (),
+    settings: type[Settings] = Settings,
 ) -> None:
     """Register a weight quantizer: candidates of the auto-tuner at their defaults, in no preset or rung."""
     register(
@@ -114,6 +142,7 @@ def _register(
             revert=dequantize,
             order=60,
             autotune="candidate",
+            settings=settings,
             grid=DEFAULTS_ONLY,
             presets=(),
             ladder_rung=None,
@@ -140,6 +169,8 @@ _register(
     "fp8",
     "fp8 quantization",
     "Quantize the denoiser's Linear layers to float8 e4m3, weights and dynamically scaled activations, with "
-    "fp8 matmuls (torchao); needs fp8 tensor cores.",
+    "fp8 matmuls (torchao); needs fp8 tensor cores. Setting granularity: one scale per tensor, or per weight "
+    "row and activation token (row: the public Flux recipes' choice).",
     requires=("cuda", "fp8"),
+    settings=Fp8Settings,
 )

@@ -15,6 +15,9 @@ leftovers are tidied (studio.optimizations.hooks), so revert gives back the load
 keep per-run state, which diffusers resets at the end of each pipeline call; it is also reset before each call
 here, so a cancelled run leaves nothing behind. They need the model's `CacheMixin` and the cache context its
 pipeline sets: Flux has both; diffusers 0.42's SD3 transformer has neither.
+
+`first_block_cache` counts, in the pipeline's stats (`steps_reused`), the denoiser calls of the last pipeline
+call and those whose remaining blocks it reused: the share of steps the cache skipped.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
 from studio.optimizations.hooks import tidy
 
 STATE = "step_cache"  # (technique, model) while applied
+COUNTER = "step_cache_counter"  # the forward hook that counts first_block_cache's reused calls
+REUSED = "steps_reused"  # stats: [reused, calls] of the denoiser in the last pipeline call
+LEADER_HOOK = "fbc_leader_block_hook"  # diffusers' name for FirstBlockCache's hook on the first block
 CACHES = ("first_block_cache", "pyramid_attention_broadcast", "faster_cache", "taylorseer_cache")
 REASONS = {"family": "needs diffusers' cache hooks (CacheMixin), which only Flux's transformer has in 0.42"}
 
@@ -133,17 +139,47 @@ def _config(name: str, pipe: Any, ctx: Context) -> Any:
     )
 
 
+def _leader_states(model: Any) -> Any:
+    """FirstBlockCache's state manager: per cache context, the state the blocks share (its `should_compute`:
+    whether the call ran them all)."""
+    for module in model.modules():
+        registry = getattr(module, "_diffusers_hook", None)
+        hook = registry.get_hook(LEADER_HOOK) if registry is not None else None
+        if hook is not None:
+            return hook.state_manager
+    raise RuntimeError(f"first_block_cache installed no {LEADER_HOOK} on {type(model).__name__}")
+
+
+def _count_reuse(model: Any, ctx: Context) -> None:
+    """Count each denoiser call, and those whose remaining blocks the cache reused, in `ctx.stats` (read in
+    the call's cache context, which the pipeline sets around it)."""
+    states = _leader_states(model)
+    ctx.stats[REUSED] = [0, 0]
+
+    def counted(module: Any, args: Any, output: Any) -> None:
+        reused, calls = ctx.stats.get(REUSED, [0, 0])
+        ctx.stats[REUSED] = [reused + (not states.get_state().should_compute), calls + 1]
+
+    ctx.state[COUNTER] = model.register_forward_hook(counted)
+
+
 def _enabler(name: str):
     def apply(pipe: Any, ctx: Context) -> None:
         model = denoiser(pipe)
         model.enable_cache(_config(name, pipe, ctx))
         ctx.state[STATE] = (name, model)
+        if name == "first_block_cache":
+            _count_reuse(model, ctx)
 
     return apply
 
 
 def disable(pipe: Any, ctx: Context) -> None:
     """Remove the cache's hooks and what the hook registry leaves behind."""
+    counter = ctx.state.pop(COUNTER, None)
+    if counter is not None:
+        counter.remove()
+        ctx.stats.pop(REUSED, None)
     saved = ctx.state.pop(STATE, None)
     if saved is not None:
         saved[1].disable_cache()
@@ -156,6 +192,8 @@ def fresh_state(ctx: Context) -> Iterator[None]:
     saved = ctx.state.get(STATE)
     if saved is not None:
         saved[1]._reset_stateful_cache()
+    if COUNTER in ctx.state:
+        ctx.stats[REUSED] = [0, 0]
     yield
 
 

@@ -69,6 +69,13 @@ def _throughput(latency: float | None, batch: int) -> dict[str, Any]:
     }
 
 
+def _reused_pct(counts: list[int] | None) -> float | None:
+    """[reused, calls] (a step cache's count, studio.optimizations.transformer_caching) as a percentage."""
+    if not counts or not counts[1]:
+        return None
+    return _num(100 * counts[0] / counts[1], 1)
+
+
 def _figures(m: dict[str, Any]) -> dict[str, Any]:
     """The measured figures in the shared vocabulary, from a run's metrics and quality, or from its run-log
     row (both name them as the run log's columns)."""
@@ -88,6 +95,7 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
         "first_call_phase": m.get("first_call_phase"),
         "prepare_s": _num(m.get("prepare_seconds"), 3),
         "recompiles": graph_builds(stats) or None,
+        "steps_reused_pct": _reused_pct(stats.get("steps_reused")),
         "peak_memory_mb": None if m.get("peak_memory") is None else _num(m["peak_memory"] / 2**20, 1),
         **_run_memory(m),
         "memory_kind": m.get("memory_kind"),

@@ -35,6 +35,11 @@ KEYS: dict[str, tuple[str, str]] = {
     "prepare_s": ("s", "of the run's calls, the seconds spent preparing in the phase above"),
     "pays_off_after": ("images", "after how many images the first call's extra cost is repaid"),
     "recompiles": ("", "graphs traced or compiled for this pipeline so far"),
+    "steps_reused_pct": (
+        "%",
+        "of the denoiser's calls in the run's last pipeline call, those whose output a step cache reused "
+        "instead of computing (first_block_cache); null without one",
+    ),
     "peak_memory_mb": (
         "MB",
         "peak memory of the process during a call: CUDA allocator peak, or peak RSS on CPU (all the process "

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from pipelines import loader
+from studio.errors import ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff
+from studio.optimizations.compile import own_outputs
 from tests.tiny import STEPS, run
 from tests.tiny import technique_request as request
 
@@ -95,7 +97,7 @@ def test_every_live_pipeline_of_a_class_gets_its_own_static_graphs(manager, monk
             assert max_abs_diff(images, eager) <= 1e-3, f"pipeline {number}: its graphs draw what eager draws"
 
 
-@pytest.mark.parametrize("settings", [{}, {"freezing": True, "cpp_wrapper": True}])
+@pytest.mark.parametrize("settings", [{}, {"freezing": True, "cpp_wrapper": True}, {"tuning": "coordinate"}])
 def test_compile_inference_settings_reach_inductor_while_dynamo_traces(monkeypatch, settings):
     """freezing and cpp_wrapper are in force when inductor is handed each graph -- freezing already while
     dynamo traces, since weights become constants of the graph only then -- and nowhere else afterwards.
@@ -116,4 +118,23 @@ def test_compile_inference_settings_reach_inductor_while_dynamo_traces(monkeypat
     for graph in seen:
         assert graph["freezing while traced"] is settings.get("freezing", False)
         assert graph.get("cpp_wrapper", False) is settings.get("cpp_wrapper", False)
+        tuned = settings.get("tuning") == "coordinate"  # the public Flux recipes' inductor options
+        assert graph.get("coordinate_descent_tuning", False) is tuned
+        assert graph.get("epilogue_fusion", True) is not tuned
     assert torch._inductor.config.freezing is False and torch._inductor.config.cpp_wrapper is False, "no leak"
+
+
+def test_an_unknown_tuning_is_refused_before_anything_runs():
+    with pytest.raises(ValidationError, match="torch_compile tuning must be one of default, coordinate"):
+        request(["torch_compile"], settings={"torch_compile": {"tuning": "fastest"}})
+
+
+def test_compiled_blocks_under_cuda_graphs_hand_back_their_own_copies():
+    """A block's output stays valid after the next block of its class replays the shared CUDA graph: the
+    wrapper hands back copies (same values, other storage), nested outputs included."""
+    kept = torch.arange(6.0)
+    pair = own_outputs(lambda: (kept, {"encoder": kept + 1}))()
+    assert torch.equal(pair[0], kept) and torch.equal(pair[1]["encoder"], kept + 1)
+    assert pair[0].data_ptr() != kept.data_ptr()
+    kept.zero_()  # the next replay writes the graph's buffers
+    assert pair[0].sum() == 15.0

@@ -11,8 +11,8 @@ import pytest
 import torch
 from diffusers.models import attention_dispatch as dispatch
 
-from studio import devices
-from studio.errors import UnavailableError
+from studio import devices, report
+from studio.errors import UnavailableError, ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import max_abs_diff, psnr
@@ -144,6 +144,33 @@ def test_step_caches_leave_no_hook_behind(manager):
     assert model.is_cache_enabled and len(_hook_leftovers(model)) > len(before)
     _run(manager, "flux-tiny")
     assert not model.is_cache_enabled and _hook_leftovers(model) == before
+
+
+def test_first_block_cache_counts_the_steps_it_reused_and_the_record_says_what_share(manager):
+    shares = {}
+    for threshold in (2.0, 0.001):  # loose: the later steps reuse the blocks; tight: every step computes
+        settings = {"first_block_cache": {"threshold": threshold}}
+        _, prepared = _run(manager, "flux-tiny", ("first_block_cache",), settings)
+        reused, calls = prepared.entry.stats["steps_reused"]
+        assert calls == STEPS, "one count per denoiser call of the last pipeline call"
+        stats = {"stats": {"steps_reused": [reused, calls]}, "latency_median": 0.1}
+        shares[threshold] = report.log_record({"id": 1, "status": "ok", **stats})["steps_reused_pct"]
+    assert 0 < shares[2.0] < 100 and shares[0.001] == 0.0
+    _, prepared = _run(manager, "flux-tiny")
+    assert "steps_reused" not in prepared.entry.stats, "reverting the cache drops its count"
+
+
+def test_fp8_scales_per_tensor_or_per_row_and_refuses_another_granularity():
+    import torchao.quantization as tq
+
+    from studio.optimizations.base import Context
+    from studio.optimizations.quantization import CONFIGS
+
+    for granularity, kind in (("tensor", tq.PerTensor), ("row", tq.PerRow)):
+        ctx = Context("cuda:0", devices.detect(), technique_settings={"fp8": {"granularity": granularity}})
+        assert all(isinstance(g, kind) for g in CONFIGS["fp8"](tq, ctx).granularity), granularity
+    with pytest.raises(ValidationError, match="fp8 granularity must be one of tensor, row"):
+        _request("flux-tiny", settings={"fp8": {"granularity": "block"}})
 
 
 def _float32_tensors_at(originals: dict[int, torch.Size]) -> list[torch.Tensor]:
