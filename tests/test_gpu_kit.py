@@ -406,6 +406,9 @@ def test_the_dry_run_measures_a_transformer_against_its_own_precision_and_its_co
     assert rows["combination"]["status"] == "ok" and "fused_qkv" in rows["combination"]["applied"]
     assert rows["fast"]["status"] == "ok" and "first_block_cache" in rows["fast"]["applied"]
     assert "fp8" not in rows["fast"]["applied"] and rows["fp8"]["status"] == "unavailable"
+    for same in ("fp8-row", "graphs", "tuned", "whole-graphs"):  # without fp8 and compile: the combination
+        assert rows[same]["status"] == "skipped", same
+        assert rows[same]["error"] == "the same configuration as combination here"
     limit = dry_run[2]["compute-limit"]["flux"]
     assert limit["unet_calls"] == limit["steps"] and limit["unet_batch"] == 1, "guidance-distilled: no CFG"
 

@@ -67,7 +67,7 @@ GRAPHS = "torch_compile[regional=true,mode=reduce-overhead]"
 TUNED = "torch_compile[regional=true,mode=max-autotune-no-cudagraphs,tuning=coordinate]"
 FLUX_COMBINATIONS = (
     ("combination", FLUX_KEEP),
-    ("fp8", (FP8_ROW, *FLUX_KEEP)),
+    ("fp8-row", (FP8_ROW, *FLUX_KEEP)),
     ("fast", (FP8_ROW, "first_block_cache", *FLUX_KEEP)),
     ("graphs", (*FLUX_KERNELS, GRAPHS)),
     ("fp8-graphs", (FP8_ROW, *FLUX_KERNELS, GRAPHS)),
@@ -184,7 +184,7 @@ def parser() -> argparse.ArgumentParser:
         default="",
         help="the techniques section measures only these, comma-separated, each with settings if given "
         "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination; flux's other "
-        "combinations by name: fp8, fast, graphs, fp8-graphs, fast-graphs, tuned, whole-graphs, which may "
+        "combinations by name: fp8-row, fast, graphs, fp8-graphs, fast-graphs, tuned, whole-graphs, which may "
         "change the image); default: every technique",
     )
     return p
