@@ -38,6 +38,7 @@ from studio.report.text import (
     readable_rows,
     run_memory,
     seconds,
+    steps_reused_note,
     to_csv,
 )
 from studio.report.vocabulary import KEYS, docs_table
@@ -63,6 +64,7 @@ __all__ = [
     "point_name",
     "prompt_score",
     "prompt_score_note",
+    "steps_reused_note",
     "quality",
     "ratio",
     "readable_rows",

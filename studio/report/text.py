@@ -102,6 +102,19 @@ def prompt_score_note(records: list[dict[str, Any]]) -> str | None:
     return " ".join(sentences) or None
 
 
+def steps_reused_note(records: list[dict[str, Any]]) -> str | None:
+    """What each configuration's step cache reused, in one sentence (None when no record has a step cache):
+    a cache that reused nothing only added its checks, which a user should see next to its speedup."""
+    said = [
+        f"{r['config']} {r['steps_reused_pct']:g}%"
+        for r in records
+        if r["status"] == "ok" and r.get("steps_reused_pct") is not None
+    ]
+    if not said:
+        return None
+    return f"Steps reused by the step cache (of the denoiser's calls in the last call): {'; '.join(said)}."
+
+
 def caption(record: dict[str, Any]) -> str:
     """One line under an image: configuration · latency · speedup · verdict."""
     if record["status"] != "ok":
@@ -173,7 +186,7 @@ def markdown(records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] =
     head = list(rows[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(row[h]).replace("|", "\\|") for h in head) + " |" for row in rows]
-    notes = [note for note in (prompt_score_note(records), host_note(records)) if note]
+    notes = [n for n in (prompt_score_note(records), steps_reused_note(records), host_note(records)) if n]
     return "\n".join(lines + [f"\n{note}" for note in notes])
 
 

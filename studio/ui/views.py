@@ -144,7 +144,12 @@ def headline(records: list[dict[str, Any]]) -> str:
         note = MEMORY_NOTE[kind]
         text += f" {note[0].upper()}{note[1:]}; smaller differences read 'no measurable difference'."
     text += "</small>"
-    notes = [*report.disagreements(records), report.prompt_score_note(records), report.host_note(records)]
+    notes = [
+        *report.disagreements(records),
+        report.prompt_score_note(records),
+        report.steps_reused_note(records),
+        report.host_note(records),
+    ]
     return "\n\n".join([text, *(n for n in notes if n)])
 
 

@@ -153,9 +153,12 @@ def test_first_block_cache_counts_the_steps_it_reused_and_the_record_says_what_s
         _, prepared = _run(manager, "flux-tiny", ("first_block_cache",), settings)
         reused, calls = prepared.entry.stats["steps_reused"]
         assert calls == STEPS, "one count per denoiser call of the last pipeline call"
-        stats = {"stats": {"steps_reused": [reused, calls]}, "latency_median": 0.1}
-        shares[threshold] = report.log_record({"id": 1, "status": "ok", **stats})["steps_reused_pct"]
-    assert 0 < shares[2.0] < 100 and shares[0.001] == 0.0
+        row = {"id": 1, "status": "ok", "config_label": f"fbc{threshold:g}", "latency_median": 0.1}
+        shares[threshold] = report.log_record({**row, "stats": {"steps_reused": [reused, calls]}})
+    assert 0 < shares[2.0]["steps_reused_pct"] < 100 and shares[0.001]["steps_reused_pct"] == 0.0
+    table = report.markdown([shares[2.0], shares[0.001]])
+    said = f"fbc2 {shares[2.0]['steps_reused_pct']:g}%; fbc0.001 0%."
+    assert table.endswith(f"Steps reused by the step cache (of the denoiser's calls in the last call): {said}")
     _, prepared = _run(manager, "flux-tiny")
     assert "steps_reused" not in prepared.entry.stats, "reverting the cache drops its count"
 
