@@ -13,9 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import psutil
-import torch
-
 from benchmarks.gpu.common import base_request, baseline_label, cpu_only, release
 from benchmarks.gpu.plan import COMBINATIONS, ModelPlan, Plan
 from benchmarks.gpu.results import Results, not_run
@@ -26,14 +23,14 @@ from studio.errors import StudioError
 from studio.optimizations import REGISTRY, conflicts_of, unavailable_reason
 from studio.request import MAX_CONFIGS, GenerationRequest, parse_config, with_config
 from studio.sweeps.compare import records_of
-from studio.sweeps.runner import Entry, run_sweep
+from studio.sweeps.runner import Entry, memory_for_copies, run_sweep
 
 log = logging.getLogger(__name__)
+GROUP_SHARE = 0.75  # of a sweep's bound that one group's copies take: room for activations and compiles
 ARCH_DEVICE_MAP = (
     "device_map_balanced is not measured on a random-weight architecture: pipelines.loader builds those in "
     "the process and refuses a device map for them."
 )
-MEMORY_SHARE = 0.6  # of the device's free memory that one group's copies of the model may take
 
 
 def reason(plan: Plan, request: GenerationRequest, name: str) -> str | None:
@@ -110,11 +107,8 @@ def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tupl
 def group_size(plan: Plan, studio: Studio, request: GenerationRequest) -> int:
     """How many configurations one Compare may hold: the plan's limit, Compare's, and the device's memory."""
     per_copy = studio.manager.model_bytes(request)
-    if plan.device.startswith("cuda"):
-        free = torch.cuda.mem_get_info(torch.device(plan.device))[0]
-    else:
-        free = psutil.virtual_memory().available
-    return max(1, min(plan.group, MAX_CONFIGS - 1, int(MEMORY_SHARE * free / per_copy) - 1))
+    available, _ = memory_for_copies(plan.device)  # what a sweep's copies may take, the allocator's cache too
+    return max(1, min(plan.group, MAX_CONFIGS - 1, int(GROUP_SHARE * available / per_copy) - 1))
 
 
 def _compare(studio: Studio, plan: Plan, request: GenerationRequest, todo: list) -> list[dict[str, Any]]:

@@ -112,10 +112,13 @@ class SweepCancelled(Cancelled):
 
 def memory_for_copies(device: str) -> tuple[float, str]:
     """The bytes a sweep's own pipeline copies may take, and where they live: on a CUDA device the copies are
-    made on the GPU, so its free memory bounds them; elsewhere the host's available memory."""
+    made on the GPU, so its free memory bounds them, with what torch's allocator holds in its cache (freed by
+    earlier work, reused before the device is asked for more); elsewhere the host's available memory."""
     if device.startswith("cuda"):
-        free, _total = torch.cuda.mem_get_info(torch.device(device))
-        return MEMORY_SHARE * free, "GPU memory"
+        gpu = torch.device(device)
+        free, _total = torch.cuda.mem_get_info(gpu)
+        cached = torch.cuda.memory_reserved(gpu) - torch.cuda.memory_allocated(gpu)
+        return MEMORY_SHARE * (free + cached), "GPU memory"
     return MEMORY_SHARE * psutil.virtual_memory().available, "memory"
 
 
