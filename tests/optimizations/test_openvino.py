@@ -574,7 +574,9 @@ def weight_element_type(op) -> str:
 # calibrated at SHORT_STEPS steps on SHORT_SAMPLES samples (CALIBRATION_SAMPLES, made smaller): a request
 # longer than its samples, whose calls between them run through the fp32 UNet
 SHORT_STEPS, SHORT_SAMPLES = 6, 12
-CONVOLUTIONS = {"mode": "full_int8", "int8_linears": "convolution"}
+# NNCF's own overflow fix (the first layer only): these builds also show the full-range weights it leaves
+# (test_overflow_fix_gives_every_int8_convolution_7_bit_weights)
+CONVOLUTIONS = {"mode": "full_int8", "int8_linears": "convolution", "overflow_fix": "first_layer_only"}
 
 
 @pytest.fixture(scope="module")
@@ -723,27 +725,20 @@ HYBRID = {"mode": "hybrid_int8"}
 
 
 @pytest.fixture(scope="module")
-def hybrid_unets(home):
-    """hybrid int8 at 2 steps (a short calibration) stored in this module's home, a UNet for each overflow
-    fix (each a cache entry of its own); per build, what each model NNCF's engine compiled had of weight
-    reductions folded ("folded")."""
-    from studio.optimizations.openvino import statistics as openvino_statistics
-
-    openvino_statistics.install()
-    built = {}
-    for fix in ("enable", "first_layer_only"):
-        with pytest.MonkeyPatch.context() as patch:
-            folded = returned(patch, openvino_statistics, "fold_weight_reductions")
-            built[fix] = build_unet(patch, home, {**HYBRID, "overflow_fix": fix})
-        built[fix].seen["folded"] = folded
-    return built
+def hybrid_unet(home):
+    """hybrid int8 with the overflow fix on every int8 convolution, at 2 steps (a short calibration), stored
+    in this module's home."""
+    with pytest.MonkeyPatch.context() as patch:
+        return build_unet(patch, home, {**HYBRID, "overflow_fix": "enable"})
 
 
-def test_overflow_fix_gives_every_int8_convolution_7_bit_weights(hybrid_unets):
+def test_overflow_fix_gives_every_int8_convolution_7_bit_weights(hybrid_unet, int8_convolutions):
     """Without VNNI, oneDNN sums pairs of u8 x s8 products in a saturating int16: weights within -64..64 keep
-    every pair in range. NNCF's own default fixes the first layer only, and then full-range weights remain."""
+    every pair in range. NNCF's own default fixes the first layer only, and then full-range weights remain
+    (shown on the full int8 UNet `int8_convolutions` built with it: its Linear layers' convolutions and the
+    UNet's own, all static int8)."""
     peaks = {}
-    for fix, built in hybrid_unets.items():  # a UNet of its own for each fix (`build_unet`)
+    for fix, built in (("enable", hybrid_unet), ("first_layer_only", int8_convolutions["emulated"])):
         assert built.stats["openvino_overflow_fix"] == fix
         peaks[fix] = int8_weight_peaks(built.unet / "model.xml")
     assert peaks["enable"] and max(peaks["enable"]) <= 64
@@ -852,19 +847,13 @@ def test_another_nncf_without_the_engine_is_used_as_it_is_and_says_so(monkeypatc
     assert len(caplog.records) == 1, "said once, not once per build"
 
 
-def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(
-    hybrid_unets, tmp_path, monkeypatch
-):
-    """hybrid int8 built with NNCF's weight statistics folded before compiling is the very model built
-    without: the stored weights and quantizer ranges are byte for byte the same."""
-    from studio.optimizations.openvino import statistics as openvino_statistics
-
-    folded = hybrid_unets["enable"]
-    counts = folded.seen["folded"]
+def test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded(quantile_unet, nncfs_own_unet):
+    """int8 built with NNCF's weight statistics folded before compiling is the very model built without:
+    the stored weights and quantizer ranges are byte for byte the same (`nncfs_own_unet`, built with neither
+    the folding nor the studio's quantiles)."""
+    counts = quantile_unet.seen["folded"]
     assert counts and counts[0] > 0, "the statistics model had weight reductions to fold"
-    monkeypatch.setattr(openvino_statistics, "fold_weight_reductions", lambda model: 0)
-    unfolded = build_unet(monkeypatch, tmp_path, {**HYBRID, "overflow_fix": "enable"})
-    assert unfolded.stored() == folded.stored()
+    assert nncfs_own_unet.stored() == quantile_unet.stored()
 
 
 # NNCF's statistics in f32 whatever the CPU (bf16 would not change what is compared below)
@@ -874,8 +863,8 @@ QUANTILES = {"mode": "full_int8", "activation_ranges": "quantile", "calibration_
 @pytest.fixture(scope="module")
 def quantile_unet(tmp_path_factory):
     """full int8 with quantile ranges at 2 steps in an empty home, as the studio builds it; what each call
-    of the studio's quantiles returned ("quantiles") and the repeated Results each model NNCF's engine
-    compiled had dropped ("dropped")."""
+    of the studio's quantiles returned ("quantiles"), and what each model NNCF's engine compiled had of
+    repeated Results dropped ("dropped") and of weight reductions folded ("folded")."""
     from studio.optimizations.openvino import quantiles as openvino_quantiles
     from studio.optimizations.openvino import statistics as openvino_statistics
 
@@ -884,10 +873,29 @@ def quantile_unet(tmp_path_factory):
         seen = {
             "quantiles": returned(patch, openvino_quantiles, "quantiles"),
             "dropped": returned(patch, openvino_statistics, "drop_repeated_results"),
+            "folded": returned(patch, openvino_statistics, "fold_weight_reductions"),
         }
         built = build_unet(patch, tmp_path_factory.mktemp("quantiles"), QUANTILES)
     built.seen = seen
     return built
+
+
+@pytest.fixture(scope="module")
+def nncfs_own_unet(quantile_unet, tmp_path_factory):
+    """`quantile_unet`'s configuration built in an empty home with NNCF's own quantiles and its weight
+    reductions left to the CPU plugin (not folded): one build that two of the studio's shortcuts are each
+    compared with, byte for byte."""
+    from nncf.common.tensor_statistics import collectors
+
+    from studio.optimizations.openvino import statistics as openvino_statistics
+
+    faster = collectors.QuantileReducer._reduce_out_of_place
+    assert faster.studio_quantiles, "the studio's quantiles are installed (by `quantile_unet`'s build)"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(collectors.QuantileReducer, "_reduce_out_of_place", faster.__wrapped__)
+        patch.setattr(openvino_statistics, "faster_reducer", lambda module: False)
+        patch.setattr(openvino_statistics, "fold_weight_reductions", lambda model: 0)
+        return build_unet(patch, tmp_path_factory.mktemp("nncfs-own"), QUANTILES)
 
 
 def test_a_tensor_two_quantiles_read_is_copied_out_once_and_builds_the_same_model(
@@ -941,11 +949,11 @@ def test_auto_overflow_fix_follows_the_cpus_int8_kernels(flags, expected):
     assert overflow_fix("disable", frozenset(flags)) == "disable", "an explicit setting is kept"
 
 
-def test_hybrid_calibration_is_keyed_by_size_and_steps(hybrid_unets, home, monkeypatch):
+def test_hybrid_calibration_is_keyed_by_size_and_steps(hybrid_unet, home, monkeypatch):
     """A call at other steps opens a UNet of its own, and the same decoder and text encoder. (This module's
-    home holds both UNets: the 2-step ones of `hybrid_unets`, one of them for the overflow fix this CPU
-    gets, and the one at STEPS test_int8_modes_stay_close built. Fresh managers: their parts open their
-    entries.)"""
+    home holds both UNets on a CPU without VNNI, whose overflow fix is `hybrid_unet`'s: the 2-step one of
+    `hybrid_unet` and the one at STEPS test_int8_modes_stay_close built. Fresh managers: their parts open
+    their entries, built or read back.)"""
     used, opened = entries_used(monkeypatch), {}
     for steps in (STEPS, 2):
         used.clear()
@@ -1153,21 +1161,17 @@ def test_quantiles_near_the_ends_are_numpys_to_the_bit_without_numpys_full_selec
     ), "a median takes NumPy's own path"
 
 
-def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(quantile_unet, tmp_path, monkeypatch):
-    """full int8 with quantile ranges, its statistics by the studio's quantiles and by NNCF's own: the stored
-    weights and quantizer ranges are byte for byte the same."""
+def test_quantile_ranges_build_the_very_model_nncfs_own_quantiles_build(quantile_unet, nncfs_own_unet):
+    """full int8 with quantile ranges, its statistics by the studio's quantiles and by NNCF's own
+    (`nncfs_own_unet`, whose weight reductions are not folded either: that shortcut keeps the bits too,
+    test_nncf_quantizes_to_the_same_bits_with_the_weight_reductions_folded): the stored weights and
+    quantizer ranges are byte for byte the same."""
     from nncf.common.tensor_statistics import collectors
 
-    from studio.optimizations.openvino import statistics as openvino_statistics
-
-    openvino_statistics.install()
     faster = collectors.QuantileReducer._reduce_out_of_place
     assert faster.studio_quantiles, "the studio's quantiles are installed"
     assert quantile_unet.seen["quantiles"], "and they computed the studio's build's ranges"
-    monkeypatch.setattr(collectors.QuantileReducer, "_reduce_out_of_place", faster.__wrapped__)
-    monkeypatch.setattr(openvino_statistics, "faster_reducer", lambda module: False)
-    nncfs = build_unet(monkeypatch, tmp_path, QUANTILES)
-    assert nncfs.stored() == quantile_unet.stored()
+    assert nncfs_own_unet.stored() == quantile_unet.stored()
 
 
 def test_statistics_run_in_bf16_where_the_cpu_computes_it_and_bias_correction_stays_f32(int8_convolutions):

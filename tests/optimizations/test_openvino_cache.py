@@ -170,8 +170,12 @@ def test_a_compiled_cache_folder_that_cannot_be_used_compiles_without_it(built, 
     assert np.array_equal(again, images)
 
 
-def test_a_truncated_compiled_blob_is_said_and_compiled_again(home, caplog):
-    images, _ = run()  # built here: a blob exported in this home is what its export anew is compared with
+def test_a_truncated_compiled_blob_is_said_and_compiled_again(built, home, caplog):
+    for blob in blobs(home):  # compiled and exported in this home: what its export anew is compared with
+        blob.unlink()
+    images, stats = run()
+    assert "openvino_compiled_from_cache" not in stats and len(blobs(home)) == 3
+    assert np.array_equal(images, built)
     sizes = {}
     for blob in blobs(home):
         sizes[blob] = blob.stat().st_size

@@ -356,17 +356,26 @@ def test_the_summary_of_a_failed_confirmation_says_it_failed():
     assert "None" not in text and "ran out of memory" in text
 
 
-def test_a_search_over_every_candidate_here_runs(studio):
-    """No restriction: every technique that can run here, with its settings grid, in one singles sweep (more
-    configurations than a Compare may hold: the pool comes from the registry, not from the user)."""
+def test_a_search_over_every_candidate_here_runs(studio, monkeypatch):
+    """No list from the user: every technique that can run here, with its settings grid, in one singles sweep
+    (more configurations than a Compare may hold: the pool comes from the registry, not from the user). The
+    registry's OpenVINO is marked excluded for the run: each of its points is a conversion of the model, and
+    tests/optimizations/test_openvino.py builds each mode. The rest still hold more configurations than a
+    Compare, and both kinds of candidate the search treats differently: techniques without settings (one
+    single each) and techniques with a grid (one single per point, the best point surviving)."""
+    import dataclasses
+
     from studio.request import MAX_CONFIGS, build_request
     from studio.sweeps.autotune_search_space import GRID
 
     request = build_request(
         model="tiny-shapes", prompt="a big red circle on the left", steps=2, width=32, height=32
     )
+    assert sum(len(GRID.get(name, [{}])) for name in candidates(request)) + 1 > MAX_CONFIGS
+    monkeypatch.setitem(REGISTRY, "openvino", dataclasses.replace(REGISTRY["openvino"], autotune="excluded"))
     pool = candidates(request)
     singles = sum(len(GRID.get(name, [{}])) for name in pool)
     assert singles + 1 > MAX_CONFIGS
+    assert any(name not in GRID for name in pool) and any(len(GRID.get(name, [])) > 1 for name in pool)
     result = run_autotune(studio, request, warmup=0, repeats=1, confirm_rounds=1)
     assert len([r for r in result.rows if r.get("stage") == "single"]) == singles
