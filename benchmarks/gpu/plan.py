@@ -183,9 +183,9 @@ def parser() -> argparse.ArgumentParser:
         "--techniques",
         default="",
         help="the techniques section measures only these, comma-separated, each with settings if given "
-        "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination; flux's other "
-        "combinations by name: fp8-row, fast, graphs, fp8-graphs, fast-graphs, tuned, whole-graphs, which may "
-        "change the image); default: every technique",
+        "('torch_compile[regional=true]'; 'combination': the model's keep-the-math combination; flux's "
+        "other combinations by name: fp8-row, fast, graphs, fp8-graphs, fast-graphs, tuned, whole-graphs, "
+        "which may change the image); default: every technique",
     )
     return p
 

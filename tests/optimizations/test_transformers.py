@@ -158,7 +158,8 @@ def test_first_block_cache_counts_the_steps_it_reused_and_the_record_says_what_s
     assert 0 < shares[2.0]["steps_reused_pct"] < 100 and shares[0.001]["steps_reused_pct"] == 0.0
     table = report.markdown([shares[2.0], shares[0.001]])
     said = f"fbc2 {shares[2.0]['steps_reused_pct']:g}%; fbc0.001 0%."
-    assert table.endswith(f"Steps reused by the step cache (of the denoiser's calls in the last call): {said}")
+    sentence = "Steps reused by the step cache (of the denoiser's calls in the last call): "
+    assert table.endswith(sentence + said)
     _, prepared = _run(manager, "flux-tiny")
     assert "steps_reused" not in prepared.entry.stats, "reverting the cache drops its count"
 
