@@ -43,9 +43,8 @@ from studio.sweeps.progress import Position, Progress, Tracker
 
 __all__ = ["Entry", "Progress", "SweepCancelled", "SweepResult", "merge", "own_pipelines", "run_sweep"]
 
-MEMORY_SHARE = (
-    0.8  # private pipelines may use at most this share of the memory available when the sweep starts
-)
+# private pipelines may use at most this share of the memory available when the sweep starts
+MEMORY_SHARE = 0.8
 _sweep_ids = itertools.count(1)
 
 
@@ -111,9 +110,8 @@ class SweepCancelled(Cancelled):
 
 
 def memory_for_copies(device: str) -> tuple[float, str]:
-    """The bytes a sweep's own pipeline copies may take, and where they live: on a CUDA device the copies are
-    made on the GPU, so its free memory bounds them, with what torch's allocator holds in its cache (freed by
-    earlier work, reused before the device is asked for more); elsewhere the host's available memory."""
+    """The bytes a sweep's own pipeline copies may take, and where: on a CUDA device the GPU's free memory and
+    what torch's allocator holds cached (the copies are made there); elsewhere the host's available memory."""
     if device.startswith("cuda"):
         gpu = torch.device(device)
         free, _total = torch.cuda.mem_get_info(gpu)

@@ -85,5 +85,7 @@ def test_new_entries_declare_defaults_for_every_setting():
         "dynamic": "auto",
         "freezing": False,
         "cpp_wrapper": False,
+        "tuning": "default",
     }
+    assert REGISTRY["fp8"].defaults == {"granularity": "tensor"}
     assert REGISTRY["threads"].stage == "call" and REGISTRY["int8_dynamic"].reversible
