@@ -77,7 +77,7 @@ FLUX_COMBINATIONS = (
 )
 SD3_KEEP = ("fused_qkv", REGIONAL)
 # the names a combination may have (--techniques takes them): "combination" keeps the math, the others may not
-COMBINATIONS = tuple(dict.fromkeys(label for label, _ in (("fast", ()), *FLUX_COMBINATIONS)))
+COMBINATIONS = tuple(label for label, _ in FLUX_COMBINATIONS)
 TRANSFORMER_SECTIONS = ("memory", "compute-limit", "techniques")
 
 

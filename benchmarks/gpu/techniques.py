@@ -93,8 +93,8 @@ def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tupl
         except StudioError as exc:  # members that run alone but not together
             rows.append(not_run("+".join(kept), str(exc), "unavailable", technique=label))
             continue
-        combined = [(n, r) for n, r in todo if n == label or n in dict(model.combinations)]
-        same = next((n for n, r in combined if r.config_label == configured.config_label), None)
+        combined = dict(model.combinations)
+        same = next((n for n, r in todo if n in combined and r.config_label == configured.config_label), None)
         if same is not None:  # what is left of it here is a combination already measured
             rows.append(
                 not_run(configured.config_label, f"the same configuration as {same} here", technique=label)

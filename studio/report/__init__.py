@@ -39,6 +39,7 @@ from studio.report.text import (
     run_memory,
     seconds,
     steps_reused_note,
+    table_notes,
     to_csv,
 )
 from studio.report.vocabulary import KEYS, docs_table
@@ -65,6 +66,7 @@ __all__ = [
     "prompt_score",
     "prompt_score_note",
     "steps_reused_note",
+    "table_notes",
     "quality",
     "ratio",
     "readable_rows",

@@ -115,6 +115,12 @@ def steps_reused_note(records: list[dict[str, Any]]) -> str | None:
     return f"Steps reused by the step cache (of the denoiser's calls in the last call): {'; '.join(said)}."
 
 
+def table_notes(records: list[dict[str, Any]]) -> list[str]:
+    """The sentences under a table of these records: what scored the prompt, what a step cache reused, and a
+    busy host."""
+    return [n for n in (prompt_score_note(records), steps_reused_note(records), host_note(records)) if n]
+
+
 def caption(record: dict[str, Any]) -> str:
     """One line under an image: configuration · latency · speedup · verdict."""
     if record["status"] != "ok":
@@ -186,8 +192,7 @@ def markdown(records: list[dict[str, Any]], first: tuple[tuple[str, Any], ...] =
     head = list(rows[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(row[h]).replace("|", "\\|") for h in head) + " |" for row in rows]
-    notes = [n for n in (prompt_score_note(records), steps_reused_note(records), host_note(records)) if n]
-    return "\n".join(lines + [f"\n{note}" for note in notes])
+    return "\n".join(lines + [f"\n{note}" for note in table_notes(records)])
 
 
 def to_csv(records: list[dict[str, Any]]) -> str:

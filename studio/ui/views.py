@@ -144,13 +144,7 @@ def headline(records: list[dict[str, Any]]) -> str:
         note = MEMORY_NOTE[kind]
         text += f" {note[0].upper()}{note[1:]}; smaller differences read 'no measurable difference'."
     text += "</small>"
-    notes = [
-        *report.disagreements(records),
-        report.prompt_score_note(records),
-        report.steps_reused_note(records),
-        report.host_note(records),
-    ]
-    return "\n\n".join([text, *(n for n in notes if n)])
+    return "\n\n".join([text, *report.disagreements(records), *report.table_notes(records)])
 
 
 def _cell(value: Any, wrap: bool = False) -> str:
