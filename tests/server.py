@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from tests import warm_python
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -54,7 +56,7 @@ class Server:
     def start(self, timeout: float = 180, path: str = "gradio_api/info") -> Server:
         """Start and wait until `path` answers (any status below 500 when auth may refuse it)."""
         log = open(self.home / "server.log", "ab")  # noqa: SIM115 (closed with the process)
-        self.proc = subprocess.Popen(
+        self.proc = warm_python.Popen(
             [sys.executable, "app.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log
         )
         deadline = time.monotonic() + timeout

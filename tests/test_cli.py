@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from studio import devices
+from tests import warm_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "a big green triangle on the right, on a white background"
@@ -60,7 +61,7 @@ def test_bad_input_exits_non_zero_with_the_reason_and_logs_nothing(cli, tmp_path
 
 def test_python_dash_m_studio_is_the_same_cli(tmp_path):
     env = {**os.environ, "STUDIO_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    proc = warm_python.run(
         [sys.executable, "-m", "studio", "generate", "--prompt", PROMPT, "--width", "60"],
         cwd=ROOT,
         env=env,
@@ -94,7 +95,7 @@ def test_a_run_from_the_shell_prints_its_result_and_no_library_noise(tmp_path):
     libraries, no advice to install torchvision, no tracer warnings from a traced UNet)."""
     env = {**os.environ, "STUDIO_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "studio", "generate", "--prompt", PROMPT, "--steps", "2", "--seed", "1"]
-    proc = subprocess.run(
+    proc = warm_python.run(
         [*cmd, "--opt", "jit_trace_unet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr

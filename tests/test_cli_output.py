@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from studio import cli
+from tests import warm_python
 
 ROOT = Path(__file__).resolve().parent.parent
 BAR = "Applying Weight Compression ━━━━━━━━━━ 100%"
@@ -21,7 +22,7 @@ def _start(*args: str, home: Path, code: str | None = None) -> subprocess.Popen:
     env = dict(os.environ, STUDIO_HOME=str(home), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     argv = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "studio", *args]
     pipe = subprocess.PIPE
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
+    return warm_python.Popen(argv, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
 
 
 def _done(process: subprocess.Popen) -> subprocess.CompletedProcess:

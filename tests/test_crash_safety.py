@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from studio.runlog import RunLog
+from tests import warm_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "a small red star on the right, on a black background"
@@ -42,7 +43,7 @@ class Workers:
     """The forking parent of tests/crash_worker.py and the messages of its children, in order."""
 
     def __init__(self, home: Path):
-        self.proc = subprocess.Popen(
+        self.proc = warm_python.Popen(
             [sys.executable, "-m", "tests.crash_worker", str(home)],
             cwd=ROOT,
             text=True,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from unittest import mock
 
 import torch
 
+from tests import warm_python
 from tests.faults.cases import Outcome, Workspace, lost
 from tests.faults.runs import seeded
 
@@ -56,7 +56,7 @@ def killed_compare_case(ws: Workspace) -> Outcome:
     home = ws.root / "killed"
     home.mkdir(exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-c", COMPARE, str(home)], cwd=ROOT, env=env)
+    proc = warm_python.Popen([sys.executable, "-c", COMPARE, str(home)], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _sweep_running(home / "runs.db"):

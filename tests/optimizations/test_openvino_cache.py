@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 from studio import phases
 from studio.manager import PipelineManager
 from studio.optimizations.openvino import cache as ovk
-from tests import tiny
+from tests import tiny, warm_python
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("openvino") is None,
@@ -110,7 +109,7 @@ events = [[e["what"], e["phase"]] for e in stats["phases"]]
 print(json.dumps([*events, stats["openvino_compiled_from_cache"]]))
 """
     env = {**os.environ, "STUDIO_HOME": str(home), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
+    done = warm_python.run(
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
