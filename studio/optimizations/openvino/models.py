@@ -79,11 +79,13 @@ def nncf() -> Any:
         raise UnavailableError(
             f"openvino's int8 modes need nncf, which could not be imported ({exc})."
         ) from exc
+    from studio.optimizations.openvino import patterns
     from studio.optimizations.openvino import (
         statistics as openvino_statistics,  # it builds nodes with `opset`
     )
 
     openvino_statistics.install()  # the models it infers for statistics: cheaper, computing the same
+    patterns.install()  # its search for fusing patterns: among candidate nodes only, the same matches
     return lib
 
 
