@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# What gradio sets in its process when a demo is built with analytics off (as the suite's are): set for the
+# whole suite, so that the processes tests start after one is built still share the suite's environment
+# (tests/warm_python.py).
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "True"
 # The suite's own inductor (and triton) cache, set before torch is imported and inherited by the processes
 # tests start: the machine-wide /tmp/torchinductor_<user> may hold entries another process left damaged (a
 # compile killed while writing a shared object leaves it truncated). Under .pytest_cache (git-ignored), so a
@@ -43,6 +48,7 @@ import pytest
 import torch
 
 from studio import devices, settings
+from tests import warm_python
 from tests.startup import package_memo
 
 INDUCTOR_CACHE = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
@@ -65,6 +71,29 @@ def pytest_report_header(config):
         f"torch {torch.__version__}",
         f"inductor cache: {INDUCTOR_CACHE}",
     ]
+
+
+def pytest_sessionfinish(session):
+    """A worker hands its count of cold-started processes (tests/warm_python.py) to the summary."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["cold_processes"] = dict(warm_python.COLD)
+
+
+COLD_PROCESSES: collections.Counter[str] = collections.Counter()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    COLD_PROCESSES.update(getattr(node, "workeroutput", {}).get("cold_processes", {}))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Which environment variables made the suite's processes start cold: a library that starts setting one
+    in the test process turns every later process cold, seconds each."""
+    cold = COLD_PROCESSES + warm_python.COLD
+    if cold:
+        said = ", ".join(f"{name} ({count})" for name, count in cold.most_common())
+        terminalreporter.write_line(f"processes started cold for their environment: {said}")
 
 
 def pytest_sessionstart(session):

@@ -19,6 +19,7 @@ printed to its own streams first, as a new interpreter would have.
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import selectors
@@ -36,8 +37,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # `studio.settings.usable_compile_cache`, which reads only variables a process must share to be forked.
 LIBRARIES = ("studio.engine.zerogpu", "studio.ui", "studio.cli", "studio.manager")
 # Environment variables the libraries above read when called, not when imported: a process may set them
-# differently from the warm Python and still be forked from it.
-WARM_SAFE = ("STUDIO_", "GRADIO_ANALYTICS_ENABLED", "HF_TOKEN", "PYTEST_CURRENT_TEST")
+# differently from the warm Python and still be forked from it. The last two are set in the test process by
+# torch as it loads a compiled kernel and as it starts its compile workers, and reach the processes tests
+# start with the rest of its environment.
+WARM_SAFE = (
+    "STUDIO_",
+    "GRADIO_ANALYTICS_ENABLED",
+    "HF_TOKEN",
+    "PYTEST_CURRENT_TEST",
+    "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+    "TORCH_WARM_POOL",
+)
 BASE_ENV = dict(os.environ)  # the environment the warm Python starts with (this module's import)
 # torch's OpenMP and numpy's BLAS start their threads when imported unless told to use one, and a process
 # with threads cannot be forked safely: warm starts need OMP_NUM_THREADS=1 (`make test`'s workers set it).
@@ -46,6 +56,12 @@ POSSIBLE = BASE_ENV.get("OMP_NUM_THREADS") == "1"
 
 def _safe(name: str) -> bool:
     return name.startswith(WARM_SAFE)
+
+
+# The command lines of this interpreter that started cold, by the environment variables that differed from
+# `BASE_ENV` (the suite's summary lists them: a library that starts setting one in the test process would
+# otherwise turn every later process cold unseen).
+COLD: collections.Counter[str] = collections.Counter()
 
 
 def forkable(args, cwd, env) -> bool:
@@ -59,8 +75,9 @@ def forkable(args, cwd, env) -> bool:
     if not (args[1] in ("-m", "-c") and len(args) > 2 or str(args[1]).endswith(".py")):
         return False
     env = os.environ if env is None else env
-    names = set(env) | set(BASE_ENV)
-    return all(_safe(n) or env.get(n) == BASE_ENV.get(n) for n in names)
+    differ = sorted(n for n in set(env) | set(BASE_ENV) if not _safe(n) and env.get(n) != BASE_ENV.get(n))
+    COLD.update(differ)
+    return not differ
 
 
 class _WarmPython:
