@@ -77,23 +77,30 @@ def pytest_sessionfinish(session):
     """A worker hands its count of cold-started processes (tests/warm_python.py) to the summary."""
     if hasattr(session.config, "workeroutput"):
         session.config.workeroutput["cold_processes"] = dict(warm_python.COLD)
+        session.config.workeroutput["started_processes"] = dict(warm_python.STARTED)
 
 
 COLD_PROCESSES: collections.Counter[str] = collections.Counter()
+STARTED_PROCESSES: collections.Counter[str] = collections.Counter()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    COLD_PROCESSES.update(getattr(node, "workeroutput", {}).get("cold_processes", {}))
+    output = getattr(node, "workeroutput", {})
+    COLD_PROCESSES.update(output.get("cold_processes", {}))
+    STARTED_PROCESSES.update(output.get("started_processes", {}))
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Which environment variables made the suite's processes start cold: a library that starts setting one
-    in the test process turns every later process cold, seconds each."""
-    cold = COLD_PROCESSES + warm_python.COLD
-    if cold:
-        said = ", ".join(f"{name} ({count})" for name, count in cold.most_common())
-        terminalreporter.write_line(f"processes started cold for their environment: {said}")
+    """How many of the suite's processes started warm, and which environment variables made others start
+    cold: a library that starts setting one in the test process turns every later process cold, seconds
+    each."""
+    started, cold = STARTED_PROCESSES + warm_python.STARTED, COLD_PROCESSES + warm_python.COLD
+    if started:
+        line = f"processes started by tests/warm_python.py: {started['warm']} warm, {started['cold']} cold"
+        if cold:
+            line += "; cold for their environment: " + ", ".join(f"{n} ({c})" for n, c in cold.most_common())
+        terminalreporter.write_line(line)
 
 
 def pytest_sessionstart(session):

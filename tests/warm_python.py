@@ -1,6 +1,7 @@
 """Python processes for tests, started warm: forked from a Python that has already imported torch, diffusers,
-transformers and gradio, instead of a new interpreter importing them again (about 8 CPU-seconds a process on
-a 2-core AMD EPYC Zen 3, and the suite starts some hundred).
+transformers, gradio and the studio's entry modules, instead of a new interpreter importing them again (10.5
+to 11.7 s a process on a 2-core AMD EPYC Zen 3, measured alone; `make test`'s summary counts the processes
+started each way).
 
 `Popen` and `run` are `subprocess`'s, for the command lines a user types: `python -m module ...`,
 `python script.py ...` and `python -c code ...`. The process is a real one with its own pid, its own
@@ -62,6 +63,7 @@ def _safe(name: str) -> bool:
 # `BASE_ENV` (the suite's summary lists them: a library that starts setting one in the test process would
 # otherwise turn every later process cold unseen).
 COLD: collections.Counter[str] = collections.Counter()
+STARTED = collections.Counter()  # "warm": forked; "cold": a new interpreter (for any reason)
 
 
 def forkable(args, cwd, env) -> bool:
@@ -152,8 +154,10 @@ class Popen(subprocess.Popen):
             and process_group in (None, -1)
         )
         if not (plain and forkable(args, cwd, env)):
+            STARTED["cold"] += 1
             super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd, env, *rest)
             return
+        STARTED["warm"] += 1
         own = (p2cread, c2pwrite, errwrite)
         streams = tuple(fd if fd != -1 else inherited for fd, inherited in zip(own, (0, 1, 2), strict=True))
         env = dict(os.environ if env is None else env)
