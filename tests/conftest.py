@@ -27,8 +27,17 @@ os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DI
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # One AOTInductor build per exported graph for the whole suite, in this process and every process it starts
 # (tests/startup/package_memo.py): the studio still compiles in each empty home; the C++ is paid once.
+# Added once (dict.fromkeys): a test module that imports this one runs it again.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    filter(None, (str(Path(__file__).resolve().parent / "startup"), os.environ.get("PYTHONPATH")))
+    filter(
+        None,
+        dict.fromkeys(
+            [
+                str(Path(__file__).resolve().parent / "startup"),
+                *os.environ.get("PYTHONPATH", "").split(os.pathsep),
+            ]
+        ),
+    )
 )
 os.environ["SUITE_PACKAGE_MEMO"] = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "packages")
 # The studio's home for what tests do not point elsewhere (OpenVINO's conversions, mostly): never the
