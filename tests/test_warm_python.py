@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -76,11 +75,19 @@ def test_a_warm_process_is_signalled_and_waited_for_as_any_other():
 
 @needs_warm
 def test_processes_run_side_by_side():
-    start = time.monotonic()
-    sleepers = [warm_python.Popen([PY, "-c", "import time; time.sleep(2)"], cwd=ROOT) for _ in range(3)]
-    assert [p.wait(timeout=60) for p in sleepers] == [0, 0, 0]
-    assert len({p.pid for p in sleepers}) == 3
-    assert time.monotonic() - start < 6 + 5, "three 2-second sleeps at once, not one after another"
+    """Three processes waiting for a line each: all three are running before any is told to finish."""
+    code = "import sys; print('started', flush=True); sys.stdin.readline()"
+    pipe = subprocess.PIPE
+    waiting = [
+        warm_python.Popen([PY, "-c", code], cwd=ROOT, stdin=pipe, stdout=pipe, text=True) for _ in "abc"
+    ]
+    assert [p.stdout.readline() for p in waiting] == ["started\n"] * 3
+    assert [p.poll() for p in waiting] == [None] * 3
+    assert len({p.pid for p in waiting}) == 3 and all(parent_of(p) != os.getpid() for p in waiting)
+    for p in waiting:
+        p.stdin.write("done\n")
+        p.stdin.flush()
+    assert [p.wait(timeout=60) for p in waiting] == [0, 0, 0]
 
 
 @pytest.mark.parametrize(
