@@ -9,6 +9,7 @@ the same matches? The searches NNCF makes during a real build are recorded, then
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import tempfile
@@ -25,24 +26,11 @@ def record(mode: str) -> list[tuple]:
 
     models.nncf()  # NNCF imported as the studio imports it (usage reporting blocked), its search installed
     calls: list[tuple] = []
-
-    def recording(graph, pattern_graph, strict=True):
-        calls.append((graph.copy(), pattern_graph, strict))
-        return search(graph, pattern_graph, strict)
-
-    recording.studio_candidates = True  # the studio's install leaves it in place
-    import nncf.common.graph.graph_matching as matching
-
-    users = [matching, *(__import__(name, fromlist=["_"]) for name in patterns.USERS)]
-    search = matching.find_subgraphs_matching_pattern
-    for module in users:
-        module.find_subgraphs_matching_pattern = recording
-    try:
+    with patterns.watched(
+        lambda graph, pattern_graph, strict, _: calls.append((graph.copy(), pattern_graph, strict))
+    ):
         settings = {"mode": mode, "vae": False, "text_encoder": False}
         tiny.run(PipelineManager(), tiny.request(["openvino"], {"openvino": settings}, steps=2))
-    finally:
-        for module in users:
-            module.find_subgraphs_matching_pattern = search
     return calls
 
 
@@ -72,9 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         calls = record(mode)
-        import nncf.common.graph.graph_matching as matching
-
-        faster = matching.find_subgraphs_matching_pattern
+        faster = importlib.import_module(patterns.HOME).find_subgraphs_matching_pattern
         theirs, expected = cpu_seconds(faster.__wrapped__, calls, args.repeats)
         ours, found = cpu_seconds(faster, calls, args.repeats)
         same = [sorted(map(tuple, a)) == sorted(map(tuple, b)) for a, b in zip(expected, found, strict=True)]
@@ -83,7 +69,6 @@ def main(argv: list[str] | None = None) -> None:
             f"| {mode} | {len(calls)} | {nodes} | {theirs:.2f} s | {ours:.2f} s | "
             f"×{theirs / ours:.1f} | {'yes' if all(same) else f'NO ({same.count(False)} differ)'} |"
         )
-    assert patterns  # installed by `record`
 
 
 if __name__ == "__main__":

@@ -200,11 +200,7 @@ def run(*popenargs, input=None, capture_output=False, timeout=None, check=False,
     with Popen(*popenargs, **kwargs) as process:
         try:
             stdout, stderr = process.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-        except BaseException:
+        except BaseException:  # a timeout too: killed, and waited for as the block closes
             process.kill()
             raise
         code = process.poll()
@@ -271,9 +267,8 @@ class _Child:
             sys.argv, sys.path[0] = [option, *rest], os.path.dirname(os.path.abspath(option))
             name, source = option, Path(option).read_text()
         main = types.ModuleType("__main__")
-        main.__file__ = name if option != "-c" else None
-        if main.__file__ is None:
-            del main.__file__
+        if option != "-c":
+            main.__file__ = name
         sys.modules["__main__"] = main
         exec(compile(source, name, "exec"), main.__dict__)  # noqa: S102 (python -c, python script.py)
 

@@ -724,47 +724,29 @@ def int8_weight_peaks(model_xml: Path) -> list[int]:
 HYBRID = {"mode": "hybrid_int8"}
 
 
-def pattern_searches(patch: pytest.MonkeyPatch) -> list[tuple]:
-    """(graph, patterns, strict, matches) of each search for fusing patterns NNCF makes from now on, through
-    the studio's search (studio/optimizations/openvino/patterns.py)."""
-    import nncf.common.graph.graph_matching as matching
-
-    from studio.optimizations.openvino import models as ovm
-    from studio.optimizations.openvino import patterns
-
-    ovm.nncf()  # imported as the studio imports it, the studio's search installed
-    search, seen = matching.find_subgraphs_matching_pattern, []
-    assert search.studio_candidates
-
-    def spy(graph, pattern_graph, strict=True):
-        seen.append((graph.copy(), pattern_graph, strict, search(graph, pattern_graph, strict)))
-        return seen[-1][-1]
-
-    spy.studio_candidates = True
-    for name in ("nncf.common.graph.graph_matching", *patterns.USERS):
-        patch.setattr(importlib.import_module(name), "find_subgraphs_matching_pattern", spy)
-    return seen
-
-
 @pytest.fixture(scope="module")
 def hybrid_unet(home):
     """hybrid int8 with the overflow fix on every int8 convolution, at 2 steps (a short calibration), stored
     in this module's home; the searches for fusing patterns NNCF made ("searches")."""
-    with pytest.MonkeyPatch.context() as patch:
-        searches = pattern_searches(patch)
+    from studio.optimizations.openvino import models as ovm
+    from studio.optimizations.openvino import patterns
+
+    ovm.nncf()  # imported as the studio imports it, its search installed
+    searches: list[tuple] = []
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        patterns.watched(lambda graph, *rest: searches.append((graph.copy(), *rest))) as own,
+    ):
         built = build_unet(patch, home, {**HYBRID, "overflow_fix": "enable"})
-    built.seen = {"searches": searches}
+    built.seen = {"searches": searches, "nncfs_own": own}
     return built
 
 
 def test_the_search_for_fusing_patterns_finds_what_nncfs_own_finds(hybrid_unet):
     """The studio searches each of NNCF's fusing patterns among the nodes that could match it: on the UNet's
     graphs, NNCF's own search finds the same matches."""
-    import nncf.common.graph.graph_matching as matching
-
-    searches = hybrid_unet.seen["searches"]
+    searches, own = hybrid_unet.seen["searches"], hybrid_unet.seen["nncfs_own"]
     assert searches, "NNCF searched for its fusing patterns"
-    own = matching.find_subgraphs_matching_pattern.__wrapped__
     expected = [own(graph, pattern_graph, strict) for graph, pattern_graph, strict, _ in searches]
     assert any(expected), "the UNet holds fusing patterns"
     for (*_, found), theirs in zip(searches, expected, strict=True):

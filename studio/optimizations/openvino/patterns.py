@@ -9,13 +9,15 @@ a 2-core AMD EPYC Zen 3): ×3.0 for a hybrid int8 build (2.00 to 0.67 CPU-s of i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 _installed = threading.Lock()
+HOME = "nncf.common.graph.graph_matching"  # where NNCF's search is defined
 # The NNCF modules that imported the search by name.
 USERS = (
     "nncf.common.graph.graph",
@@ -70,6 +72,9 @@ def faster(module: Any) -> Callable:
 
     @functools.wraps(original)
     def find(graph: Any, pattern_graph: Any, strict: bool = True) -> list[list[str]]:
+        groups = _groups(graph, pattern_graph, module.GraphPattern.NODE_TYPE_ATTR)
+        if groups is None:
+            return original(graph, pattern_graph, strict)
         subgraphs: list[list[str]] = []
         matched_nodes: set = set()
         patterns = sorted(
@@ -77,9 +82,6 @@ def faster(module: Any) -> Callable:
             key=module._sort_patterns_by_len,  # noqa: SLF001
             reverse=True,
         )
-        groups = _groups(graph, pattern_graph, module.GraphPattern.NODE_TYPE_ATTR)
-        if groups is None:
-            return original(graph, pattern_graph, strict)
         for pattern in patterns:
             candidates = _candidates(graph, groups, pattern, matches)
             if not candidates:
@@ -96,7 +98,6 @@ def faster(module: Any) -> Callable:
                 subgraphs.append(list(nx.lexicographical_topological_sort(graph.subgraph(subgraph))))
         return subgraphs
 
-    find.__wrapped__ = original  # type: ignore[attr-defined]
     find.studio_candidates = True  # type: ignore[attr-defined]
     return find
 
@@ -105,7 +106,7 @@ def install() -> None:
     """Once per process: NNCF's pattern search, and every module that imported it by name, search among
     candidate nodes (`faster`)."""
     with _installed:
-        module = importlib.import_module("nncf.common.graph.graph_matching")
+        module = importlib.import_module(HOME)
         if getattr(module.find_subgraphs_matching_pattern, "studio_candidates", False):
             return
         find = faster(module)
@@ -114,3 +115,27 @@ def install() -> None:
             user = importlib.import_module(name)
             if getattr(user, "find_subgraphs_matching_pattern", None) is find.__wrapped__:
                 user.find_subgraphs_matching_pattern = find
+
+
+@contextlib.contextmanager
+def watched(seen: Callable[[Any, Any, bool, list], None]) -> Iterator[Callable]:
+    """While inside, each search NNCF makes is the studio's, and `seen(graph, patterns, strict, matches)` is
+    told of it (to check or time the studio's search against NNCF's own, its `__wrapped__`, which this
+    yields). NNCF must have been imported as the studio imports it (`models.nncf()`)."""
+    installed = importlib.import_module(HOME).find_subgraphs_matching_pattern
+    assert installed.studio_candidates, "models.nncf() first: the studio's search is not installed"
+
+    def search(graph: Any, pattern_graph: Any, strict: bool = True) -> list[list[str]]:
+        found = installed(graph, pattern_graph, strict)
+        seen(graph, pattern_graph, strict, found)
+        return found
+
+    search.studio_candidates = True  # type: ignore[attr-defined]  # `install` leaves it in place
+    modules = [importlib.import_module(name) for name in (HOME, *USERS)]
+    for module in modules:
+        module.find_subgraphs_matching_pattern = search
+    try:
+        yield installed.__wrapped__
+    finally:
+        for module in modules:
+            module.find_subgraphs_matching_pattern = installed
