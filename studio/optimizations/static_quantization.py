@@ -260,8 +260,9 @@ register(
             "them with inductor: oneDNN int8 kernels (VNNI, AMX) on x86 CPUs; layers=convolutions keeps the "
             "linear layers and the first and last convolution in float (OpenVINO's hybrid recipe), and the "
             "biases are corrected for the mean error quantization adds; cpp_wrapper builds the graphs with "
-            "inductor's C++ launcher (auto: on all but VNNI CPUs without AMX). The first call of each image size "
-            "calibrates and compiles (minutes for SD 1.5). Changes the output slightly; judge it by PSNR."
+            "inductor's C++ launcher (auto: on all but VNNI CPUs without AMX). The first call of each "
+            "image size calibrates and compiles (minutes for SD 1.5). Changes the output slightly; judge it "
+            "by PSNR."
         ),
         requires=("module:torchao", "family:sd", "cpu-x86"),
         conflict_reason=(
