@@ -142,7 +142,11 @@ def test_ticking_a_technique_says_what_its_first_call_costs_before_generate(page
 
     box = page.get_by_label(re.compile(r"\(openvino\)")).first
     note = page.locator("#first-call-note")
-    box.check()
+    for _ in range(3):  # on a loaded host the page's load can fill the form after the tick, which clears it
+        box.check()
+        page.wait_for_timeout(1000)
+        if box.is_checked():
+            break
     expect(note).to_contain_text("A benchmark card measured the first call of openvino at", timeout=30_000)
     assert re.search(r"at [\d.]+ s \(64x64, 20 steps\) on \w", note.inner_text())
     box.uncheck()

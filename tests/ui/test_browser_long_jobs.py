@@ -29,13 +29,13 @@ def page(server):
 
 
 def _watch_then_cancel(page, prefix: str, job: str, name: str) -> None:
-    """While the job runs its status area says where it is (a step of round 2 of 3 reached); photograph it,
-    then click the tab's own Cancel."""
+    """While the job runs its status area says where it is (a step of round 2 or 3 of 3 reached: on a loaded
+    host the page can miss round 2's few seconds); photograph it, then click the tab's own Cancel."""
     from playwright.sync_api import expect
 
     status = page.locator(f"#{prefix}-status")
     expect(status).to_contain_text(f"{job}: ", timeout=LONG)
-    expect(status).to_contain_text(re.compile(rf"round 2 of 3, step \d+ of {STEPS}"), timeout=LONG)
+    expect(status).to_contain_text(re.compile(rf"round [23] of 3, step \d+ of {STEPS}"), timeout=LONG)
     assert WHERE.search(status.inner_text()), status.inner_text()
     status.scroll_into_view_if_needed()
     shot(page, f"{name}-progress")
