@@ -34,12 +34,24 @@ class Tiny(torch.nn.Module):
 
     def __init__(self, channels: int = 5):
         super().__init__()
-        self.blocks = torch.nn.ModuleList([Block(channels), Block(channels)])
+        self.blocks = torch.nn.ModuleList([Block(channels)])  # one: each kernel is a C++ compile
 
     def forward(self, x):
         for block in self.blocks:
             x = block(x)
         return x.tanh()
+
+
+class Pointwise(torch.nn.Module):
+    """One fused kernel: each kernel compiled with a damaged precompiled header costs a failed compile and a
+    rebuild."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x * self.scale).tanh()
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +132,7 @@ def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_
 
     torch.manual_seed(0)
     with temporary_cache_dir(str(tmp_path / "warm")), torch.no_grad():
-        warm = SimpleNamespace(unet=Tiny(channels=3).eval())
+        warm = SimpleNamespace(unet=Pointwise(0.5).eval())
         _compile(warm, Context(device="cpu", hw=None))
         warm.unet(torch.randn(1, 3, 5, 5))  # a kernel compiled: the precompiled header exists from here on
     headers = sorted(Path(codecache._HEADER_DIR).glob("*.h*"))
@@ -135,7 +147,7 @@ def test_a_truncated_precompiled_header_is_deleted_and_the_kernel_built_without_
     monkeypatch.setattr(codecache, "_HEADER_DIR", str(private))
     monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", str(private / "locks"))
     codecache._precompile_header.cache_clear()  # it remembers header paths per process
-    model = Tiny(channels=4).eval()
+    model = Pointwise(1.5).eval()
     x = torch.randn(1, 4, 7, 6)
     try:
         with temporary_cache_dir(str(tmp_path / "cache")):

@@ -176,6 +176,14 @@ def ladder_args(**kw):
     return {"prompt": PROMPT, "seed": 1, "steps": 2, "warmup": 0, "rounds": 2, **kw}
 
 
+@pytest.fixture(scope="module")
+def ladder_answer(client):
+    """/ladder's answer (its markdown, table and rows) to `ladder_args()`, for the tests that read it: on a
+    CPU a ladder runs seven rungs, five of them in bf16 (some ten times slower than fp32 where the CPU has no
+    bf16 instructions)."""
+    return client.predict(**ladder_args(), api_name="/ladder")
+
+
 def autotune_args(**kw):
     args = {"prompt": PROMPT, "seed": 2, "steps": 3, "techniques": ["channels_last"], "warmup": 0}
     return {**args, "rounds": 3, "confirm_rounds": 3, **kw}
@@ -226,7 +234,7 @@ def test_compare_is_interleaved_and_speaks_the_shared_keys(client, server):
     )
 
 
-def test_every_face_shares_the_vocabulary(client, server, cli_at):
+def test_every_face_shares_the_vocabulary(client, server, cli_at, ladder_answer):
     """/generate, /compare, /ladder, /autotune, /history, the CLI's --json and the CSV export use the same
     keys."""
     import csv
@@ -234,7 +242,7 @@ def test_every_face_shares_the_vocabulary(client, server, cli_at):
 
     _, _, generated = client.predict(**generate_args(), api_name="/generate")
     compared = compare_out(client, ["channels_last"], rounds=2)[-1]
-    laddered = client.predict(**ladder_args(), api_name="/ladder")[-1]
+    laddered = ladder_answer[-1]
     tuned = client.predict(**autotune_args(rounds=2, confirm_rounds=2), api_name="/autotune")[4]["rows"]
     history, _plot, csv_path, _records = client.predict(
         model="tiny-shapes", status="ok", limit=20, api_name="/history"
@@ -277,8 +285,8 @@ def test_history_and_system(client):
     assert "needs CUDA" in " ".join(row[2] for row in techniques["data"])
 
 
-def test_ladder_shows_skipped_steps_with_reasons(client):
-    md, table, rows = client.predict(**ladder_args(), api_name="/ladder")
+def test_ladder_shows_skipped_steps_with_reasons(ladder_answer):
+    md, table, rows = ladder_answer
     assert "interleaved rounds" in md
     steps = {r["step"]: r for r in rows}
     assert steps["cuDNN auto-tuner"]["status"] == "skipped" and "CUDA" in steps["cuDNN auto-tuner"]["error"]
