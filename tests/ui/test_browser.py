@@ -1,6 +1,7 @@
 """A real browser (Debian's chromium driven by Playwright) against the app on localhost, at 1280x900.
 
-Every tab is used as a person would and photographed into test-artifacts/ (look at them after a change).
+Every tab is used as a person would (the Ladder tab in test_browser_views.py) and photographed into
+test-artifacts/ (look at them after a change).
 """
 
 from __future__ import annotations
@@ -206,20 +207,6 @@ def test_a_batch_sweep_shows_the_grid_heat_maps_and_throughput(page):
     page.locator("#xy-grid img").wait_for(timeout=10_000)
     page.locator("#cmp-axis input").fill("none")
     page.locator("#cmp-axis input").press("Enter")
-
-
-def test_ladder_rows_are_words_and_rounded_numbers(page):
-    tab(page, "Ladder")
-    small(page, "lad", steps=2)  # seven rungs, five in bf16: slow on a CPU without bf16 instructions
-    page.locator("#lad-rounds input").fill("2")
-    page.locator("#ladder-btn").click()
-    page.locator("#ladder-md").get_by_text("interleaved rounds").wait_for(
-        timeout=LONG
-    )  # shown with the results
-    text = page.locator("#ladder-table").inner_text()
-    assert "original" in text and "skipped" in text and "×1.00 (baseline)" in text
-    no_horizontal_scroll(page)
-    shot(page, "ladder")
 
 
 def test_autotune_offers_only_what_its_confirmation_measured_and_applies_it(page):

@@ -107,7 +107,7 @@ def test_a_random_weight_model_says_its_images_are_noise_by_design(page):
     expect(card).to_contain_text("per image", timeout=LONG)
 
 
-def test_the_ladder_table_fits_1280_px(page):
+def test_the_ladder_table_fits_1280_px_in_words_and_rounded_numbers(page):
     tab(page, "Ladder")
     small(page, "lad", steps=2)
     page.locator("#lad-warmup input").fill("0")
@@ -117,6 +117,8 @@ def test_the_ladder_table_fits_1280_px(page):
     page.locator("#ladder-table").get_by_text("OpenVINO runtime").first.wait_for(timeout=10_000)
     page.wait_for_timeout(500)  # the columns are sized once the rows are in
     _fits(page, "ladder-table")
+    text = page.locator("#ladder-table").inner_text()
+    assert "original" in text and "skipped" in text and "×1.00 (baseline)" in text
     assert "not the ratio of the two latencies" in page.locator("#ladder-md").inner_text()
     _shot(page, "ladder-1280", "#ladder-md", "#ladder-table")
 
