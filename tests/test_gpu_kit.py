@@ -348,11 +348,19 @@ def test_run_sh_takes_its_output_folder_and_time_limit_as_options(tmp_path):
     assert wrong.returncode == 2 and "--time-limit-s must be a whole number" in wrong.stderr
 
 
+DRY_RUN_TECHNIQUES = (
+    *("sdpa", "jit_trace_unet", "deepcache", "bf16", "fp16", "openvino", "torch_compile", "aot_package"),
+    *("combination", "fast", "fp8", "fp8-row", "graphs", "tuned", "whole-graphs"),
+)
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     """`bash benchmarks/gpu/run.sh --dry-run` once for the module, with no time limit (the default): its
     output folder, its output and results.json. One UNet role and one transformer role: in a dry run every
-    UNet role runs the same tiny-shapes."""
+    UNet role runs the same tiny-shapes. The techniques section measures `DRY_RUN_TECHNIQUES`: the rows the
+    tests below read, and one technique of each kind the benchmark handles apart (a traced UNet in a pipeline
+    of its own, a lossy cache, another precision); every technique's own behaviour is tested elsewhere."""
     tmp = tmp_path_factory.mktemp("gpu-dry-run")
     out = tmp / "out"
     carried = tmp / "carried"  # an earlier run's autotuning timings, as benchmarks/gpu/autotune-cache holds
@@ -366,7 +374,8 @@ def dry_run(tmp_path_factory):
         "GPU_AUTOTUNE_CACHE": str(carried),
     }
     done = subprocess.run(
-        ["bash", "benchmarks/gpu/run.sh", "--dry-run", "--out", str(out), "--models", "sd15,flux"],
+        ["bash", "benchmarks/gpu/run.sh", "--dry-run", "--out", str(out), "--models", "sd15,flux"]
+        + ["--techniques", ",".join(DRY_RUN_TECHNIQUES)],
         cwd=ROOT,
         env=env,
         capture_output=True,
