@@ -39,6 +39,12 @@ def autocast_dtype(device_type: str) -> torch.dtype:
     return torch.bfloat16 if device_type == "cpu" else torch.float16
 
 
+def computes_bf16(name: str, device_type: str) -> bool:
+    """Whether technique `name` turns a run's math to bf16 on `device_type`: the bf16 weights anywhere, and
+    autocast on a CPU (`autocast_dtype`)."""
+    return name == "bf16" or (name == "autocast" and autocast_dtype(device_type) == torch.bfloat16)
+
+
 def _autocast(ctx: Context) -> contextlib.AbstractContextManager:
     return torch.autocast(ctx.device_type, dtype=autocast_dtype(ctx.device_type))
 

@@ -3,9 +3,10 @@
 original (fp32, classic attention) -> cuDNN autotuner -> autocast -> fp16 (bf16 where fp16 does not apply,
 the rung then named "bf16 in place of fp16") -> channels last -> traced UNet -> memory-efficient attention,
 and on CPUs the OpenVINO runtime. A step that cannot run here is shown as skipped with the reason, not
-dropped. The plan is made once (`plan`), before anything runs, and used by the single-process and the
-distributed ladder alike: a rung that fails does not change the later ones. Each rung is declared by the
-technique it adds (`Optimization.ladder_rung`).
+dropped; so is a step in bf16 on a CPU that has no bf16 instructions (`emulated_here`). The plan is made
+once (`plan`), before anything runs, and used by the single-process and the distributed ladder alike: a rung
+that fails does not change the later ones. Each rung is declared by the technique it adds
+(`Optimization.ladder_rung`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from studio import devices, report
 from studio.engine import Studio
 from studio.measure.bench import StopFn
 from studio.optimizations import REGISTRY, conflicts_of, unavailable_reason
+from studio.optimizations.precision import computes_bf16
 from studio.request import GenerationRequest, check_opts
 from studio.sweeps.compare import DEFAULT_ROUNDS, records_of
 from studio.sweeps.runner import Entry, Progress, SweepCancelled, run_sweep
@@ -65,14 +69,33 @@ class Step:
         return f"{'+'.join(self.ran)} in place of {self.rung.label}"
 
 
+def emulated_here(name: str, hw: devices.Hardware, device: str) -> str | None:
+    """Why the ladder leaves out technique `name` on this CPU although it runs: bf16 math where the CPU has no
+    bf16 instructions (AVX512-BF16 or AMX). PyTorch emulates it there, many times slower than fp32 (one step
+    of sd15-arch on an AVX2-only AMD EPYC: 80.8 s against 5.0 s), and every later rung would carry it."""
+    device_type = torch.device(device).type
+    if device_type != "cpu" or hw.cpu_bf16 or not computes_bf16(name, device_type):
+        return None
+    what = name if name == "bf16" else f"{name} (bf16 on a CPU)"
+    return (
+        f"{what}: this CPU has no bf16 instructions (AVX512-BF16 or AMX); emulated, bf16 is many times "
+        "slower than fp32, so the later rungs go without it."
+    )
+
+
 def choose(rung: Rung, request: GenerationRequest) -> tuple[tuple[str, ...], str | None]:
-    """The techniques this rung adds here (its fallback if needed), or the reason it cannot run."""
+    """The techniques this rung adds here (its fallback if needed), or the reason it cannot run, or is left
+    out (`emulated_here`)."""
     hw = devices.detect()
     reasons = []
     for names in (rung.add, rung.fallback):
         if not names:
             continue
-        why = [unavailable_reason(REGISTRY[n], hw, request.device, request.spec.family) for n in names]
+        why = [
+            unavailable_reason(REGISTRY[n], hw, request.device, request.spec.family)
+            or emulated_here(n, hw, request.device)
+            for n in names
+        ]
         if not any(why):
             return names, None
         reasons += [w for w in why if w]

@@ -178,9 +178,7 @@ def ladder_args(**kw):
 
 @pytest.fixture(scope="module")
 def ladder_answer(client):
-    """/ladder's answer (its markdown, table and rows) to `ladder_args()`, for the tests that read it: on a
-    CPU a ladder runs seven rungs, five of them in bf16 (some ten times slower than fp32 where the CPU has no
-    bf16 instructions)."""
+    """/ladder's answer (its markdown, table and rows) to `ladder_args()`, for the tests that read it."""
     return client.predict(**ladder_args(), api_name="/ladder")
 
 

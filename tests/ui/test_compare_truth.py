@@ -6,6 +6,8 @@ at, a ladder rung is named for what runs, and the benchmark says what its budget
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
@@ -71,10 +73,23 @@ def test_an_auto_tune_winner_reaches_generate_at_the_steps_and_size_it_was_measu
     assert filled["speed_techniques"] == ["channels_last"] and filled["precision"] == "fp32"
 
 
-@pytest.mark.skipif(not ON_CPU, reason="a CPU runs bf16 in fp16's place")
-def test_the_ladder_names_a_rung_for_what_runs():
+@pytest.mark.parametrize("bf16_instructions", [True, False])
+def test_the_ladder_names_a_rung_for_what_runs_and_leaves_out_emulated_bf16(monkeypatch, bf16_instructions):
+    """A CPU runs bf16 in fp16's place where it computes bf16 itself; where it would emulate it (many times
+    slower than fp32), the bf16 rungs (autocast is bf16 on a CPU) are skipped with that reason and the later
+    rungs run without them."""
+    real = devices.detect()
+    flags = real.cpu_flags - {"avx512_bf16", "amx_bf16"} | ({"amx_bf16"} if bf16_instructions else set())
+    monkeypatch.setattr(devices, "detect", lambda: dataclasses.replace(real, cpu_flags=frozenset(flags)))
     steps = {s.rung.label: s for s in ladder.plan(tiny.request(steps=2, device="cpu"))}
-    assert steps["fp16"].label == "bf16 in place of fp16" and "bf16" in steps["fp16"].opts
+    if bf16_instructions:
+        assert steps["fp16"].label == "bf16 in place of fp16" and "bf16" in steps["fp16"].opts
+        assert not steps["autocast"].skipped and "autocast" in steps["channels last"].opts
+        return
+    for rung in ("autocast", "fp16"):
+        assert steps[rung].skipped and "this CPU has no bf16 instructions" in steps[rung].note, rung
+    later = [s for s in steps.values() if not s.skipped]
+    assert later and not any({"bf16", "autocast"} & set(s.opts) for s in later)
 
 
 def test_auto_tune_options_are_built_by_name_and_checked():
