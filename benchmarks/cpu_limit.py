@@ -13,6 +13,7 @@ With `--target X`, the first latency given is the reference: what X times faster
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,6 +45,14 @@ def image_flops(model: str, side: int, steps: int, tokens: int) -> dict[str, flo
     """FLOPs of one image with classifier-free guidance (batch 2 through the denoiser and the text encoders),
     by part: the UNet over all its calls, the VAE decoder, the text encoders."""
     calls = unet_calls(model, steps)  # outside the meta device: a scheduler's timesteps are real numbers
+    unet, decoder, encoders = _part_flops(model, side, tokens)
+    return {"UNet": calls * unet, "VAE decoder": decoder, "text encoders": encoders}
+
+
+@functools.lru_cache(maxsize=8)
+def _part_flops(model: str, side: int, tokens: int) -> tuple[float, float, float]:
+    """FLOPs of one UNet call, one decode and the text encoders, counted on the meta device (once per shape:
+    the count does not depend on the steps)."""
     with torch.device("meta"):
         parts = architectures.models(model)
         latent = torch.randn(2, 4, side // 8, side // 8)
@@ -56,11 +65,11 @@ def image_flops(model: str, side: int, steps: int, tokens: int) -> dict[str, flo
             added = {"text_embeds": torch.randn(2, pooled), "time_ids": torch.randn(2, 6)}
             extra = {"added_cond_kwargs": added}
         encoders = [parts[k] for k in ("text_encoder", "text_encoder_2") if k in parts]
-        return {
-            "UNet": calls * _count(lambda: unet(latent, torch.tensor(10), context, **extra)),
-            "VAE decoder": _count(lambda: parts["vae"].decode(latent[:1])),
-            "text encoders": sum(_count(lambda e=e: e(ids)) for e in encoders),
-        }
+        return (
+            _count(lambda: unet(latent, torch.tensor(10), context, **extra)),
+            _count(lambda: parts["vae"].decode(latent[:1])),
+            sum(_count(lambda e=e: e(ids)) for e in encoders),
+        )
 
 
 def fp32_peak() -> float:
