@@ -39,14 +39,15 @@ def autocast_dtype(device_type: str) -> torch.dtype:
     return torch.bfloat16 if device_type == "cpu" else torch.float16
 
 
-def computes_bf16(name: str, device_type: str) -> bool:
-    """Whether technique `name` turns a run's math to bf16 on `device_type`: the bf16 weights anywhere, and
-    autocast on a CPU (`autocast_dtype`)."""
-    return name == "bf16" or (name == "autocast" and autocast_dtype(device_type) == torch.bfloat16)
-
-
 def _autocast(ctx: Context) -> contextlib.AbstractContextManager:
     return torch.autocast(ctx.device_type, dtype=autocast_dtype(ctx.device_type))
+
+
+def computes_bf16(opt: Optimization, device_type: str) -> bool:
+    """Whether technique `opt` turns a run's math to bf16 on `device_type`: weights loaded in bf16 anywhere,
+    and autocast where `autocast_dtype` is bf16 (a CPU)."""
+    autocast = opt.call_context is _autocast and autocast_dtype(device_type) == torch.bfloat16
+    return opt.dtype == torch.bfloat16 or autocast
 
 
 register(

@@ -15,8 +15,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from studio import devices, report
 from studio.engine import Studio
 from studio.measure.bench import StopFn
@@ -73,8 +71,8 @@ def emulated_here(name: str, hw: devices.Hardware, device: str) -> str | None:
     """Why the ladder leaves out technique `name` on this CPU although it runs: bf16 math where the CPU has no
     bf16 instructions (AVX512-BF16 or AMX). PyTorch emulates it there, many times slower than fp32 (one step
     of sd15-arch on an AVX2-only AMD EPYC: 80.8 s against 5.0 s), and every later rung would carry it."""
-    device_type = torch.device(device).type
-    if device_type != "cpu" or hw.cpu_bf16 or not computes_bf16(name, device_type):
+    device_type = device.split(":")[0]
+    if device_type != "cpu" or hw.cpu_bf16 or not computes_bf16(REGISTRY[name], device_type):
         return None
     what = name if name == "bf16" else f"{name} (bf16 on a CPU)"
     return (
