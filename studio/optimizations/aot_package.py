@@ -231,7 +231,7 @@ def apply(pipe: Any, ctx: Context) -> None:
     vae = getattr(pipe, "vae", None)
     if ctx.settings(NAME).vae and vae is not None:
         ctx.state["aot_package_decoder"] = vae.decoder
-        vae.decoder = PackagedModule(vae.decoder.eval(), ctx, "VAE decoder")
+        vae.decoder = PackagedModule(vae.decoder.eval(), ctx, "VAE decoder").keep_graphs(ctx, "vae.decoder")
 
 
 def revert(pipe: Any, ctx: Context) -> None:

@@ -59,7 +59,7 @@ import torch
 
 from studio import checks, devices, phases
 from studio.errors import ValidationError
-from studio.optimizations import compile_cache
+from studio.optimizations import compile_cache, kept
 from studio.optimizations.base import JUST_IN_TIME, Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser, restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
@@ -244,7 +244,11 @@ def _compile(pipe: Any, ctx: Context) -> None:
         ctx.hw or devices.detect(), ctx.device_type
     )  # once per process, before its first compile
     if not settings.regional:
-        swap_denoiser(_compiled)(pipe, ctx)
+        # the compiled module of an earlier apply of this configuration: dynamo's graphs for it are reused,
+        # where a new torch.compile would add a graph per apply to the model's code (and to memory)
+        swap_denoiser(lambda model, ctx: kept.build_once(ctx, "denoiser", lambda: _compiled(model, ctx)))(
+            pipe, ctx
+        )
         return
     blocks = repeated_blocks(denoiser(pipe))
     if not blocks:
@@ -252,14 +256,25 @@ def _compile(pipe: Any, ctx: Context) -> None:
             f"torch_compile regional=true found no repeated blocks in {type(denoiser(pipe)).__name__}; use "
             "regional=false."
         )
+    part = ("blocks", *map(id, blocks))  # the kept calls hold their blocks: an id is not reused meanwhile
+    calls = kept.build_once(ctx, part, lambda: _compiled_calls(blocks, ctx))
+    for block, call in calls:
+        block._compiled_call_impl = call
+    ctx.state["compiled_blocks"] = blocks
+
+
+def _compiled_calls(blocks: list[torch.nn.Module], ctx: Context) -> list[tuple[torch.nn.Module, Any]]:
+    """Each block with its compiled call (what `nn.Module.compile` sets as `_compiled_call_impl`)."""
+    settings = compile_settings(ctx)
     what = " or ".join(sorted({type(block).__name__ for block in blocks}))
     backend = counting_backend(ctx.stats, settings.options, technique="torch_compile", what=what)
     graphs = ctx.device_type == "cuda" and settings.options.get("triton.cudagraphs")
+    calls = []
     for block in blocks:
-        block.compile(backend=backend, dynamic=settings.dynamic)
-        call = saving(recovering(block._compiled_call_impl), ctx)
-        block._compiled_call_impl = own_outputs(call) if graphs else call
-    ctx.state["compiled_blocks"] = blocks
+        compiled = torch.compile(block._call_impl, backend=backend, dynamic=settings.dynamic)
+        call = saving(recovering(compiled), ctx)
+        calls.append((block, own_outputs(call) if graphs else call))
+    return calls
 
 
 def own_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from studio.optimizations.per_shape import PerShapeModule
+
 UNET_FAMILIES = ("sd", "sdxl")
 TRANSFORMER_FAMILIES = ("sd3", "flux")
 NAMES = ("unet", "transformer")
@@ -37,13 +39,17 @@ def kind(families: Iterable[str]) -> str:
 
 def swap_denoiser(make: Callable[[torch.nn.Module, Any], torch.nn.Module]) -> Callable[[Any, Any], None]:
     """An apply that swaps the denoiser for `make(denoiser, ctx)`, keeping the original for
-    `restore_denoiser`."""
+    `restore_denoiser`. A stand-in that builds a graph per input shape gets the graphs an earlier apply of the
+    same configuration built (`PerShapeModule.keep_graphs`)."""
 
     def apply(pipe: Any, ctx: Any) -> None:
         name = denoiser_name(pipe)
         original = getattr(pipe, name)
         ctx.state["denoiser_original"] = (name, original)
-        setattr(pipe, name, make(original, ctx))
+        replacement = make(original, ctx)
+        if isinstance(replacement, PerShapeModule):
+            replacement.keep_graphs(ctx, name)
+        setattr(pipe, name, replacement)
 
     return apply
 

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 
+from studio.optimizations import kept
+
 log = logging.getLogger(__name__)
 
 
@@ -53,6 +55,12 @@ class PerShapeModule(torch.nn.Module):
 
     def build(self, inputs: tuple[torch.Tensor, ...]) -> Any:
         raise NotImplementedError
+
+    def keep_graphs(self, ctx: Any, part: str) -> PerShapeModule:
+        """Use the graphs an earlier apply of this configuration built for `part` on this pipeline, and keep
+        the ones built from now on for the next apply (`studio.optimizations.kept`)."""
+        self._graphs = kept.build_once(ctx, part, lambda: self._graphs)
+        return self
 
     def graph_key(self, inputs: tuple[torch.Tensor, ...]) -> tuple:
         """What makes a new graph: the inputs' shapes and dtypes (subclasses may add to it)."""

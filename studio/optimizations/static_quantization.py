@@ -238,7 +238,9 @@ def quantize_unet(pipe: Any, ctx: Context) -> None:
     )
     if settings.vae:
         ctx.state["int8_static_decoder"] = pipe.vae.decoder
-        pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats, recipe)
+        pipe.vae.decoder = Int8StaticDecoder(pipe.vae.decoder.eval(), ctx.stats, recipe).keep_graphs(
+            ctx, "vae.decoder"
+        )
 
 
 def restore(pipe: Any, ctx: Context) -> None:

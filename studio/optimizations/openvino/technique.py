@@ -192,10 +192,12 @@ def apply(pipe: Any, ctx: Context) -> None:
         decoder = pipe.vae.decoder.eval()
         pipe.vae.decoder = OpenVINODecoder(
             decoder, settings, ctx.stats, pipe=pipe, prompts=ctx.calibration_prompts, fix=fix
-        )
+        ).keep_graphs(ctx, "vae.decoder")
     if settings.text_encoder:
         ctx.state["openvino_text_encoder"] = pipe.text_encoder
-        pipe.text_encoder = OpenVINOTextEncoder(pipe.text_encoder.eval(), settings, ctx.stats)
+        pipe.text_encoder = OpenVINOTextEncoder(pipe.text_encoder.eval(), settings, ctx.stats).keep_graphs(
+            ctx, "text_encoder"
+        )
 
 
 def revert(pipe: Any, ctx: Context) -> None:
