@@ -28,7 +28,7 @@ from pipelines.errors import ValidationError
 from pipelines.schedulers import steps_refused
 from studio import devices
 from studio.measure.memory_probe import weight_bytes
-from studio.optimizations import Context, Optimization, get, ordered
+from studio.optimizations import Context, Optimization, get, kept, ordered
 from studio.request import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,14 @@ class PipelineManager:
         with self._lock:
             return list(self._entries)
 
+    def kept_builds(self) -> int:
+        """How many configurations' builds (traces, compiled graphs, conversions) the loaded pipelines keep
+        for their next apply, all together (`studio.optimizations.kept`)."""
+        with self._lock:
+            entries = list(self._entries.values())
+        stores = [entry.state.get(kept.STATE_KEY) for entry in entries]
+        return sum(store.configurations() for store in stores if store is not None)
+
     def loaded_pipeline(self, request: GenerationRequest) -> Any | None:
         """The cached pipeline `request` would run on, without loading it (None when it is not loaded)."""
         with self._lock:
@@ -167,6 +175,7 @@ class PipelineManager:
                 self._sweeps.discard(name)
                 for key in [k for k in self._slots if k[-1][0] == name]:
                     del self._slots[key]
+            kept.release()  # what the sweep's pipelines built goes with them
 
     def _slot_entry(self, request: GenerationRequest, slot: tuple[str, str]) -> tuple[LivePipeline, bool]:
         if slot[0] not in self._sweeps:
@@ -200,9 +209,12 @@ class PipelineManager:
             entry = self._load_entry(key, request)
             with self._lock:
                 self._entries[key] = entry
-                while len(self._entries) > self._max:
-                    evicted, _ = self._entries.popitem(last=False)
-                    log.info("evicted %s from the pipeline cache", evicted)
+                over = len(self._entries) - self._max
+                evicted = [self._entries.popitem(last=False)[0] for _ in range(over)]
+            for old in evicted:
+                log.info("evicted %s from the pipeline cache", old)
+            if evicted:
+                kept.release()  # with what its techniques built
             return entry, True
 
     def _load_entry(self, key: tuple, request: GenerationRequest) -> LivePipeline:

@@ -15,7 +15,7 @@ from pipelines.sources import allow_written
 from studio import devices, settings
 from studio.engine import first_call, memory_estimate
 from studio.engine.shard import shard_model
-from studio.optimizations import availability
+from studio.optimizations import availability, kept
 from studio.request import GenerationRequest, HistoryFilter
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class Services:
             "versions": settings.versions(),
             "techniques": availability(),
             "loaded_pipelines": [list(map(str, k)) for k in self.manager.loaded()],
+            "kept_builds": {"configurations": self.manager.kept_builds(), "per_pipeline": kept.capacity()},
             "database": str(self.runlog.path),
         }
 

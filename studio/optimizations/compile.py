@@ -48,10 +48,11 @@ lengthens the compile; "default" leaves inductor's defaults.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,10 +123,24 @@ def compile_settings(ctx: Context) -> CompileSettings:
     return CompileSettings(mode, settings.regional, DYNAMIC[settings.dynamic], options)
 
 
-def counting_backend(
-    stats: dict[str, Any], options: dict[str, Any], *, technique: str | None = None, what: str = "a graph"
-):
-    """Inductor (with these config ``options``) that counts each graph it builds in ``stats``.
+_COUNTING_INTO: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "compile_stats", default=None
+)
+
+
+@contextlib.contextmanager
+def counting_into(stats: dict[str, Any]) -> Iterator[None]:
+    """Graphs a counting backend builds during the block are counted in `stats` (a pipeline's)."""
+    token = _COUNTING_INTO.set(stats)
+    try:
+        yield
+    finally:
+        _COUNTING_INTO.reset(token)
+
+
+def counting_backend(options: dict[str, Any], *, technique: str | None = None, what: str = "a graph"):
+    """Inductor (with these config ``options``) that counts each graph it builds in the stats of the
+    enclosing `counting_into` block (none: not counted).
 
     Dynamo calls the backend once per new graph: the first call, and every recompile (a new
     input shape, a guard that failed). ``compile_count`` and ``compile_seconds`` feed the
@@ -133,15 +148,28 @@ def counting_backend(
     is also recorded as a phase (studio.optimizations.phases): "warm" when inductor served it
     from its caches (FX graph cache hits, none missed or bypassed), else "cold"; ``what`` names
     the module built ("UNet2DConditionModel"), the phase adds its input's shape.
-    """
-    from torch._inductor.compile_fx import compile_fx
 
-    options = dict(options)
+    One backend object serves every compile with the same arguments: dynamo keeps the graphs it built for a
+    module on the module's code until the module is gone, but only for a backend it has seen before; a new
+    backend per compile left every dropped copy's graphs in memory (~14 MB per compile of the bundled model's
+    UNet).
+    """
+    return _backend(tuple(sorted(options.items())), technique, what)
+
+
+@functools.cache
+def _backend(options: tuple[tuple[str, Any], ...], technique: str | None, what: str) -> Callable[..., Any]:
+    patches = dict(options)
 
     def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Any:
+        from torch._inductor import compile_fx  # looked up at each build: the backend lives for the process
+
         start, before = time.perf_counter(), _cache_events()
-        compiled = compile_fx(graph, example_inputs, config_patches=options)
+        compiled = compile_fx.compile_fx(graph, example_inputs, config_patches=patches)
         took = time.perf_counter() - start
+        stats = _COUNTING_INTO.get()
+        if stats is None:
+            return compiled
         stats["compile_count"] = stats.get("compile_count", 0) + 1
         stats["compile_seconds"] = stats.get("compile_seconds", 0.0) + took
         phase = build_phase(before, _cache_events())
@@ -191,9 +219,7 @@ def _freezing_if_asked(ctx: Context) -> contextlib.AbstractContextManager:
 
 def _compiled(model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
     settings = compile_settings(ctx)
-    backend = counting_backend(
-        ctx.stats, settings.options, technique="torch_compile", what=type(model).__name__
-    )
+    backend = counting_backend(settings.options, technique="torch_compile", what=type(model).__name__)
     compiled = torch.compile(model, backend=backend, dynamic=settings.dynamic)
     # a damaged inductor cache entry is rebuilt, not fatal; what a call built is saved for the next process
     compiled.forward = saving(recovering(compiled.forward), ctx)
@@ -201,13 +227,14 @@ def _compiled(model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
 
 
 def saving(fn: Callable[..., Any], ctx: Context) -> Callable[..., Any]:
-    """`fn`, after which torch.compile's cache artifacts are saved (studio.optimizations.compile_cache) when
-    the call built graphs (`compile_count` in `ctx.stats` grew)."""
+    """`fn`, counting the graphs it builds in `ctx.stats`, after which torch.compile's cache artifacts are
+    saved (studio.optimizations.compile_cache) when the call built graphs (`compile_count` grew)."""
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         built = ctx.stats.get("compile_count", 0)
-        result = fn(*args, **kwargs)
+        with counting_into(ctx.stats):
+            result = fn(*args, **kwargs)
         if ctx.stats.get("compile_count", 0) > built:
             compile_cache.save(ctx.hw or devices.detect(), ctx.device_type)
         return result
@@ -267,7 +294,7 @@ def _compiled_calls(blocks: list[torch.nn.Module], ctx: Context) -> list[tuple[t
     """Each block with its compiled call (what `nn.Module.compile` sets as `_compiled_call_impl`)."""
     settings = compile_settings(ctx)
     what = " or ".join(sorted({type(block).__name__ for block in blocks}))
-    backend = counting_backend(ctx.stats, settings.options, technique="torch_compile", what=what)
+    backend = counting_backend(settings.options, technique="torch_compile", what=what)
     graphs = ctx.device_type == "cuda" and settings.options.get("triton.cudagraphs")
     calls = []
     for block in blocks:

@@ -63,12 +63,13 @@ class KeptBuilds:
         """What `key` built before, or `make()`'s result, kept (the oldest configuration released beyond
         `size`)."""
         if key in self._items:
-            self._items.move_to_end(key)
+            self._touch(key[1])
             return self._items[key]
         built = make()
         if self.size <= 0:
             return built
         self._items[key] = built
+        self._touch(key[1])
         evicted = False
         while self.configurations() > self.size:
             oldest = next(iter(self._items))[1]
@@ -80,8 +81,10 @@ class KeptBuilds:
             release()
         return built
 
-    def clear(self) -> None:
-        self._items.clear()
+    def _touch(self, configuration: tuple) -> None:
+        """Make every part kept for `configuration` the most recently used."""
+        for key in [k for k in self._items if k[1] == configuration]:
+            self._items.move_to_end(key)
 
 
 def configuration(ctx: Context) -> tuple:

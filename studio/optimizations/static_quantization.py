@@ -161,9 +161,9 @@ def _quantize_and_compile(
         if recipe.bias_correction:
             correct_biases(observed, calibrate)
         converted = quantize.convert_pt2e(observed)
-        # The backend counts graphs in a scratch dict: the build is counted once, by PerShapeModule.
+        # Outside `counting_into`, the backend counts nothing: the build is counted once, by PerShapeModule.
         options = {"freezing": True, **({"cpp_wrapper": True} if recipe.cpp_wrapper else {})}
-        compiled = recovering(torch.compile(converted, backend=counting_backend({}, options)))
+        compiled = recovering(torch.compile(converted, backend=counting_backend(options)))
         with freezing(), warnings.catch_warnings():
             # Inductor's oneDNN lowering copies each weight's zero points with torch.tensor(a tensor), which
             # warns once per int8 layer: its own code, nothing the user did, and not for the user's terminal.

@@ -282,6 +282,16 @@ def time_format(times: pd.DatetimeIndex) -> str:
     return "%H:%M:%S" if span < 3600 else "%d %b %H:%M" if span < 3 * 86400 else "%d %b"
 
 
+def kept_builds_words(kept: dict[str, int]) -> str:
+    """What the loaded pipelines keep of what techniques built, and the bound, in words."""
+    configurations = kept["configurations"]
+    kept_now = f"{configurations} configuration{'s' if configurations != 1 else ''}"
+    return (
+        f"{kept_now} (traces, compiled graphs, conversions) kept for their next apply; at most "
+        f"{kept['per_pipeline']} per loaded pipeline, the oldest released first (`STUDIO_KEPT_BUILDS`)"
+    )
+
+
 def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     """System as short text and tables: devices and libraries, then every technique with why it cannot run."""
     machine = report.machine_rows(data["hardware"], data["versions"])
@@ -290,6 +300,7 @@ def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
         "|---|---|",
         *(f"| {label} | {value} |" for label, value in machine),
         f"| Loaded pipelines | {len(data['loaded_pipelines'])} |",
+        f"| Kept builds | {kept_builds_words(data['kept_builds'])} |",
         f"| Run log | `{data['database']}` |",
     ]
     techniques = pd.DataFrame(

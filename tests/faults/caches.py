@@ -57,12 +57,12 @@ def _pixels(result: Any) -> np.ndarray:
 
 
 def _openvino_outcome(ws: Workspace, home: Path, db: str, case: str) -> Outcome:
-    """A plain tiny-shapes run, then the same with OpenVINO's UNet, on a studio whose home is `home`: the
-    warnings logged, the seconds of the OpenVINO run, the runs logged before it that it lost, and whether it
-    drew the plain run's image."""
+    """A plain tiny-shapes run, then the same with OpenVINO's UNet, on a studio whose home is `home` (its
+    pipelines keep nothing an earlier case converted): the warnings logged, the seconds of the OpenVINO run,
+    the runs logged before it that it lost, and whether it drew the plain run's image."""
     fields = {"model": "tiny-shapes", "prompt": PROMPT, "steps": 2, "seed": 5}
     with mock.patch.dict(os.environ, {"STUDIO_HOME": str(home)}):
-        studio = ws.studio(db)
+        studio = ws.studio(db, own_manager=True)
         plain = studio.generate(build_request(**fields))
         before = snapshot(studio.runlog)
         with warnings_logged() as logged:

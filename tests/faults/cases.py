@@ -70,15 +70,18 @@ class Workspace:
             self.ledger.finish_run(self.ledger.start_run({"model": "tiny-shapes", "seed": seed}), "ok")
         self.logged = snapshot(self.ledger)
 
-    def studio(self, db: str, timeout: float | None = None):
-        """A Studio on the run log `db` in the folder; `timeout`: the seconds its writes wait for a lock."""
+    def studio(self, db: str, timeout: float | None = None, own_manager: bool = False):
+        """A Studio on the run log `db` in the folder; `timeout`: the seconds its writes wait for a lock;
+        `own_manager`: pipelines of its own, not the folder's shared ones (nothing built by an earlier case is
+        kept in them)."""
         from studio.engine import Studio
         from studio.manager import PipelineManager
         from studio.optimizations import REGISTRY
 
         self._manager = self._manager or PipelineManager()
         outputs = self.root / f"out-{Path(db).stem}"
-        studio = Studio(db_path=self.root / db, outputs=outputs, manager=self._manager)
+        manager = PipelineManager() if own_manager else self._manager
+        studio = Studio(db_path=self.root / db, outputs=outputs, manager=manager)
         if timeout is not None:
             studio.runlog = RunLog(studio.runlog.path, tuple(REGISTRY), timeout=timeout)
         return studio

@@ -75,23 +75,25 @@ def test_static_compile_with_caching_builds_each_path_once_and_draws_what_eager_
 
 
 @pytest.mark.slow
-def test_every_live_pipeline_of_a_class_gets_its_own_static_graphs(manager, monkeypatch):
+def test_live_pipelines_of_a_class_share_their_static_graphs_within_dynamos_limit(manager, monkeypatch):
     """Dynamo keeps graphs per code object, shared by every UNet of a class: past its limit (8 by default,
-    made 2 here so that two pipelines pass it) it would run the second of these pipelines eagerly without
-    saying so. Each builds its two graphs (DeepCache's full and cached path) once, and uses them."""
+    made 2 here) it would run a pipeline eagerly without saying so. The weights are the graphs' inputs, so the
+    first pipeline builds its two graphs (DeepCache's full and cached path) and a second live one of the same
+    class runs on them: nothing more to build, no limit reached, each drawing what eager draws."""
     eager_graphs(monkeypatch)
+    torch._dynamo.reset()  # no graph of an earlier test's UNet
     settings = {"torch_compile": {"dynamic": "false"}}
     eager = run(manager, request(["deepcache"], steps=STEPS))[0]
     req = request(["deepcache", "torch_compile"], settings=settings, steps=STEPS)
-    engines = [PipelineManager(load=loader.load) for _ in range(2)]  # both alive, each holding its graphs
+    engines = [PipelineManager(load=loader.load) for _ in range(2)]  # both alive
     with torch._dynamo.config.patch(recompile_limit=2):  # put back afterwards
         for number, engine in enumerate(engines, 1):
             with engine.acquire(req) as prepared:
                 images = bench.run_once(prepared, req).images
                 built = prepared.entry.stats.get("compile_count")
-                assert built == 2, f"pipeline {number}: the full and the cached path"
+                assert built == (2 if number == 1 else None), f"pipeline {number}: {built} graphs built"
                 bench.run_once(prepared, req)
-                assert prepared.entry.stats["compile_count"] == 2, (
+                assert prepared.entry.stats.get("compile_count") == built, (
                     f"pipeline {number}: the same request again"
                 )
             assert max_abs_diff(images, eager) <= 1e-3, f"pipeline {number}: its graphs draw what eager draws"
@@ -111,6 +113,7 @@ def test_compile_inference_settings_reach_inductor_while_dynamo_traces(monkeypat
         return graph.forward
 
     monkeypatch.setattr(compile_fx, "compile_fx", inductor)
+    torch._dynamo.reset()  # an earlier test's graph of this UNet class would serve it: nothing handed over
     req = request(["torch_compile"], settings={"torch_compile": {"dynamic": "false", **settings}})
     with PipelineManager(load=loader.load).acquire(req) as prepared:
         bench.run_once(prepared, req)

@@ -27,7 +27,7 @@ from torch.compiler._cache import CacheArtifactManager
 from studio import devices, phases
 from studio.optimizations import compile_cache
 from studio.optimizations.base import Context, get
-from studio.optimizations.compile import counting_backend
+from studio.optimizations.compile import counting_backend, counting_into
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,13 +211,19 @@ def test_a_folder_that_cannot_be_written_is_said_and_the_compile_runs(tmp_path, 
 
 
 def test_the_counting_backend_records_phases_only_for_a_named_technique():
-    """int8_static counts its builds with this backend without a technique name: no torch_compile phase."""
+    """A build counted without a technique name records no phase; outside `counting_into` nothing counts."""
     model = torch.nn.Sequential(torch.nn.Linear(8, 4))
     unnamed, named = {}, {}
     with torch.no_grad():
-        torch.compile(model, backend=counting_backend(unnamed, {}))(torch.randn(2, 8))
+        with counting_into(unnamed):
+            torch.compile(model, backend=counting_backend({}))(torch.randn(2, 8))
         torch._dynamo.reset()
-        torch.compile(model, backend=counting_backend(named, {}, technique="int8_static", what="the UNet"))(
+        with counting_into(named):
+            torch.compile(model, backend=counting_backend({}, technique="int8_static", what="the UNet"))(
+                torch.randn(2, 8)
+            )
+        torch._dynamo.reset()
+        torch.compile(model, backend=counting_backend({}, technique="int8_static", what="the UNet"))(
             torch.randn(2, 8)
         )
     assert unnamed["compile_count"] == 1 and phases.PHASES not in unnamed
