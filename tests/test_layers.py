@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "studio.devices",
             "studio.phases",
             "studio.recompiles",
+            "studio.visitors",
             "studio.__init__",
         ),
     ),

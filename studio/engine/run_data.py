@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import devices, phases, settings
+from studio import devices, phases, settings, visitors
 from studio.measure import bench
 from studio.measure.host import HostLoad
 from studio.request import GenerationRequest
@@ -105,6 +105,7 @@ def run_columns(
         "guidance": request.guidance,
         "scheduler": request.scheduler,
         "num_images": request.num_images,
+        "visitor": visitors.current().id,
         "warmup": warmup,
         "repeats": repeats,
         "versions": settings.versions(),

@@ -8,13 +8,16 @@ A mixin of `studio.engine.Studio`; it needs the studio's `runlog` and `manager`.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipelines.sources import allow_written
-from studio import devices, settings
+from studio import devices, settings, visitors
 from studio.engine import first_call, memory_estimate
 from studio.engine.shard import shard_model
+from studio.errors import ValidationError
 from studio.optimizations import availability, kept
 from studio.request import GenerationRequest, HistoryFilter
 
@@ -30,16 +33,56 @@ class Services:
     manager: PipelineManager
 
     def history(self, query: HistoryFilter) -> list[dict[str, Any]]:
-        """Logged runs matching a checked History filter (`studio.request.HistoryFilter`), newest first."""
-        return self.runlog.runs(**dataclasses.asdict(query))
+        """Logged runs matching a checked History filter (`studio.request.HistoryFilter`), newest first: the
+        current visitor's alone on a public studio (`studio.visitors`)."""
+        return self.runlog.runs(**dataclasses.asdict(query), visitor=visitors.scope())
 
     def logged_run(self, run_id: int) -> dict[str, Any]:
-        """One logged run's columns (a `ValidationError` names a run that is not there)."""
-        return self.runlog.get_run(run_id)
+        """One logged run's columns (a `ValidationError` names a run that is not there, or, on a public
+        studio, not the current visitor's: the same sentence, so that no visitor learns which runs exist)."""
+        row = self.runlog.get_run(run_id)
+        scope = visitors.scope()
+        if scope is not None and row.get("visitor") != scope:
+            raise ValidationError(f"There is no run {run_id} in the run log.")
+        return row
 
     def backup(self, destination: str | Path) -> Path:
-        """A consistent copy of the run log at `destination` (SQLite's backup API: safe while runs write)."""
-        return self.runlog.backup(destination)
+        """A consistent copy of the run log at `destination` (SQLite's backup API: safe while runs write): of
+        the current visitor's runs alone on a public studio."""
+        return self.runlog.backup(destination, visitor=visitors.scope())
+
+    def my_history(self, destination: str | Path) -> Path:
+        """The current visitor's runs and images as one zip at `destination`: `runs.db` (their runs alone) and
+        `images/` (every image of theirs still stored)."""
+        target = Path(destination)
+        with tempfile.TemporaryDirectory(prefix="studio-history-") as scratch:
+            database = self.backup(Path(scratch) / "runs.db")
+            with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+                archive.write(database, "runs.db")
+                for image in self._images_of(self.runlog.runs(visitor=visitors.scope(), limit=-1)):
+                    archive.write(image, f"images/{image.name}")
+        return target
+
+    def forget_my_history(self) -> int:
+        """Delete the current visitor's runs and their images (a public studio's visitor; the local user and
+        the owners have no history of their own to delete: refused with a sentence). How many runs went."""
+        visitor = visitors.current()
+        if visitor.id is None:
+            raise ValidationError(
+                "Deleting a history is for a visitor of a public studio; locally, delete runs.db under "
+                f"{settings.home()} to start afresh."
+            )
+        deleted = self.runlog.delete_runs(visitor.id)
+        for image in self._images_of(deleted):
+            image.unlink(missing_ok=True)
+        return len(deleted)
+
+    def _images_of(self, runs: list[dict[str, Any]]) -> list[Path]:
+        """The stored images of `runs` (every image of a batch: run-<id>-<n>.png under the outputs folder)."""
+        outputs = getattr(self, "outputs", None)
+        if outputs is None:
+            return []
+        return sorted(p for r in runs for p in Path(outputs).glob(f"run-{r['id']:06d}-*.png"))
 
     def estimate(self, request: GenerationRequest) -> memory_estimate.Estimate:
         """The peak memory `request` should reach, before it runs, and whether it fits."""

@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from studio import visitors
 from studio.measure import protocol
 from studio.report import seconds
 
@@ -98,10 +99,11 @@ def _era(runs: list[dict[str, Any]]) -> Era:
 
 def timeline(runlog: RunLog, request: GenerationRequest, hardware: dict[str, Any]) -> list[Era]:
     """The eras of `request`'s configuration on the machine `hardware` describes (a
-    `devices.detect().summary()`), oldest first, each judged against the one before."""
+    `devices.detect().summary()`), oldest first, each judged against the one before; of the current visitor's
+    runs alone on a public studio (`studio.visitors`)."""
     runs = [
         r
-        for r in runlog.runs(model=request.model, status="ok", limit=HISTORY)
+        for r in runlog.runs(model=request.model, status="ok", visitor=visitors.scope(), limit=HISTORY)
         if _matches(r, request, hardware)
     ]
     runs.sort(key=lambda r: r["id"])

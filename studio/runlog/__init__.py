@@ -97,6 +97,9 @@ def _decode(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+ORPHAN_GROUPS = "delete from groups where id not in (select group_id from runs where group_id is not null)"
+
+
 class RunLog:
     """A run log at `path`; safe to use from several threads (one connection per thread).
 
@@ -234,15 +237,17 @@ class RunLog:
         since: str | None = None,
         until: str | None = None,
         group_id: int | None = None,
+        visitor: str | None = None,
         limit: int = 200,
     ) -> list[dict[str, Any]]:
-        """Runs, newest first, filtered by any of the arguments."""
+        """Runs, newest first, filtered by any of the arguments (`visitor`: only that visitor's runs)."""
         where, args = [], []
         for column, value in (
             ("model", model),
             ("device", device),
             ("status", status),
             ("group_id", group_id),
+            ("visitor", visitor),
         ):
             if value not in (None, ""):
                 where.append(f"{column} = ?")
@@ -291,14 +296,31 @@ class RunLog:
             )
         return len(dead)
 
-    def backup(self, destination: str | Path) -> Path:
-        """A consistent copy of the run log at `destination` (SQLite's backup API: safe while runs write)."""
+    def backup(self, destination: str | Path, visitor: str | None = None) -> Path:
+        """A consistent copy of the run log at `destination` (SQLite's backup API: safe while runs write);
+        with `visitor`, of that visitor's runs alone (the others' rows deleted from the copy, and the file
+        rewritten so that none of their text stays in its free pages), with the comparisons they belong to."""
         target = Path(destination)
         target.parent.mkdir(parents=True, exist_ok=True)
         with sqlite3.connect(target) as dst:
             self.db.conn.backup(dst)
+        if visitor is not None:
+            with dst:
+                dst.execute("delete from runs where visitor is null or visitor != ?", [visitor])
+                dst.execute(ORPHAN_GROUPS)
+            dst.execute("vacuum")
         dst.close()
         return target
+
+    @guarded("nothing was deleted")
+    def delete_runs(self, visitor: str) -> list[dict[str, Any]]:
+        """Delete every run of `visitor` (and the comparisons left without a run): the deleted rows."""
+        with self._lock:
+            rows = [_decode(r) for r in self.db["runs"].rows_where("visitor = ?", [visitor])]
+            with self.db.conn:
+                self.db.execute("delete from runs where visitor = ?", [visitor])
+                self.db.execute(ORPHAN_GROUPS)
+        return rows
 
     def close(self) -> None:
         """Close this thread's connection (a later call opens a new one)."""

@@ -159,3 +159,12 @@ def m009_prompt_score(db: Database) -> None:
         ("prompt_score_note", str),
     ):
         db["runs"].add_column(column, kind)
+
+
+@migrations()
+def m010_run_visitor(db: Database) -> None:
+    """Whose run it is on a public studio (`studio.visitors`: 'user:<account>', 'browser:<id>' or
+    'session:<hash>'); empty for the local user's runs and for every run logged before, which only the owners
+    read there."""
+    db["runs"].add_column("visitor", str)
+    db["runs"].create_index(["visitor"], if_not_exists=True)

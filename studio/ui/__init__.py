@@ -32,6 +32,7 @@ from studio.ui.tabs.history_tab import history_tab
 from studio.ui.tabs.matrix_tab import matrix_tab
 from studio.ui.tabs.profile_tab import profile_tab
 from studio.ui.tabs.system_tab import shard_tab, system_tab
+from studio.ui.visiting import HEAD, visiting_all
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 # Every table fits a 1280 px page: Gradio sizes a table's columns from its longest cells laid out on one line,
@@ -75,7 +76,7 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
     """The whole app around one Studio (a new one on the default database if not given)."""
     studio = studio or Studio()
     cancels = Cancellations()
-    handlers = {**build_handlers(studio, cancels), **build_matrix_handlers(studio, cancels)}
+    handlers = visiting_all({**build_handlers(studio, cancels), **build_matrix_handlers(studio, cancels)})
     with gr.Blocks(title="Diffusion Studio") as demo:
         mcp_tools = register_mcp_tools(studio)  # first: the tools take the plain names (generate, ...)
         gr.Markdown(
@@ -125,5 +126,6 @@ def launch_kwargs() -> dict[str, Any]:
         "auth": tuple(auth.split(":", 1)) if auth and ":" in auth else None,
         "footer_links": ["api", "gradio"],
         "mcp_server": mcp_enabled(),
-        "head": MCP_COUNT_HEAD if mcp_enabled() else None,  # the API page counts the MCP tools listed
+        # the browser's id for the studio (`studio.ui.visiting`); the API page counts the MCP tools listed
+        "head": HEAD + (MCP_COUNT_HEAD if mcp_enabled() else ""),
     }

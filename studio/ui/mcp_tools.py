@@ -34,6 +34,7 @@ from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import DEFAULT_MODEL, cancellable_run, engine_errors
 from studio.ui.mcp_server import json_text
+from studio.ui.visiting import visiting_all
 
 TOOLS = ("generate", "compare", "autotune", "history", "system")
 Record = dict[str, Any]
@@ -260,7 +261,7 @@ def register_mcp_tools(studio: Studio) -> dict[str, Any]:
     """Add the tools to the Blocks being built, as `/mcp_generate`, `/mcp_compare`, ... Call it before the
     tabs: a tool takes its function's name (`generate`, ...) only where no earlier endpoint has it. Queued,
     like the forms: the queue's bounds apply, an error is the plain sentence (the unqueued path quotes it)."""
-    tools = build_mcp_tools(studio)
+    tools = visiting_all(build_mcp_tools(studio))
     for name, fn in tools.items():
         gr.api(fn, api_name=f"mcp_{name}")
     return tools

@@ -6,13 +6,15 @@ slower? one configuration's runs on this machine grouped by the library versions
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 
-from studio import devices, report
+from studio import devices, report, visitors
 from studio.engine import Studio, speed_timeline
 from studio.errors import StudioError, describe
 from studio.request import HistoryFilter, validate_run_id
@@ -185,7 +187,33 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
             return {"note": shown["markdown"], "results": gr.update(visible=False)}
         return {**shown, "note": "", "results": gr.update(visible=True)}
 
+    def my_history() -> str:
+        """Download my history: the visitor's runs (`runs.db`) and images, as one zip."""
+        folder = Path(tempfile.mkdtemp(prefix="studio-export-"))
+        return str(studio.my_history(folder / "my-history.zip"))
+
+    @engine_errors
+    def forget_my_history() -> str:
+        """Delete my history: every run and image of the visitor's, said in a sentence."""
+        count = studio.forget_my_history()
+        return f"Deleted {count} run{'s' if count != 1 else ''} of yours and their images."
+
+    def visitor_note() -> str:
+        """Whose runs the tab shows, and what every visitor shares, on a public studio."""
+        if visitors.mode() == "shared":
+            return ""
+        visitor = visitors.current()
+        whose = "every visitor's runs" if visitor.sees_all else "your runs alone"
+        return (
+            f"You are {visitor.words}: History, its exports and Generate's loaded runs show {whose}; "
+            "nobody else sees your prompts or images. Shared with everyone: the machines' benchmark cards "
+            "(figures, no prompts or images)."
+        )
+
     return {
+        "my_history": my_history,
+        "forget_my_history": forget_my_history,
+        "visitor_note": visitor_note,
         "timeline": timeline,
         "timeline_form": timeline_form,
         "history": history,

@@ -8,6 +8,7 @@ from typing import Any
 
 import gradio as gr
 
+from studio import visitors
 from studio.optimizations import REGISTRY
 from studio.ui.handlers.common import DEFAULT_MODEL
 from studio.ui.handlers.history import ERA_COLUMNS, TIMELINE
@@ -41,6 +42,7 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
         limit = RawNumber(200, label="Rows", precision=0, minimum=1, maximum=5000)
     refresh = gr.Button("Refresh", elem_id="history-btn")
     note = gr.Markdown("", elem_id="history-note")
+    whose = gr.Markdown("", elem_id="visitor-note")
     gr.Markdown(READ_ME)
     table = gr.Dataframe(label="Runs", wrap=True, max_height=360, interactive=False, elem_id="history-table")
     plot = gr.LinePlot(
@@ -57,6 +59,15 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     with gr.Row():
         csv_file = gr.File(label="CSV of these runs")
         db_btn = gr.DownloadButton("Download the database")
+    private = visitors.mode() == "private"
+    with gr.Row(visible=private):
+        mine_btn = gr.DownloadButton("Download my history (runs and images)", elem_id="my-history-btn")
+        forget_btn = gr.Button("Delete my history…", variant="stop", elem_id="forget-btn")
+    with gr.Row(visible=False) as confirm_row:
+        gr.Markdown("Every run and image of yours will be deleted from this studio; it cannot be undone.")
+        confirm_btn = gr.Button("Yes, delete them", variant="stop", elem_id="forget-confirm-btn")
+        keep_btn = gr.Button("Keep them", elem_id="forget-keep-btn")
+    forgotten = gr.Markdown("", elem_id="forget-note")
     filters = [model, device, status, technique, since, limit]
     shown = [table, plot, csv_file]
     # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
@@ -66,6 +77,14 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     records = gr.JSON(visible=False, label="records")  # the API's: the runs in the shared vocabulary
     gr.Button(visible=False).click(handlers["history_api"], filters, [*shown, records], api_name="history")
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
+    mine_btn.click(handlers["my_history"], None, mine_btn, api_name="my_history")
+    shown_row, hidden_row = (lambda: gr.update(visible=True)), (lambda: gr.update(visible=False))
+    forget_btn.click(shown_row, None, confirm_row, queue=False, api_visibility="private")
+    keep_btn.click(hidden_row, None, confirm_row, queue=False, api_visibility="private")
+    confirm_btn.click(handlers["forget_my_history"], None, forgotten, api_name="forget_my_history").then(
+        hidden_row, None, confirm_row, queue=False, api_visibility="private"
+    ).then(form_view, filters, [*shown, note], api_visibility="private")
+    tab.select(handlers["visitor_note"], None, whose, api_visibility="private")
     run_id = RawNumber(visible=False, precision=0, label="run_id")
     form = {**generate["filled"], "tabs": tabs}
     gr.Button(visible=False).click(

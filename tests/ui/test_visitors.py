@@ -1,0 +1,121 @@
+"""A public studio keeps its visitors apart: started as a Space, each `gradio_client` visitor reads only its
+own runs through every endpoint that reads the run log; the owner (a `STUDIO_AUTH` login named as the
+Space's author) reads every run; a visitor downloads and deletes their own history."""
+
+from __future__ import annotations
+
+import sqlite3
+import zipfile
+
+import httpx
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from tests.server import Server
+
+pytestmark = pytest.mark.slow
+SECRET_A = "a big red circle on the left, on a black background"
+SECRET_B = "a small blue square at the top, on a white background"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("space")
+    srv = Server(home, SPACE_ID="someone/studio", SPACE_AUTHOR_NAME="someone").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def visits(server):
+    """Two visitors, each with one run of its own: (client, run id) for A and for B."""
+    made = {}
+    for name, prompt in (("a", SECRET_A), ("b", SECRET_B)):
+        client = Client(server.url, verbose=False)
+        _, _, run = client.predict(prompt=prompt, seed=4, steps=2, api_name="/generate")
+        made[name] = (client, run["run_id"])
+    return made
+
+
+def runs_in_history(client) -> set[int]:
+    *_, records = client.predict(limit=100, api_name="/history")
+    return {r["run_id"] for r in records}
+
+
+def test_each_visitor_reads_only_its_own_runs_in_history(visits):
+    (a, a_run), (b, b_run) = visits["a"], visits["b"]
+    assert runs_in_history(a) == {a_run}
+    assert runs_in_history(b) == {b_run}
+    mcp = b.predict(limit=100, api_name="/mcp_history")
+    assert [r["run_id"] for r in mcp] == [b_run]
+
+
+def test_another_visitors_run_cannot_be_loaded_into_the_form(visits):
+    (b, _), (_, a_run) = visits["b"], visits["a"]
+    with pytest.raises(AppError, match=f"There is no run {a_run} in the run log"):
+        b.predict(a_run, api_name="/load_config")
+    own = b.predict(visits["b"][1], api_name="/load_config")
+    assert SECRET_B in own
+
+
+def test_the_database_a_visitor_downloads_holds_its_runs_alone(visits, tmp_path):
+    b, _ = visits["b"]
+    path = b.predict(api_name="/export_db")
+    with sqlite3.connect(path) as db:
+        prompts = {row[0] for row in db.execute("select prompt from runs")}
+        raw = open(path, "rb").read()
+    assert prompts == {SECRET_B}
+    assert SECRET_A.encode() not in raw, "another visitor's prompt is still in the file's free pages"
+
+
+def test_the_timeline_counts_a_visitors_own_runs(visits):
+    (a, _), (b, _) = visits["a"], visits["b"]
+    for client in (a, b):
+        *_, eras = client.predict(model="tiny-shapes", steps=2, width=64, height=64, api_name="/timeline")
+        assert sum(len(era["runs"]) for era in eras) == 1
+
+
+def test_the_owner_reads_every_visitors_runs(server, visits, tmp_path):
+    """The Space's author, signed in (here with STUDIO_AUTH, on a copy of the same run log), reads every
+    visitor's runs and loads any of them."""
+    home = tmp_path / "owner"
+    home.mkdir()
+    with sqlite3.connect(server.home / "runs.db") as source, sqlite3.connect(home / "runs.db") as copy:
+        source.backup(copy)
+    owner_server = Server(
+        home, SPACE_ID="someone/studio", SPACE_AUTHOR_NAME="someone", STUDIO_AUTH="someone:pw"
+    )
+    owner_server.start()
+    try:
+        owner = Client(owner_server.url, verbose=False, auth=("someone", "pw"))
+        everyone = {visits["a"][1], visits["b"][1]}
+        assert everyone <= runs_in_history(owner)
+        assert SECRET_A in owner.predict(visits["a"][1], api_name="/load_config")
+    finally:
+        owner_server.stop()
+
+
+def test_images_are_not_served_by_url(server, visits):
+    outputs = server.home / "outputs"
+    image = next(outputs.glob("run-*.png"))
+    answer = httpx.get(f"{server.url}gradio_api/file={image}", timeout=10)
+    assert answer.status_code == 403
+
+
+def test_a_visitor_downloads_then_deletes_its_history(server, tmp_path):
+    c = Client(server.url, verbose=False)
+    _, _, run = c.predict(prompt=SECRET_A, seed=9, steps=2, api_name="/generate")
+    archive = c.predict(api_name="/my_history")
+    with zipfile.ZipFile(archive) as z:
+        names = z.namelist()
+        z.extract("runs.db", tmp_path)
+    assert f"images/run-{run['run_id']:06d}-0.png" in names
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        assert [r[0] for r in db.execute("select id from runs")] == [run["run_id"]]
+    said = c.predict(api_name="/forget_my_history")
+    assert said == "Deleted 1 run of yours and their images."
+    assert runs_in_history(c) == set()
+    assert not list((server.home / "outputs").glob(f"run-{run['run_id']:06d}-*.png"))
+    with pytest.raises(AppError, match=f"There is no run {run['run_id']}"):
+        c.predict(run["run_id"], api_name="/load_config")
