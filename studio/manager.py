@@ -129,14 +129,6 @@ class PipelineManager:
         with self._lock:
             return list(self._entries)
 
-    def kept_builds(self) -> int:
-        """How many configurations' builds (traces, compiled graphs, conversions) the loaded pipelines keep
-        for their next apply, all together (`studio.optimizations.kept`)."""
-        with self._lock:
-            entries = list(self._entries.values())
-        stores = [entry.state.get(kept.STATE_KEY) for entry in entries]
-        return sum(store.configurations() for store in stores if store is not None)
-
     def loaded_pipeline(self, request: GenerationRequest) -> Any | None:
         """The cached pipeline `request` would run on, without loading it (None when it is not loaded)."""
         with self._lock:
@@ -211,9 +203,8 @@ class PipelineManager:
                 self._entries[key] = entry
                 over = len(self._entries) - self._max
                 evicted = [self._entries.popitem(last=False)[0] for _ in range(over)]
-            for old in evicted:
-                log.info("evicted %s from the pipeline cache", old)
             if evicted:
+                log.info("evicted %s from the pipeline cache", ", ".join(map(str, evicted)))
                 kept.release()  # with what its techniques built
             return entry, True
 

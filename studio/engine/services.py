@@ -104,7 +104,7 @@ class Services:
             "versions": settings.versions(),
             "techniques": availability(),
             "loaded_pipelines": [list(map(str, k)) for k in self.manager.loaded()],
-            "kept_builds": {"configurations": self.manager.kept_builds(), "per_pipeline": kept.capacity()},
+            "kept_builds": {"configurations": kept.configurations_kept(), "per_pipeline": kept.capacity()},
             "database": str(self.runlog.path),
         }
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,6 +35,7 @@ T = TypeVar("T")
 STATE_KEY = "kept_builds"  # where a live pipeline's store sits in its state
 DEFAULT_CAPACITY = 4
 _RELEASERS: list[Callable[[], None]] = []
+_STORES: weakref.WeakSet[KeptBuilds] = weakref.WeakSet()  # every live pipeline's, for `configurations_kept`
 
 
 def capacity() -> int:
@@ -51,6 +53,7 @@ class KeptBuilds:
     def __init__(self, size: int):
         self.size = size
         self._items: OrderedDict[tuple, Any] = OrderedDict()
+        _STORES.add(self)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -111,6 +114,11 @@ def build_once(ctx: Context, part: str, make: Callable[[], T]) -> T:
         make: builds it; called only when nothing is kept.
     """
     return store(ctx.state).get_or_make((part, configuration(ctx)), make)
+
+
+def configurations_kept() -> int:
+    """How many configurations' builds the live pipelines of this process keep, all together."""
+    return sum(kept.configurations() for kept in list(_STORES))
 
 
 def on_release(releaser: Callable[[], None]) -> Callable[[], None]:

@@ -47,7 +47,8 @@ from studio.errors import UnavailableError
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.bias_correction import correct_biases
 from studio.optimizations.calibration import denoising_trajectory
-from studio.optimizations.compile import counting_backend, freezing
+from studio.optimizations.compile import freezing
+from studio.optimizations.counting import counting_backend
 from studio.optimizations.denoiser import restore_denoiser, swap_denoiser
 from studio.optimizations.facts import NO_MEMORY_EFFECT
 from studio.optimizations.inductor_cache import recovering

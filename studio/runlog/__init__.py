@@ -315,11 +315,10 @@ class RunLog:
     @guarded("nothing was deleted")
     def delete_runs(self, visitor: str) -> list[dict[str, Any]]:
         """Delete every run of `visitor` (and the comparisons left without a run): the deleted rows."""
-        with self._lock:
+        with self._lock, self.db.conn:
             rows = [_decode(r) for r in self.db["runs"].rows_where("visitor = ?", [visitor])]
-            with self.db.conn:
-                self.db.execute("delete from runs where visitor = ?", [visitor])
-                self.db.execute(ORPHAN_GROUPS)
+            self.db.execute("delete from runs where visitor = ?", [visitor])
+            self.db.execute(ORPHAN_GROUPS)
         return rows
 
     def close(self) -> None:

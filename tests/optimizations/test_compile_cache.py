@@ -27,7 +27,7 @@ from torch.compiler._cache import CacheArtifactManager
 from studio import devices, phases
 from studio.optimizations import compile_cache
 from studio.optimizations.base import Context, get
-from studio.optimizations.compile import counting_backend, counting_into
+from studio.optimizations.counting import counting_backend, counting_into
 
 ROOT = Path(__file__).resolve().parents[2]
 

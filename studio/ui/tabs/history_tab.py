@@ -67,7 +67,7 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
         gr.Markdown("Every run and image of yours will be deleted from this studio; it cannot be undone.")
         confirm_btn = gr.Button("Yes, delete them", variant="stop", elem_id="forget-confirm-btn")
         keep_btn = gr.Button("Keep them", elem_id="forget-keep-btn")
-    forgotten = gr.Markdown("", elem_id="forget-note")
+    forgotten = gr.Markdown("", label="deleted", elem_id="forget-note")
     filters = [model, device, status, technique, since, limit]
     shown = [table, plot, csv_file]
     # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
