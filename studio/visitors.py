@@ -41,7 +41,9 @@ class Visitor:
         if self.id is None:
             return "the studio's user (every run)"
         kind, _, name = self.id.partition(":")
-        who = {"user": f"signed in as {name}", "browser": "this browser"}.get(kind, "this session")
+        who = {"user": f"signed in as {name}", "browser": "visiting from this browser"}.get(
+            kind, "visiting through this client session"
+        )
         return f"{who}{' (an owner: every visitor’s runs)' if self.sees_all else ''}"
 
 

@@ -297,9 +297,7 @@ class RunLog:
         return len(dead)
 
     def backup(self, destination: str | Path, visitor: str | None = None) -> Path:
-        """A consistent copy of the run log at `destination` (SQLite's backup API: safe while runs write);
-        with `visitor`, of that visitor's runs alone (the others' rows deleted from the copy, and the file
-        rewritten so that none of their text stays in its free pages), with the comparisons they belong to."""
+        """A consistent copy at `destination` (safe while runs write); `visitor`'s runs alone if given."""
         target = Path(destination)
         target.parent.mkdir(parents=True, exist_ok=True)
         with sqlite3.connect(target) as dst:

@@ -18,8 +18,10 @@ from typing import Any
 
 import gradio as gr
 
+from studio import visitors
 from studio.engine import Studio
 from studio.ui.cancel import Cancellations
+from studio.ui.fair_queue import bound_jobs
 from studio.ui.handlers import build_handlers
 from studio.ui.handlers.combinations import build_matrix_handlers
 from studio.ui.mcp_server import MCP_COUNT_HEAD, hide_form_endpoints
@@ -104,6 +106,8 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
             with gr.Tab("System", id="system") as system:
                 system_tab(handlers, system)
     hide_form_endpoints(demo, mcp_tools)
+    if visitors.mode() == "private":  # a public studio: no visitor takes the queue (`fair_queue`)
+        bound_jobs(demo)
     demo.queue(max_size=queue_size(), default_concurrency_limit=1)
     return demo
 

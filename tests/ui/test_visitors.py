@@ -119,3 +119,27 @@ def test_a_visitor_downloads_then_deletes_its_history(server, tmp_path):
     assert not list((server.home / "outputs").glob(f"run-{run['run_id']:06d}-*.png"))
     with pytest.raises(AppError, match=f"There is no run {run['run_id']}"):
         c.predict(run["run_id"], api_name="/load_config")
+
+
+def test_a_flooding_visitor_is_refused_past_its_bound_and_others_still_get_through(server):
+    """Five jobs at once from one visitor: two admitted (the bound), three refused with a sentence before
+    they queue (each admitted job takes seconds, the five are sent within milliseconds); another visitor's
+    Generate meanwhile runs; once the flood ends the flooder may send again."""
+    from gradio_client.exceptions import ValidationError
+
+    flooder = Client(server.url, verbose=False)
+    jobs = [flooder.submit(prompt=SECRET_A, seed=i, steps=120, api_name="/generate") for i in range(5)]
+    polite = Client(server.url, verbose=False)
+    _, _, run = polite.predict(prompt=SECRET_B, seed=1, steps=2, api_name="/generate")
+    assert run["status"] == "ok"
+    answers = []
+    for job in jobs:
+        try:
+            answers.append(job.result(timeout=300)[2]["status"])
+        except ValidationError as exc:
+            answers.append(str(exc))
+    assert answers.count("ok") == 2, answers
+    refusals = [a for a in answers if a != "ok"]
+    assert len(refusals) == 3 and all("You already have 2 jobs waiting or running" in a for a in refusals)
+    _, _, again = flooder.predict(prompt=SECRET_A, seed=9, steps=2, api_name="/generate")
+    assert again["status"] == "ok"
