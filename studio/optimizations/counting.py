@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 
 from studio import phases
+from studio.optimizations import kept
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +108,22 @@ def _input_shape(graph: torch.fx.GraphModule, example_inputs: list) -> str:
         if isinstance(value, torch.Tensor) and not any(k in name for k in ("_parameters_", "_buffers_")):
             return "x".join(str(size) for size in value.shape) or "a scalar"
     return "its inputs"
+
+
+@kept.on_release
+def forget_dropped_graphs() -> None:
+    """Let go of the modules inductor loaded that carry a graph's own values (frozen weights, constants).
+
+    Inductor keeps every Python module it loads in a process-wide list (and in `sys.modules`), never emptied:
+    with `freezing` (torch_compile's setting, int8_static's quantized weights) each build's weights stay with
+    it after the graph is gone (~60 MB per int8_static build of the bundled model). A live graph holds its own
+    functions and their globals, so only the dropped ones' go. The modules without such values stay: inductor
+    reuses them for the same code.
+    """
+    from torch._inductor.codecache import PyCodeCache
+
+    shared = {id(module) for module in PyCodeCache.modules_no_attr.values()}
+    for module in [m for m in PyCodeCache.modules if id(m) not in shared]:
+        PyCodeCache.modules.remove(module)
+        if sys.modules.get(module.__name__) is module:
+            del sys.modules[module.__name__]

@@ -128,7 +128,9 @@ def on_release(releaser: Callable[[], None]) -> Callable[[], None]:
 
 
 def release() -> None:
-    """Collect what dropped builds left, then let each technique free what its library keeps after them."""
+    """Collect what dropped builds left, then let each technique free what its library keeps after them (and
+    collect what that let go)."""
     gc.collect()
     for releaser in _RELEASERS:
         releaser()
+    gc.collect()

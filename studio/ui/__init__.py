@@ -34,7 +34,7 @@ from studio.ui.tabs.history_tab import history_tab
 from studio.ui.tabs.matrix_tab import matrix_tab
 from studio.ui.tabs.profile_tab import profile_tab
 from studio.ui.tabs.system_tab import shard_tab, system_tab
-from studio.ui.visiting import HEAD, visiting_all
+from studio.ui.visiting import HEAD, oauth_on, visiting_all
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 # Every table fits a 1280 px page: Gradio sizes a table's columns from its longest cells laid out on one line,
@@ -84,6 +84,8 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
         gr.Markdown(
             "# Diffusion Studio\nRun diffusers pipelines fast, and measure it honestly.", elem_id="title"
         )
+        if oauth_on():  # a Space with hf_oauth: visitors sign in to keep their history under their account
+            gr.LoginButton()
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
                 generate = generate_tab(handlers)
