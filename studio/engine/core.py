@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from studio import phases, report, settings
-from studio.engine import memory_advice, memory_estimate, zerogpu
+from studio.engine import memory_advice, memory_estimate, retention, zerogpu
 from studio.engine import threads as cpu_threads
 from studio.engine.profile_run import Profiling
 from studio.engine.run_data import Computed, Pending, RunOptions, RunResult, run_columns, run_metrics
@@ -283,6 +283,7 @@ class Studio(Profiling, Services):
                     **qual,
                 ),
             )
+        self._log(warnings, lambda: retention.prune(self.runlog, self.outputs))  # the oldest go, if bounded
         return result
 
     def _advise(self, exc: OutOfMemory, request: GenerationRequest) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.sources import allow_written
 from studio import devices, settings, visitors
-from studio.engine import first_call, memory_estimate
+from studio.engine import first_call, memory_estimate, retention
 from studio.engine.shard import shard_model
 from studio.errors import ValidationError
 from studio.optimizations import availability, kept
@@ -51,6 +51,10 @@ class Services:
         the current visitor's runs alone on a public studio."""
         return self.runlog.backup(destination, visitor=visitors.scope())
 
+    def retention_words(self) -> str:
+        """How long runs and images are kept here, in words (`studio.engine.retention`)."""
+        return retention.policy().words
+
     def my_history(self, destination: str | Path) -> Path:
         """The current visitor's runs and images as one zip at `destination`: `runs.db` (their runs alone) and
         `images/` (every image of theirs still stored)."""
@@ -72,7 +76,7 @@ class Services:
                 "Deleting a history is for a visitor of a public studio; locally, delete runs.db under "
                 f"{settings.home()} to start afresh."
             )
-        deleted = self.runlog.delete_runs(visitor.id)
+        deleted = self.runlog.delete_runs(visitor=visitor.id)
         for image in self._images_of(deleted):
             image.unlink(missing_ok=True)
         return len(deleted)
@@ -105,6 +109,7 @@ class Services:
             "techniques": availability(),
             "loaded_pipelines": [list(map(str, k)) for k in self.manager.loaded()],
             "kept_builds": {"configurations": kept.configurations_kept(), "per_pipeline": kept.capacity()},
+            "retention": retention.policy().words,
             "database": str(self.runlog.path),
         }
 

@@ -267,11 +267,8 @@ class RunLog:
 
     @guarded("runs a stopped studio left still show as running")
     def mark_interrupted(self) -> int:
-        """Runs left `running` by a process that is gone become `interrupted`; returns how many.
-
-        Runs that another live process (a second studio on the same database) is computing are left alone; a
-        read-only run log is left as it is (0).
-        """
+        """Runs left `running` by a process that is gone become `interrupted`; returns how many. Runs that
+        another live process (a second studio on the same database) computes are left alone; read-only: 0."""
         if self.read_only:
             return 0
         rows = self.db.execute(
@@ -310,12 +307,13 @@ class RunLog:
         dst.close()
         return target
 
-    @guarded("nothing was deleted")
-    def delete_runs(self, visitor: str) -> list[dict[str, Any]]:
-        """Delete every run of `visitor` (and the comparisons left without a run): the deleted rows."""
+    @guarded("nothing was deleted")  # a visitor's wish, or the retention (`studio.engine.retention`)
+    def delete_runs(self, *, visitor: str | None = None, ids: list[int] = ()) -> list[dict]:
+        """Delete `visitor`'s runs, or the runs `ids`, and the comparisons left without a run: the rows."""
+        where, args = ("visitor = ?", [visitor]) if visitor else (f"id in ({','.join('?' * len(ids))})", ids)
         with self._lock, self.db.conn:
-            rows = [_decode(r) for r in self.db["runs"].rows_where("visitor = ?", [visitor])]
-            self.db.execute("delete from runs where visitor = ?", [visitor])
+            rows = [_decode(r) for r in self.db["runs"].rows_where(where, args)]
+            self.db.execute(f"delete from runs where {where}", args)
             self.db.execute(ORPHAN_GROUPS)
         return rows
 

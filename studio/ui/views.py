@@ -301,6 +301,7 @@ def system_tables(data: dict[str, Any]) -> tuple[str, pd.DataFrame]:
         *(f"| {label} | {value} |" for label, value in machine),
         f"| Loaded pipelines | {len(data['loaded_pipelines'])} |",
         f"| Kept builds | {kept_builds_words(data['kept_builds'])} |",
+        f"| Runs and images kept | {data['retention'][:1].upper()}{data['retention'][1:]} |",
         f"| Run log | `{data['database']}` |",
     ]
     techniques = pd.DataFrame(

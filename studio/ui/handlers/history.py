@@ -207,7 +207,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         return (
             f"You are {visitor.words}: History, its exports and Generate's loaded runs show {whose}; "
             "nobody else sees your prompts or images. Shared with everyone: the machines' benchmark cards "
-            "(figures, no prompts or images)."
+            f"(figures, no prompts or images). Storage: {studio.retention_words()}."
         )
 
     return {
