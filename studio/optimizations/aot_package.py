@@ -199,6 +199,12 @@ class PackagedModule(PerShapeModule):
         if self._device == "cpu":
             packages.skip_known_isa_probe()
         compiled = torch._inductor.aoti_load_package(str(path), device_index=index)
+        self._bind(compiled)
+        return compiled
+
+    def _bind(self, compiled: Any) -> None:
+        """Point the package's constants at the live module's tensors as they are now (the package holds no
+        copy of them: a tensor a technique has since replaced would be read after it was freed)."""
         tensors = dict(self.original.named_parameters(remove_duplicate=False))
         tensors.update(self.original.named_buffers(remove_duplicate=False))
         missing = [fqn for fqn in compiled.get_constant_fqns() if fqn not in tensors]
@@ -206,7 +212,13 @@ class PackagedModule(PerShapeModule):
             raise ValueError(f"it expects tensors this {self.part} does not have: {', '.join(missing[:3])}")
         wanted = {fqn: tensors[fqn] for fqn in compiled.get_constant_fqns()}
         compiled.load_constants(wanted, check_full_update=True, user_managed=True)
-        return compiled
+
+    def keep_graphs(self, ctx: Context, part: str) -> PackagedModule:
+        """The packages an earlier apply loaded, bound again to the module's tensors of this apply."""
+        super().keep_graphs(ctx, part)
+        for compiled in self._graphs.values():
+            self._bind(compiled)
+        return self
 
 
 def _leaf_key(leaf: Any) -> Any:

@@ -46,6 +46,18 @@ def test_package_matches_eager_then_loads_compiled_and_reverts(home, manager, ba
     assert max_abs_diff(images, baseline) <= 1e-4
     kept = packages.listing()
     assert len(kept) == 1 and kept[0]["part"] == "UNet" and kept[0]["size_mb"] < 50, kept
+    # A technique may move weights to new storage between two applies (channels_last does, and back to
+    # another): the package the first apply loaded, kept for the next, must read the weights as they are then.
+    conv = prepared.pipe.unet.original.conv_in.weight
+    original = conv.data
+    conv.data = original * 2
+    try:
+        doubled, _ = run(manager, request())
+        reapplied, prepared = run(manager, req)
+        assert not _events(prepared), "the second apply reuses the package the first loaded"
+        assert max_abs_diff(reapplied, doubled) <= 1e-4, "the kept package reads this apply's weights"
+    finally:
+        conv.data = original
 
     fresh = PipelineManager(
         load=loader.load
