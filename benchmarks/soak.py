@@ -178,7 +178,9 @@ def mixed(studio: Studio, runs: int, report: Callable[[str], None]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=60, help="alternating runs per technique (default 60)")
+    parser.add_argument(
+        "--runs", type=int, default=60, help="alternating runs per technique (default 60; 0: none)"
+    )
     parser.add_argument("--compares", type=int, default=8, help="Compares per building technique (default 8)")
     parser.add_argument(
         "--mixed", type=int, default=1000, help="runs of the mixed part (default 1000; 0: none)"
@@ -191,12 +193,13 @@ def main(argv: list[str] | None = None) -> int:
 
     studio = Studio()
     studio.generate(request())  # the model loaded, the baseline warm
-    print(
-        f"\n## Alternating with the baseline ({args.runs} runs each, RSS after {WARMUP_RUNS} and at the end)"
-    )
-    print("| technique | MB per 100 runs | first apply's first call | second apply's first call |")
-    print("|---|---|---|---|")
-    for name in techniques_here("sd", only):
+    if args.runs:
+        print(
+            f"\n## Alternating with the baseline ({args.runs} runs each; RSS after {WARMUP_RUNS}, at the end)"
+        )
+        print("| technique | MB per 100 runs | first apply's first call | second apply's first call |")
+        print("|---|---|---|---|")
+    for name in techniques_here("sd", only) if args.runs else ():
         row = alternating(studio, name, args.runs)
         mark = "" if row.per_100 <= TARGET_MB_PER_100 else " (over the target)"
         calls = f"{row.first_apply_s:.2f} s | {row.second_apply_s:.2f} s"
