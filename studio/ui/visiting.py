@@ -78,10 +78,13 @@ def visiting(fn: Callable) -> Callable:
     annotations[PROFILE] = gr.OAuthProfile | None
 
     def split(args: tuple, kwargs: dict) -> tuple[visitors.Visitor, tuple, dict]:
-        bound = wrapped.bind(*args, **kwargs)
-        request = bound.arguments.pop(REQUEST, None) if own is None else bound.arguments.get(own)
-        profile = bound.arguments.pop(PROFILE, None)
-        return visitor_of(request, profile), bound.args, bound.kwargs
+        """The visitor, and the handler's own arguments (bound again to its own signature: a handler that
+        takes `*values` after the added parameter gets them all)."""
+        arguments = dict(wrapped.bind(*args, **kwargs).arguments)
+        request = arguments.pop(REQUEST, None) if own is None else arguments.get(own)
+        profile = arguments.pop(PROFILE, None)
+        call = inspect.BoundArguments(signature, arguments)
+        return visitor_of(request, profile), call.args, call.kwargs
 
     if inspect.isgeneratorfunction(fn):
 
