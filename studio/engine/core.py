@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from studio import phases, report, settings
-from studio.engine import memory_advice, memory_estimate, retention, zerogpu
+from studio.engine import memory_advice, memory_estimate, retention, turns, zerogpu
 from studio.engine import threads as cpu_threads
 from studio.engine.profile_run import Profiling
 from studio.engine.run_data import Computed, Pending, RunOptions, RunResult, run_columns, run_metrics
@@ -157,14 +157,15 @@ class Studio(Profiling, Services):
     def compute(self, request: GenerationRequest, options: RunOptions = RunOptions()) -> Computed:
         """Configure, run and measure one configuration (on ZeroGPU, inside the GPU allocation, its
         callbacks made to cross the fork); `options.threads` as a sweep fixed them, else chosen for this run
-        (`studio.engine.threads.choose`)."""
-        portable = replace(
-            options,
-            on_step=zerogpu.portable(options.on_step, "progress"),
-            should_stop=zerogpu.portable(options.should_stop, "cancel"),
-            threads=cpu_threads.choose(request) if options.threads is None else options.threads,
-        )
-        return self._compute(request, portable)
+        (`studio.engine.threads.choose`), in the device's turn (`studio.engine.turns`)."""
+        with turns.turn(request.device):
+            portable = replace(
+                options,
+                on_step=zerogpu.portable(options.on_step, "progress"),
+                should_stop=zerogpu.portable(options.should_stop, "cancel"),
+                threads=cpu_threads.choose(request) if options.threads is None else options.threads,
+            )
+            return self._compute(request, portable)
 
     def fail(self, pending: Pending, exc: BaseException) -> None:
         """Log a run that did not finish (cancelled or failed), and attach its warnings to the error."""

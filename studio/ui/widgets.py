@@ -10,7 +10,7 @@ import gradio as gr
 from gradio.context import Context
 
 from pipelines.registry import SPECS
-from studio import devices
+from studio import devices, visitors
 from studio.optimizations import REGISTRY
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
@@ -28,9 +28,12 @@ MODEL_INPUTS = ("model", "custom_model", "device", "prompt", "seed", "steps", "g
 
 
 def generation_concurrency() -> int:
-    """One generation at a time per device: 1 on CPU or a single GPU, one per GPU otherwise."""
+    """One generation at a time per device: 1 on CPU or a single GPU, one per GPU otherwise; on a public
+    studio one job more, whose runs take turns with the others' (`studio.engine.turns`): a long sweep of one
+    visitor holds another's Generate behind one of its runs, not all of them."""
     hw = devices.detect()
-    return max(1, len(hw.gpus)) if hw.cuda_functional else 1
+    slots = max(1, len(hw.gpus)) if hw.cuda_functional else 1
+    return slots + 1 if visitors.mode() == "private" else slots
 
 
 def generation_queue() -> dict[str, Any]:

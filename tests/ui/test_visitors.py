@@ -5,6 +5,7 @@ Space's author) reads every run; a visitor downloads and deletes their own histo
 from __future__ import annotations
 
 import sqlite3
+import time
 import zipfile
 
 import httpx
@@ -143,3 +144,27 @@ def test_a_flooding_visitor_is_refused_past_its_bound_and_others_still_get_throu
     assert len(refusals) == 3 and all("You already have 2 jobs waiting or running" in a for a in refusals)
     _, _, again = flooder.predict(prompt=SECRET_A, seed=9, steps=2, api_name="/generate")
     assert again["status"] == "ok"
+
+
+def test_a_long_sweep_holds_another_visitors_generate_behind_one_of_its_runs_not_all(server):
+    """Visitor A's Compare is many runs; visitor B's Generate, sent once A's sweep is under way, takes the
+    next turn on the CPU and comes back while A's sweep still runs."""
+    from gradio_client.utils import Status
+
+    a, b = Client(server.url, verbose=False), Client(server.url, verbose=False)
+    sweep = a.submit(
+        prompt=SECRET_A,
+        seed=3,
+        steps=20,
+        presets=["channels_last", "classic_attention", "fused_qkv"],
+        warmup=0,
+        rounds=5,
+        api_name="/compare",
+    )
+    while sweep.status().code != Status.PROCESSING:  # under way before B asks
+        assert not sweep.done(), sweep.result()
+        time.sleep(0.05)
+    _, _, run = b.predict(prompt=SECRET_B, seed=2, steps=2, api_name="/generate")
+    assert run["status"] == "ok"
+    assert not sweep.done(), "B's Generate waited for A's whole sweep"
+    assert sweep.result(timeout=600)[-1], "A's sweep finished with its rows"
