@@ -244,10 +244,17 @@ class Studio(Profiling, Services):
         baseline: RunResult | None,
         extra: dict[str, Any] | None = None,
     ) -> RunResult:
-        """Save the images, compare with the baseline, and log the run as `ok` with its figures.
+        """Save the images, compare with the baseline, and log the run as `ok` with its figures, in the
+        device's turn (the images' encoding and scores never overlap another run's timed calls).
 
         `extra`: figures known only to a sweep (speedup and its range, verdict), logged with the run.
         """
+        with turns.turn(pending.request.device):
+            return self._finish(pending, computed, baseline, extra)
+
+    def _finish(
+        self, pending: Pending, computed: Computed, baseline: RunResult | None, extra: dict[str, Any] | None
+    ) -> RunResult:
         request, warnings = pending.request, pending.warnings
         measured = computed.measured
         metrics = run_metrics(request, computed, extra)
