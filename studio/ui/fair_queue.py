@@ -73,10 +73,6 @@ class Ledger:
             if not self._jobs[visitor]:
                 del self._jobs[visitor]
 
-    def waiting_or_running(self, visitor: str) -> int:
-        with self._lock:
-            return self._jobs[visitor]
-
 
 def _owner(request: gr.Request | None) -> str | None:
     """Whose job a request is (None: the local user's, never bounded)."""
