@@ -3,15 +3,18 @@ that Gradio hands it the request (and, on a Space with OAuth, the signed-in prof
 and reads runs as the visitor it names.
 
 A browser keeps an id of its own for the studio in a cookie (`COOKIE`, a year, set by `HEAD`'s script on the
-first page load): a reload keeps one's history. A `gradio_client` caller sends no cookie and is its session.
+first page load): a reload keeps one's history. A `gradio_client` caller sends no cookie: it is the Hugging
+Face account of the token it sends (`Client(url, token="hf_...")`), else its session.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +34,13 @@ HEAD = f"""<script>
 </script>"""
 REQUEST = "visitor_request"  # the parameter a wrapper adds where the handler takes no request of its own
 PROFILE = "visitor_profile"
+# Where a caller's Hugging Face token comes: gradio_client sends the first, a plain HTTP call the second
+TOKEN_HEADERS = ("x-hf-authorization", "authorization")
+KNOWN_TOKENS = 1024  # accounts remembered per token, so a visitor's calls ask the hub once
+
+log = logging.getLogger(__name__)
+_accounts: dict[str, str | None] = {}
+_accounts_lock = threading.Lock()
 
 
 def oauth_on() -> bool:
@@ -44,12 +54,62 @@ def visitor_of(request: gr.Request | None, profile: gr.OAuthProfile | None = Non
     if request is None:
         return visitors.identify(account=None, browser=None, session=None)
     account = getattr(profile, "username", None) or request.username
+    if not account and visitors.mode() == "private":
+        account = account_of_token(_bearer_token(request))
     try:
         cookies = dict(request.cookies)
     except AttributeError:  # a request Gradio built without its HTTP request
         cookies = {}
     browser = cookies.get(COOKIE) if BROWSER_ID.match(cookies.get(COOKIE) or "") else None
     return visitors.identify(account=account, browser=browser, session=request.session_hash)
+
+
+def _bearer_token(request: gr.Request) -> str | None:
+    """The Hugging Face token a caller sent, if any."""
+    headers = getattr(request, "headers", None) or {}
+    for name in TOKEN_HEADERS:
+        scheme, _, token = (headers.get(name) or "").partition(" ")
+        if scheme.lower() == "bearer" and token.startswith("hf_"):
+            return token
+    return None
+
+
+def account_of_token(token: str | None) -> str | None:
+    """The Hugging Face account a token belongs to (asked of the hub once per token), or None: no token, or
+    one the hub does not know (the caller is then told apart by its session, as without one)."""
+    if not token:
+        return None
+    with _accounts_lock:
+        if token in _accounts:
+            return _accounts[token]
+    import httpx
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        name = huggingface_hub.whoami(token=token).get("name") or None
+    except HfHubHTTPError as error:
+        status = getattr(error.response, "status_code", None)
+        if status not in (401, 403):
+            log.warning(
+                "The hub could not say whose token a caller sent (%s): this call is its session's.", error
+            )
+            return None  # asked again on the next call
+        log.warning(
+            "A caller sent a Hugging Face token the hub does not know (%s): told apart by session.", status
+        )
+        name = None
+    except (httpx.HTTPError, OSError) as error:
+        log.warning(
+            "The hub could not be reached to say whose token a caller sent (%s): this call is its session's.",
+            error,
+        )
+        return None
+    with _accounts_lock:
+        if len(_accounts) >= KNOWN_TOKENS:
+            _accounts.pop(next(iter(_accounts)))
+        _accounts[token] = name
+    return name
 
 
 def _request_parameter(signature: inspect.Signature, hints: dict[str, Any]) -> str | None:

@@ -4,7 +4,10 @@ Space's author) reads every run; a visitor downloads and deletes their own histo
 
 from __future__ import annotations
 
+import http.server
+import json
 import sqlite3
+import threading
 import time
 import zipfile
 
@@ -168,3 +171,42 @@ def test_a_long_sweep_holds_another_visitors_generate_behind_one_of_its_runs_not
     assert run["status"] == "ok"
     assert not sweep.done(), "B's Generate waited for A's whole sweep"
     assert sweep.result(timeout=600)[-1], "A's sweep finished with its rows"
+
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """The hub's `whoami-v2` for two tokens: each names its account; any other token is refused (401)."""
+
+    ACCOUNTS = {"hf_alice0000": "alice", "hf_bob00000000": "bob"}
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        token = (self.headers.get("authorization") or "").removeprefix("Bearer ")
+        name = self.ACCOUNTS.get(token) if self.path == "/api/whoami-v2" else None
+        body = json.dumps({"name": name, "type": "user"} if name else {"error": "Invalid credentials"})
+        self.send_response(200 if name else 401)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_api_caller_is_the_account_of_the_token_it_sends(tmp_path):
+    """Two clients sending one account's token read that account's runs (a new session included); another
+    account's token, an unknown token and no token each read only their own."""
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    srv = Server(tmp_path, SPACE_ID="someone/studio", SPACE_AUTHOR_NAME="someone")
+    srv.env.update(HF_HUB_OFFLINE="0", HF_ENDPOINT=f"http://127.0.0.1:{hub.server_address[1]}")
+    srv.start()
+    try:
+        alice = Client(srv.url, verbose=False, token="hf_alice0000")
+        _, _, run = alice.predict(prompt=SECRET_A, seed=4, steps=2, api_name="/generate")
+        again = Client(srv.url, verbose=False, token="hf_alice0000")
+        assert runs_in_history(again) == {run["run_id"]}
+        assert SECRET_A in again.predict(run["run_id"], api_name="/load_config")
+        for other in ("hf_bob00000000", "hf_unknown000", None):
+            assert runs_in_history(Client(srv.url, verbose=False, token=other)) == set(), other
+    finally:
+        srv.stop()
+        hub.shutdown()
