@@ -28,7 +28,7 @@ from pipelines.errors import ValidationError
 from pipelines.schedulers import steps_refused
 from studio import devices
 from studio.measure.memory_probe import weight_bytes
-from studio.optimizations import Context, Optimization, get, kept, ordered
+from studio.optimizations import Context, Optimization, adapters, get, kept, ordered
 from studio.request import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,7 @@ def _clone(pipe: Any, share_tensors: bool = False) -> Any:
 
 
 def _shares_weights(request: GenerationRequest) -> bool:
-    """Whether a sweep's live pipeline for `request` may share the cached weights: every technique that
-    changes the pipeline only reads them (`Optimization.shares_weights`)."""
+    """Whether a sweep's copy may share the cached weights: its techniques only read them (shares_weights)."""
     changing = [get(o) for o in request.opts if get(o).stage == "pipeline"]
     return bool(changing) and all(o.shares_weights for o in changing)
 
@@ -258,9 +257,7 @@ class PipelineManager:
             ValidationError: this scheduler, as the model configures it, cannot take `steps` steps.
         """
         templates = entry.state.setdefault("scheduler_templates", {})
-        if (
-            name not in templates
-        ):  # the base pipeline's own scheduler never steps: it is the "default" template
+        if name not in templates:  # the base pipeline's own scheduler never steps: the "default" template
             base = entry.base.scheduler
             templates[name] = base if name == "default" else loader.make_scheduler(name, base)
         checked = entry.state.setdefault("scheduler_steps_checked", set())  # a dry run once, not each call
@@ -279,6 +276,8 @@ class PipelineManager:
         target = {o for o in request.opts if get(o).stage == "pipeline"}
         settings = {k: v for k, v in request.settings.items() if k in target}
         changed = {n for n in set(entry.applied) & target if entry.settings.get(n) != settings.get(n)}
+        if adapters.differ(entry.state, request.loras):  # what techniques built over the weights is redone
+            changed = set(entry.applied)
         removed = (set(entry.applied) - target) | changed
         ctx = Context(
             device=request.device,
@@ -290,6 +289,7 @@ class PipelineManager:
             technique_settings=dict(request.settings),
             state=entry.state,
             stats=entry.stats,
+            adapters=adapters.keys(request.loras),
         )
         if any(not get(n).reversible for n in removed):
             self._rebuild(entry, ctx)
@@ -300,6 +300,7 @@ class PipelineManager:
             opt.revert(entry.pipe, ctx)
         entry.applied = tuple(o.name for o in ordered(current))
         self._place(entry, request, target)
+        adapters.switch(entry.pipe, entry.state, entry.stats, request.loras)
         for opt in ordered(target - current):
             opt.apply(entry.pipe, ctx)
             entry.applied = tuple(o.name for o in ordered({*entry.applied, opt.name}))
@@ -308,9 +309,7 @@ class PipelineManager:
 
     def _rebuild(self, entry: LivePipeline, ctx: Context) -> None:
         """Undo everything and start again from the cached components (no disk read)."""
-        revert_ctx = Context(
-            device=ctx.device, hw=ctx.hw, family=ctx.family, state=entry.state, stats=entry.stats
-        )
+        revert_ctx = Context(ctx.device, ctx.hw, ctx.family, state=entry.state, stats=entry.stats)
         for opt in reversed(ordered(entry.applied)):
             opt.revert(entry.pipe, revert_ctx)
         entry.pipe = copy.copy(entry.base)

@@ -11,6 +11,7 @@ import sys
 from studio import settings
 from studio.cli.arguments import optimizations_arg, request_args, rounds_arg
 from studio.cli.benchmark_command import add_benchmark_parser, cmd_benchmark
+from studio.cli.loras_command import add_loras_parser, cmd_loras
 from studio.cli.matrix_command import add_matrix_parser, cmd_matrix
 from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.packages_command import add_packages_parser, cmd_packages
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_benchmark_parser(sub)
     add_matrix_parser(sub)
     add_timeline_parser(sub)
+    add_loras_parser(sub)
     return parser
 
 
@@ -128,7 +130,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     data = report.single_record(result)
     first = data["first_call_s"] is not None or data["first_call_phase"]
     text = (
-        f"run {data['run_id']}: {data['config']} {report.seconds(data['latency_s'])}, "
+        f"run {data['run_id']}: {data['config']}"
+        + "".join(f" {report.lora_tags(data['loras'])}" if data["loras"] else "")
+        + f" {report.seconds(data['latency_s'])}, "
         + (f"first call {report.first_call(data)}, " if first else "")
         + f"peak {report.memory(data)} -> {data['image_path']}"
     )
@@ -245,6 +249,7 @@ COMMANDS = {
     "benchmark": cmd_benchmark,
     "matrix": cmd_matrix,
     "timeline": cmd_timeline,
+    "loras": cmd_loras,
 }
 
 

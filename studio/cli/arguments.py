@@ -34,6 +34,14 @@ def request_args(p: argparse.ArgumentParser) -> None:
         default=1,
         help=f"images per prompt, in one pipeline call (1 to {MAX_IMAGES}; default 1)",
     )
+    p.add_argument(
+        "--lora",
+        action="append",
+        default=[],
+        metavar="SOURCE[:SCALE]",
+        help="a LoRA: a name in the LoRA folders (python -m studio loras), a .safetensors file or a hub id, "
+        "with its scale (default 1); repeat for several",
+    )
     p.add_argument("--vae", help="a VAE to swap in: an AutoencoderKL folder, a .safetensors file or a hub id")
     p.add_argument(
         "--single-file-config", help="for a .safetensors model: the diffusers folder its configs come from"

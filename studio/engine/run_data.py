@@ -91,6 +91,7 @@ def run_columns(
         "model": request.model,
         "single_file_config": request.spec.single_file_config,
         "vae": request.vae,
+        "loras": [a.record() for a in request.loras] or None,
         "device": request.device,
         "hardware": devices.detect().summary(),
         "dtype": request.dtype_name,

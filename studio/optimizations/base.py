@@ -65,6 +65,7 @@ class Context:
     calibration_prompts: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    adapters: tuple = ()  # the LoRAs the pipeline carries (`adapters.keys`): what the techniques build over
 
     @property
     def device_type(self) -> str:
@@ -304,8 +305,7 @@ def conflicts_of(name: str) -> set[str]:
 def conflict_reason_of(name: str, other: str) -> str:
     """Why `name` and `other` cannot be combined, as the technique declaring the conflict says it."""
     for declares, named in ((name, other), (other, name)):
-        opt = get(declares)
-        if named in opt.conflicts:
+        if named in (opt := get(declares)).conflicts:
             why = opt.conflict_reasons.get(named) or opt.conflict_reason
             return f"{declares} {why[3:]}" if why.startswith("it ") else why  # "it" named: two are in play
     return ""

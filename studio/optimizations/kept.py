@@ -92,8 +92,8 @@ class KeptBuilds:
 
 def configuration(ctx: Context) -> tuple:
     """What decides a build besides its part: the device and every technique applied to the pipeline with its
-    settings (a trace taken with fused attention is not the plain UNet's)."""
-    return (ctx.device, tuple((name, repr(ctx.settings(name))) for name in sorted(ctx.target)))
+    settings (a trace taken with fused attention is not the plain UNet's), and the LoRAs it was built over."""
+    return (ctx.device, tuple((name, repr(ctx.settings(name))) for name in sorted(ctx.target)), ctx.adapters)
 
 
 def store(state: dict[str, Any]) -> KeptBuilds:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -24,9 +23,9 @@ from typing import IO, Any
 
 from PIL import PngImagePlugin
 
-from pipelines.schedulers import A1111_SAMPLERS
 from studio import checks
 from studio.errors import ValidationError
+from studio.report.a1111_text import parameters_text, parse_parameters
 
 JSON_CHUNK = "diffusion-studio"
 TEXT_CHUNK = "parameters"
@@ -46,7 +45,7 @@ MAX_CHUNKS = 100_000  # chunks walked at most: a PNG's pixels come in a few doze
 _TEXT_KINDS = (b"tEXt", b"zTXt", b"iTXt")
 _AS_REQUEST = ("prompt", "negative_prompt", "seed", "steps", "guidance", "width", "height", "scheduler")
 # the run-log columns `fields_from_settings` gives as a request's fields (num_images as batch)
-_AS_REQUEST += ("settings", "num_images", "vae", "single_file_config")
+_AS_REQUEST += ("settings", "num_images", "vae", "single_file_config", "loras")
 
 
 def embedded(columns: dict[str, Any], record: dict[str, Any], index: int = 0) -> dict[str, Any]:
@@ -56,38 +55,6 @@ def embedded(columns: dict[str, Any], record: dict[str, Any], index: int = 0) ->
     meta.update({k: v for k, v in record.items() if k not in _LEFT_OUT})
     meta["image_index"] = index
     return meta
-
-
-def _quote(value: Any) -> str:
-    """A value as A1111 writes it: JSON-quoted when it holds a separator."""
-    text = str(value)
-    return json.dumps(text) if any(c in text for c in ',:"\n') else text
-
-
-def parameters_text(meta: dict[str, Any]) -> str:
-    """The `parameters` chunk: prompt, negative prompt, then the settings and figures as `Key: value`."""
-    pairs = {
-        "Steps": meta.get("steps"),
-        "Sampler": A1111_SAMPLERS.get(meta.get("scheduler") or ""),  # none for the pipeline's own
-        "CFG scale": meta.get("guidance"),
-        "Seed": meta.get("seed"),
-        "Size": f"{meta.get('width')}x{meta.get('height')}",
-        "Model": meta.get("model"),
-        "VAE": Path(meta["vae"]).name if meta.get("vae") else None,  # as A1111 writes it: the file's name
-        "Batch size": meta.get("num_images") if (meta.get("num_images") or 1) > 1 else None,
-        "Precision": meta.get("dtype"),
-        "Optimizations": meta.get("config"),
-        "Device": meta.get("device"),
-        "Latency": None if meta.get("latency_s") is None else f"{meta['latency_s']:.3f} s",
-        "Speedup": None if meta.get("speedup") is None else f"x{meta['speedup']:.2f}",
-        "Run": meta.get("run_id"),
-        "Version": f"Diffusion Studio (diffusers {(meta.get('versions') or {}).get('diffusers', '?')})",
-    }
-    body = ", ".join(f"{k}: {_quote(v)}" for k, v in pairs.items() if v is not None)
-    lines = [meta.get("prompt") or ""]
-    if meta.get("negative_prompt"):
-        lines.append(f"Negative prompt: {meta['negative_prompt']}")
-    return "\n".join([*lines, body])
 
 
 def chunks(meta: dict[str, Any]) -> dict[str, str]:
@@ -103,43 +70,6 @@ def png_info(text: dict[str, Any]) -> PngImagePlugin.PngInfo:
         if isinstance(text.get(key), str):
             info.add_text(key, text[key])
     return info
-
-
-# a key of at most 64 characters keeps findall linear on a long line that is not `Key: value` pairs
-_PAIR = re.compile(r'\s*([\w /+-]{1,64}):\s*("(?:\\.|[^"\\])*+"|[^,]*)(?:,|$)')
-_NUMBERS = {"Steps": ("steps", int), "CFG scale": ("guidance", float), "Seed": ("seed", int)}
-
-
-def parse_parameters(text: str) -> dict[str, Any]:
-    """AUTOMATIC1111's `parameters` text as run-log column names (what it names; the rest is left out)."""
-    lines = text.strip().split("\n")
-    pairs: dict[str, str] = {}
-    if len(lines) > 1 and len(_PAIR.findall(lines[-1])) >= 2:
-        for key, value in _PAIR.findall(lines.pop()):
-            try:
-                pairs[key.strip()] = checks.parse_json(key, value) if value.startswith('"') else value.strip()
-            except ValidationError:
-                continue  # a quoted value that is not a JSON string (a bad escape): the studio cannot use it
-    negative = [i for i, line in enumerate(lines) if line.startswith("Negative prompt:")]
-    cut = negative[0] if negative else len(lines)
-    meta: dict[str, Any] = {"prompt": "\n".join(lines[:cut]).strip()}
-    if negative:
-        meta["negative_prompt"] = "\n".join(lines[cut:]).removeprefix("Negative prompt:").strip()
-    for key, (column, kind) in _NUMBERS.items():
-        if key in pairs:
-            try:
-                meta[column] = kind(pairs[key])
-            except ValueError:
-                continue  # a value this studio cannot use (e.g. "Seed: -1") leaves the form's own
-    size = re.fullmatch(r"(\d{1,6})x(\d{1,6})", str(pairs.get("Size", "")))
-    if size:
-        meta["width"], meta["height"] = int(size[1]), int(size[2])
-    by_sampler = {v: k for k, v in A1111_SAMPLERS.items()}
-    if pairs.get("Sampler") in by_sampler:
-        meta["scheduler"] = by_sampler[pairs["Sampler"]]
-    if "Model" in pairs:  # a checkpoint's file name in that tool, not a model this studio can load
-        meta["other_tool_model"] = pairs["Model"]
-    return meta
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,11 @@ def table_notes(records: list[dict[str, Any]]) -> list[str]:
     return [n for n in (prompt_score_note(records), steps_reused_note(records), host_note(records)) if n]
 
 
+def lora_tags(loras: list[dict[str, Any]]) -> str:
+    """A run's LoRAs as AUTOMATIC1111 writes them in a prompt: '<lora:night:0.5> <lora:x:1>'."""
+    return " ".join(f"<lora:{lora['name']}:{lora['scale']:g}>" for lora in loras or ())
+
+
 def caption(record: dict[str, Any]) -> str:
     """One line under an image: configuration · latency · speedup · verdict."""
     if record["status"] != "ok":

@@ -12,6 +12,12 @@ KEYS: dict[str, tuple[str, str]] = {
         "the configuration: technique names joined by '+', each with the settings given for it in brackets "
         "('deepcache[interval=2]'), or 'baseline'; Compare accepts configurations written this way",
     ),
+    "loras": (
+        "",
+        "the LoRAs the run was drawn with, each {name, scale, hash} (the hash as AUTOMATIC1111 writes it); "
+        "none: an empty list",
+    ),
+    "lora_switch_s": ("s", "the time to put the run's LoRAs on the pipeline (null: they were on it already)"),
     "status": ("", "ok, failed, cancelled, interrupted, running or skipped"),
     "applied": ("", "the techniques actually applied, in order"),
     "latency_s": ("s", "median wall time of one pipeline call, all its images (warm-ups excluded)"),

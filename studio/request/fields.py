@@ -56,6 +56,12 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     RequestField("batch", 1, "images per prompt in one call (1-8)"),
     RequestField("vae", None, "a VAE to swap in: an AutoencoderKL folder, a .safetensors file or a hub id"),
     RequestField("single_file_config", None, "for a .safetensors model: the diffusers folder of its configs"),
+    RequestField(
+        "loras",
+        (),
+        'LoRAs, each SOURCE or SOURCE:SCALE: ["night:0.5"]; SOURCE a name in the LoRA folders, a '
+        ".safetensors file or a hub id (<lora:NAME:SCALE> in the prompt does the same)",
+    ),
 )
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in REQUEST_FIELDS)
 
@@ -144,4 +150,5 @@ def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> G
         batch=getattr(args, "batch", 1),
         vae=getattr(args, "vae", None),
         single_file_config=getattr(args, "single_file_config", None),
+        loras=getattr(args, "lora", None) or (),
     )

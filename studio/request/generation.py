@@ -7,14 +7,17 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from pipelines import loras as lora_sources
 from pipelines.registry import PipelineSpec, resolve
 from pipelines.schedulers import SCHEDULERS
-from pipelines.sources import resolve_vae
-from studio import checks, devices
+from pipelines.sources import read_config, resolve_vae
+from studio import checks, devices, settings
 from studio.errors import UnavailableError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, get, ordered, unavailable_reason
+from studio.optimizations.adapters import Adapter
 from studio.request.configs import parse_config, parse_opts
 from studio.request.limits import (
     MAX_GUIDANCE,
@@ -45,6 +48,7 @@ class GenerationRequest:
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     num_images: int = 1
     vae: str | None = None  # a VAE swapped in: a local folder or .safetensors file, or a hub id
+    loras: tuple[Adapter, ...] = ()  # LoRAs loaded onto the pipeline for the run, each with its scale
 
     @property
     def model(self) -> str:
@@ -78,6 +82,37 @@ def _side(name: str, value: Any) -> int:
             f"{name} must be a multiple of 8 (the VAE downsamples by 8); try {side // 8 * 8 or 8}."
         )
     return side
+
+
+def _cross_attention_dim(spec: PipelineSpec) -> int | None:
+    """The width a local UNet's cross-attention reads (a LoRA's must match), None where it is not known
+    before loading (a hub model, a transformer)."""
+    config = Path(spec.source) / "unet" / "config.json"
+    if not (spec.local and config.is_file()):
+        return None
+    try:
+        value = read_config(config).get("cross_attention_dim")
+    except (OSError, ValueError, AttributeError):
+        return None  # the loader says what is wrong with the model's files
+    return value if isinstance(value, int) else None
+
+
+def check_loras(spec: PipelineSpec, prompt: str, given: Any) -> tuple[str, tuple[Adapter, ...]]:
+    """The prompt to encode (AUTOMATIC1111's `<lora:NAME:SCALE>` tags taken out) and the LoRAs of the request:
+    those `given` (`SOURCE[:SCALE]` strings) and those the prompt's tags name, each found (a name in the LoRA
+    folders, a local .safetensors file in the allowed roots, a hub id) and checked against the model."""
+    text, tagged = lora_sources.loras_in_prompt(prompt)
+    refs = lora_sources.parse_loras([*lora_sources.parse_loras(given), *tagged])
+    folders = lora_sources.lora_folders(settings.home())
+    width = _cross_attention_dim(spec) if refs else None
+    adapters = []
+    for ref in refs:
+        file = lora_sources.resolve_lora(ref.source, folders)
+        reason = lora_sources.fits(file, spec.family, width)
+        if reason:
+            raise ValidationError(reason)
+        adapters.append(Adapter(file=file, scale=ref.scale))
+    return text, tuple(adapters)
 
 
 def _check_settings(opts: list[str], settings: Any) -> dict[str, dict[str, Any]]:
@@ -148,6 +183,7 @@ def _validated(
     num_images: Any = 1,
     vae: Any = None,
     single_file_config: Any = None,
+    loras: Any = None,
 ) -> GenerationRequest:
     """Check one generation request; unspecified sizes, steps and guidance use the model's defaults.
 
@@ -173,6 +209,7 @@ def _validated(
     resolved = devices.resolve(device)
     names = parse_opts(opts)
     seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else checks.whole("seed", seed, 0, MAX_SEED)
+    prompt, adapters = check_loras(spec, _text("prompt", prompt, required=True), loras)
     return check_settings_here(
         GenerationRequest(
             spec=spec,
@@ -191,6 +228,7 @@ def _validated(
             settings=_check_settings(names, settings),
             num_images=checks.whole("batch", num_images, 1, MAX_IMAGES),
             vae=resolve_vae(vae),
+            loras=adapters,
         )
     )
 

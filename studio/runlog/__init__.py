@@ -36,21 +36,9 @@ from studio.runlog.safety import DEFERRED, UNRECORDED, guarded
 
 log = logging.getLogger(__name__)
 
-JSON_COLUMNS = (
-    "requested",
-    "applied",
-    "hardware",
-    "latency_all",
-    "warmup_seconds",
-    "step_seconds",
-    "fidelity",
-    "versions",
-    "stats",
-    "settings",
-    "image_paths",
-    "memory_added_all",
-    "profile",
-)
+JSON_COLUMNS = ("requested", "applied", "hardware", "latency_all", "warmup_seconds", "step_seconds")
+JSON_COLUMNS += ("fidelity", "versions", "stats", "settings", "image_paths", "memory_added_all", "profile")
+JSON_COLUMNS += ("loras",)
 STATUSES = ("running", "ok", "failed", "cancelled", "interrupted")
 
 

@@ -168,3 +168,10 @@ def m010_run_visitor(db: Database) -> None:
     read there."""
     db["runs"].add_column("visitor", str)
     db["runs"].create_index(["visitor"], if_not_exists=True)
+
+
+@migrations()
+def m011_run_loras(db: Database) -> None:
+    """The LoRAs a run was drawn with, as JSON: a list of {"name", "scale", "hash"} (the hash as AUTOMATIC1111
+    writes it); empty for runs without any and for every run logged before."""
+    db["runs"].add_column("loras", str)

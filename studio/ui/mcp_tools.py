@@ -88,6 +88,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         warmup: int = 0,
         rounds: int = 1,
         batch: int = 1,
+        loras: list[str] | None = None,
         request: gr.Request | None = None,
     ) -> tuple[Record, gr.FileData]:
         """Generate one image with a diffusers pipeline in the given configuration; the run is timed and
@@ -114,6 +115,8 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             warmup: Untimed calls before the timed ones (compile and trace time shows here).
             rounds: Timed calls; latency_s is their median.
             batch: Images per prompt in one call (1-8); seconds_per_image and images_per_s report it.
+            loras: LoRAs, each "SOURCE" or "SOURCE:SCALE" (e.g. ["night:0.5"]): a name the `loras` listing
+                shows, a .safetensors file or a hub id; <lora:NAME:SCALE> in the prompt does the same.
         """
         req = build_request(**pick_fields(locals()))  # first, while locals() are only the arguments
         counts = validate_counts(warmup, rounds)
@@ -141,6 +144,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         batch: int = 1,
         axis: str | None = None,
         axis_values: str = "",
+        loras: list[str] | None = None,
         request: gr.Request | None = None,
     ) -> Record:
         """Compare configurations side by side against the fp32 baseline, in interleaved timed rounds.
@@ -164,6 +168,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             batch: Images per prompt in one call (1-8).
             axis: Optional X axis: steps, size, scheduler, batch or a setting (deepcache.interval).
             axis_values: The axis values, e.g. "1,2,4,8" ("auto" for batch); rows then carry x and y.
+            loras: LoRAs for every configuration, each "SOURCE" or "SOURCE:SCALE" (e.g. ["night:0.5"]).
         """
         req = build_request(**pick_fields(locals()))  # as in generate; the baseline: fp32, no technique
         configs = _texts(configs, "configs", '["channels_last", "deepcache[interval=2]"]')

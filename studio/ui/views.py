@@ -80,6 +80,11 @@ def batch_image(images: list[Image.Image]) -> Image.Image:
     return sheet
 
 
+def _switch(m: dict[str, Any]) -> str:
+    """What putting the LoRAs on the pipeline cost, said after them ('' when they were on it already)."""
+    return "" if m.get("lora_switch_s") is None else f" · put on in {report.seconds(m['lora_switch_s'])}"
+
+
 def generate_card(m: dict[str, Any], note: str | None = None) -> str:
     """The metrics card under Generate's image; `note` first (what the model's images are, for a model whose
     weights are random)."""
@@ -103,6 +108,7 @@ def generate_card(m: dict[str, Any], note: str | None = None) -> str:
         *([note] if note else []),
         f"{speed} · {m['steps_per_s']:.1f} steps/s{fidelity}",
         f"Memory: this run {mine} · the process's peak {report.memory(m)}{estimated}",
+        *([f"LoRAs: `{report.lora_tags(m['loras'])}`{_switch(m)}"] if m.get("loras") else []),
         f"Applied: `{', '.join(m['applied']) or 'baseline'}` · run #{m['run_id']} on {m['device']}"
         + (f" ({m['cpu_threads']} CPU thread{'s' * (m['cpu_threads'] > 1)})" if m.get("cpu_threads") else "")
         + f", seed {m['seed']}"

@@ -130,3 +130,20 @@ def sweep_counts(prefix: str, rounds: int):
         elem_id=f"{prefix}-rounds",
     )
     return warmup, rounds_box
+
+
+def lora_picker() -> gr.Dropdown:
+    """Generate's LoRAs: each chosen as NAME:SCALE from those the LoRA folders hold (scale 1 as listed; type
+    another scale, or a .safetensors path or hub id, as NAME:SCALE)."""
+    from studio.engine.lora_listing import folders, lora_rows
+
+    rows = lora_rows()
+    return gr.Dropdown(
+        [(f"{r['name']} ({r['base']}, rank {r['rank']})", f"{r['name']}:1") for r in rows],
+        value=[],
+        multiselect=True,
+        allow_custom_value=True,
+        label="LoRAs (NAME:SCALE; <lora:NAME:SCALE> in the prompt works too)",
+        info=f"From {' and '.join(folders())}; scale 0 leaves one out, 1 is as trained.",
+        elem_id="gen-loras",
+    )

@@ -167,7 +167,10 @@ def form_values(columns: dict[str, Any]) -> dict[str, Any]:
     )
     fields = ("prompt", "negative_prompt", "seed", "steps", "guidance", "width", "height", "scheduler")
     sources = [columns.get(c) or "" if c in columns else keep for c in ("vae", "single_file_config")]
+    given = columns.get("loras") or ()
+    loras = keep if "loras" not in columns else [f"{x['name']}:{x['scale']:g}" for x in given]
     values = (model, custom, get("dtype"), *boxes, *map(get, fields), settings, get("num_images"), *sources)
+    values += (loras,)
     return dict(zip(FILLED, values, strict=True))
 
 

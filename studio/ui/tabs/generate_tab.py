@@ -17,7 +17,13 @@ from studio.ui.handlers.generate import STOPPING
 from studio.ui.progress_views import wire_cancel
 from studio.ui.raw_fields import RawNumber
 from studio.ui.views import named
-from studio.ui.widgets import generation_queue, model_inputs, settings_placeholder, technique_groups
+from studio.ui.widgets import (
+    generation_queue,
+    lora_picker,
+    model_inputs,
+    settings_placeholder,
+    technique_groups,
+)
 
 
 def generate_tab(handlers: dict) -> dict[str, Any]:
@@ -58,6 +64,8 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         settings = gr.Textbox(
             "", label="Technique settings (JSON)", elem_id="gen-settings", placeholder=settings_placeholder()
         )
+    with gr.Accordion("LoRAs", open=True):
+        loras = lora_picker()
     with gr.Accordion("Model files: VAE override, single-file config", open=False):
         with gr.Row():
             vae = gr.Textbox(
@@ -83,7 +91,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     with gr.Accordion("Metrics (as the API returns them)", open=False):
         metrics = gr.JSON(label="Metrics")
     fields.update(precision=precision, negative_prompt=negative, scheduler=scheduler, settings=settings)
-    fields.update(batch=batch, vae=vae, single_file_config=single_file_config)
+    fields.update(batch=batch, vae=vae, single_file_config=single_file_config, loras=loras)
     # The form reads the techniques from its boxes, the API's /generate from one list (a hidden field).
     form = in_form_order({**fields, **dict(zip(TECHNIQUE_BOXES, boxes, strict=True))})
     api_list = gr.Dropdown(

@@ -1,0 +1,132 @@
+"""LoRAs on a live pipeline, switched at request time.
+
+A request names its LoRAs (`Adapter`: a file `pipelines.loras` found and checked, and a scale). Before the
+techniques are applied, `switch` makes the pipeline carry exactly those: the ones no longer wanted are
+deleted, new ones are loaded from the tensors kept in RAM (`CACHE`: a switch reads no disk after a LoRA's
+first use), and each gets its scale. A request without LoRAs takes every adapter layer out again
+(`unload_lora_weights`): its images are bit for bit those of a pipeline that never had one. A LoRA at scale 0
+is not loaded at all.
+
+What the techniques built over the weights (a trace, a compiled or converted denoiser) was built over the
+LoRAs of its run, so a change of LoRAs applies them again (`differ`), and what they keep (`kept`) is keyed by
+the LoRAs too (`Context.adapters`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.loras import LoraCache, LoraFile
+from studio.errors import ValidationError
+from studio.optimizations._quiet import errors_only
+
+QUIET = "diffusers.loaders.lora_base"  # says, for each text encoder a LoRA leaves alone, that it does
+STATE_KEY = "adapters"  # the live pipeline's state: the adapters its modules carry now
+DEFAULT_CACHE_MB = 1024
+CACHE = LoraCache(budget_bytes=int(os.environ.get("STUDIO_LORA_CACHE_MB", str(DEFAULT_CACHE_MB))) * 2**20)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One LoRA of a request: its file and its scale (0 leaves it out, 1 is as trained)."""
+
+    file: LoraFile
+    scale: float
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+    @property
+    def label(self) -> str:
+        """'night:0.5', as the CLI and the API take it."""
+        return f"{self.name}:{self.scale:g}"
+
+    @property
+    def key(self) -> tuple[str, str, float]:
+        """What decides what the adapter does to the weights: the file (by its hash) and the scale."""
+        return (self.name, self.file.hash, self.scale)
+
+    def record(self) -> dict[str, Any]:
+        """What the run log, the JSON and the card keep of it."""
+        return {"name": self.name, "scale": self.scale, "hash": self.file.hash}
+
+
+def keys(adapters: tuple[Adapter, ...]) -> tuple[tuple[str, str, float], ...]:
+    return tuple(a.key for a in adapters)
+
+
+def adapter_name(file: LoraFile) -> str:
+    """The name the adapter goes by inside the pipeline's modules (a Python identifier: peft keeps adapters
+    in module dicts), unique per file content."""
+    return re.sub(r"\W", "_", file.name) + "_" + file.hash[:8]
+
+
+def differ(state: dict[str, Any], adapters: tuple[Adapter, ...]) -> bool:
+    """Whether the pipeline whose state this is carries other LoRAs (or scales) than `adapters`."""
+    return tuple(state.get(STATE_KEY, ())) != keys(adapters)
+
+
+def _carried(pipe: Any) -> set[str]:
+    """The adapters the pipeline's modules carry now (asked of them: a sweep's copy of a pipeline carries
+    what the original carried when it was copied)."""
+    get_list = getattr(pipe, "get_list_adapters", None)
+    if get_list is None:
+        return set()
+    try:
+        listed = get_list()
+    except ValueError:  # diffusers: "PEFT backend is required" on a pipeline that has never had one
+        return set()
+    return {name for names in listed.values() for name in names}
+
+
+def switch(pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tuple[Adapter, ...]) -> None:
+    """Make `pipe` carry exactly `adapters` at their scales (see the module's docstring); the seconds it took
+    and where the tensors came from go into `stats` (`lora_switch_seconds`, `lora_reads`).
+
+    Raises:
+        ValidationError: a LoRA does not fit the model's layers; the pipeline is left without it.
+    """
+    if not differ(state, adapters) and not (adapters and not _carried(pipe)):
+        return
+    start = time.perf_counter()
+    wanted = {adapter_name(a.file): a for a in adapters if a.scale != 0}
+    carried = _carried(pipe)
+    state[STATE_KEY] = ()  # until the switch is complete
+    if not wanted:
+        if carried:
+            pipe.unload_lora_weights()
+    else:
+        unwanted = sorted(carried - set(wanted))
+        if unwanted:
+            pipe.delete_adapters(unwanted)
+        reads = []
+        for name, adapter in wanted.items():
+            if name in carried:
+                continue
+            before = CACHE.misses
+            tensors = CACHE.get(adapter.file)
+            reads.append("disk" if CACHE.misses > before else "ram")
+            _load(pipe, name, adapter, tensors)
+        pipe.set_adapters(list(wanted), adapter_weights=[a.scale for a in wanted.values()])
+        stats["lora_reads"] = reads
+    state[STATE_KEY] = keys(adapters)
+    stats["lora_switch_seconds"] = time.perf_counter() - start
+
+
+def _load(pipe: Any, name: str, adapter: Adapter, tensors: dict[str, Any]) -> None:
+    """Load one adapter's tensors into the pipeline's modules; one that does not fit is taken out again."""
+    try:
+        with errors_only(QUIET):  # a LoRA of the UNet alone is "safe to ignore" for each text encoder
+            pipe.load_lora_weights(dict(tensors), adapter_name=name)
+    except (ValueError, RuntimeError, KeyError) as exc:
+        if name in _carried(pipe):
+            pipe.delete_adapters([name])
+        raise ValidationError(
+            f"LoRA {adapter.name!r} does not fit this model's layers ({str(exc).splitlines()[0][:200]}): "
+            "choose a LoRA made for this model."
+        ) from exc
