@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import tempfile
 from pathlib import Path
@@ -27,7 +28,10 @@ def make_scheduler(name: str, base: Any) -> Any:
         cls, overrides = SCHEDULERS[name]
     except KeyError:
         raise ValidationError(f"Unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}.") from None
-    return (getattr(diffusers, cls) if cls else type(base)).from_config(base.config, **overrides)
+    kind = getattr(diffusers, cls) if cls else type(base)
+    known = inspect.signature(kind.__init__).parameters  # another kind's options would each be warned about
+    config = {k: v for k, v in base.config.items() if k in known or k.startswith("_")}
+    return kind.from_config(config, **overrides)
 
 
 def pipeline_class(spec: PipelineSpec) -> type:

@@ -20,6 +20,11 @@ SCHEDULERS: dict[str, tuple[str | None, dict[str, Any]]] = {
     # (with them a call needs 4 steps or more, and is not PLMS)
     "pndm": ("PNDMScheduler", {"skip_prk_steps": True}),
     "lms": ("LMSDiscreteScheduler", {}),
+    # the schedulers few-step adapters were distilled for (`pipelines.distilled`)
+    "lcm": ("LCMScheduler", {}),
+    "tcd": ("TCDScheduler", {}),
+    "euler_trailing": ("EulerDiscreteScheduler", {"timestep_spacing": "trailing"}),
+    "ddim_trailing": ("DDIMScheduler", {"clip_sample": False, "timestep_spacing": "trailing"}),
 }
 
 # name -> the sampler's name in AUTOMATIC1111's `parameters` text (what its users read and paste)
@@ -31,6 +36,7 @@ A1111_SAMPLERS: dict[str, str] = {
     "unipc": "UniPC",
     "pndm": "PLMS",
     "lms": "LMS",
+    "lcm": "LCM",
 }
 
 

@@ -45,6 +45,7 @@ class PipelineSpec:
     pipeline_class: str = "DiffusionPipeline"
     label: str = ""
     family: str = "sd"
+    base: str = ""  # what LoRAs and distilled parts name as trained on (`adapter_base`); "": the family's
     width: int = 512
     height: int = 512
     steps: int = 30
@@ -70,6 +71,11 @@ class PipelineSpec:
     # component configs come from (None: diffusers infers the model type and fetches them from the hub).
     single_file: bool = False
     single_file_config: str | None = None
+
+    @property
+    def adapter_base(self) -> str:
+        """The base a LoRA made for this model names ("tiny-shapes", "sd15", "sd2", "sdxl", "sd3", "flux")."""
+        return self.base or {"sd": "sd15"}.get(self.family, self.family)
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The spec's `name` hook as a function, or None when this model has none."""

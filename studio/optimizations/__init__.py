@@ -22,6 +22,7 @@ from studio.optimizations import (  # noqa: F401
     static_quantization,
     openvino,
     tokens,
+    step_lever,
 )
 
 # isort: on

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import loras as lora_sources
+from pipelines.distilled import adapters_for, few_step_adapter
 from pipelines.registry import PipelineSpec, resolve
 from pipelines.schedulers import SCHEDULERS
 from pipelines.sources import read_config, resolve_vae
@@ -115,6 +116,30 @@ def check_loras(spec: PipelineSpec, prompt: str, given: Any) -> tuple[str, tuple
     return text, tuple(adapters)
 
 
+def with_few_step(request: GenerationRequest) -> GenerationRequest:
+    """`request` as `few_step` runs it: the model's distilled adapter (`pipelines.distilled`) among its LoRAs
+    at the scale it was trained for, with its scheduler, steps (or the setting's) and guidance."""
+    if "few_step" not in request.opts:
+        return request
+    chosen = get("few_step").settings(**request.settings.get("few_step", {}))
+    base = request.spec.adapter_base
+    adapter = few_step_adapter(base, None if chosen.adapter == "auto" else chosen.adapter)
+    if adapter is None:
+        known = ", ".join(adapters_for(base)) or "none"
+        raise ValidationError(
+            f"few_step has no {chosen.adapter} adapter for {request.model} (registered for it: {known})."
+        )
+    file = lora_sources.resolve_lora(adapter.source, lora_sources.lora_folders(settings.home()))
+    others = tuple(a for a in request.loras if a.file.path != file.path)
+    return dataclasses.replace(
+        request,
+        steps=chosen.steps or adapter.steps,
+        guidance=adapter.guidance,
+        scheduler=adapter.scheduler,
+        loras=(*others, Adapter(file=file, scale=adapter.lora_scale)),
+    )
+
+
 def _check_settings(opts: list[str], settings: Any) -> dict[str, dict[str, Any]]:
     """Each technique's settings, built into its settings object (which checks them); only for
     requested ones."""
@@ -163,7 +188,7 @@ def with_config(request: GenerationRequest, config: Any) -> GenerationRequest:
     opts = check_opts(names, request.spec, request.device)
     merged = {name: {**request.settings.get(name, {}), **given.get(name, {})} for name in names}
     settings = _check_settings(names, {k: v for k, v in merged.items() if v})
-    return check_settings_here(dataclasses.replace(request, opts=opts, settings=settings))
+    return with_few_step(check_settings_here(dataclasses.replace(request, opts=opts, settings=settings)))
 
 
 def _validated(
@@ -210,7 +235,7 @@ def _validated(
     names = parse_opts(opts)
     seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else checks.whole("seed", seed, 0, MAX_SEED)
     prompt, adapters = check_loras(spec, _text("prompt", prompt, required=True), loras)
-    return check_settings_here(
+    checked = check_settings_here(
         GenerationRequest(
             spec=spec,
             prompt=_text("prompt", prompt, required=True),
@@ -231,6 +256,7 @@ def _validated(
             loras=adapters,
         )
     )
+    return with_few_step(checked)
 
 
 def parse_setting_args(items: list[str]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,102 @@
+"""LoRAs at request time and the step lever on the bundled model: `night` darkens the background with its
+scale and at 0 draws the baseline bit for bit; a run without LoRAs after LoRA runs is the one before, bit for
+bit, whatever technique it runs with; fuse_lora draws what the unfused LoRA draws and puts the weights back
+exactly; few_step runs the adapter's steps and still draws the prompt; tiny_vae decodes close to the VAE."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from studio.manager import PipelineManager
+from studio.measure import bench
+from studio.measure.quality import psnr
+from studio.optimizations import adapters
+from tests.tiny import fidelity, request
+
+PROMPTS = (
+    "a big red circle on the left, on a white background",
+    "a small blue square at the top, on a grey background",
+    "a big yellow star in the centre, on a white background",
+)
+
+
+@pytest.fixture(scope="module")
+def manager():
+    return PipelineManager()
+
+
+def draw(manager: PipelineManager, opts=(), steps: int = 8, prompt: str = PROMPTS[0], **kw) -> np.ndarray:
+    req = request(opts, steps=steps, prompt=prompt, **kw)
+    with manager.acquire(req) as prepared:
+        return bench.run_once(prepared, req).images
+
+
+def background(images: np.ndarray) -> float:
+    """Mean brightness (0-1) of the image's border pixels: where the bundled model draws its background."""
+    image = images[0]
+    border = np.concatenate([image[:4].reshape(-1, 3), image[-4:].reshape(-1, 3)])
+    return float(border.mean())
+
+
+def test_night_darkens_the_background_with_its_scale_and_at_zero_is_the_baseline(manager):
+    plain = draw(manager)
+    at = {scale: draw(manager, loras=[f"night:{scale}"]) for scale in (0, 0.5, 1)}
+    assert np.array_equal(at[0], plain), "night at scale 0 must draw the baseline bit for bit"
+    assert background(plain) > 0.8, "the prompt asks for a white background"
+    assert background(at[1]) < 0.25, "at scale 1 the background is dark"
+    assert background(at[1]) < background(at[0.5]) < background(plain) - 0.05, "it darkens as the scale grows"
+    assert fidelity(at[1])["detected"]["shape"] == "circle", "the shape stays"
+
+
+@pytest.mark.parametrize("opts", [(), ("channels_last",), ("sdpa", "vae_slicing"), ("fuse_lora",)])
+def test_a_run_without_loras_after_lora_runs_is_the_one_before_bit_for_bit(manager, opts):
+    before = draw(manager, opts)
+    draw(manager, opts, loras=["night:1"])
+    draw(manager, opts, loras=["night:0.5", "tiny-shapes-lcm:0.3"])
+    assert np.array_equal(draw(manager, opts), before)
+
+
+def test_fuse_lora_draws_the_unfused_lora_and_restores_the_weights_exactly(manager):
+    draw(manager)  # no LoRA on the pipeline: its weights as loaded
+    loaded = {k: v.clone() for k, v in manager.loaded_pipeline(request()).unet.state_dict().items()}
+    unfused = draw(manager, loras=["night:0.7"])
+    fused = draw(manager, ("fuse_lora",), loras=["night:0.7"])
+    assert psnr(fused, unfused) >= 40.0
+    assert np.array_equal(draw(manager, loras=["night:0.7"]), unfused), "fuse_lora reverted: unfused again"
+    assert np.array_equal(draw(manager, ("fuse_lora",), loras=["night:0.7"]), fused)
+    draw(manager)
+    after = manager.loaded_pipeline(request()).unet.state_dict()
+    assert after.keys() == loaded.keys()
+    assert all(torch.equal(after[k], v) for k, v in loaded.items()), "the weights as loaded, exactly"
+
+
+def test_a_lora_switch_reads_its_file_once_then_from_ram(manager):
+    draw(manager, loras=["night:1"])
+    draw(manager)
+    req = request(steps=2, loras=["night:1"])
+    with manager.acquire(req) as prepared:
+        assert prepared.ctx.stats["lora_reads"] == ["ram"]
+        assert prepared.ctx.stats["lora_switch_seconds"] < 1.0
+    assert adapters.CACHE.stats().hits >= 1
+
+
+def test_few_step_runs_the_adapters_steps_and_draws_the_prompt():
+    req = request(["few_step"], steps=20)
+    assert (req.steps, req.guidance, req.scheduler) == (4, 1.0, "lcm")
+    assert [a.label for a in req.loras] == ["tiny-shapes-lcm:1"]
+    assert request(["few_step"], settings={"few_step": {"steps": 6}}).steps == 6
+    manager = PipelineManager()
+    for prompt in PROMPTS:
+        images = draw(manager, ("few_step",), steps=20, prompt=prompt)
+        judged = fidelity(images, prompt)
+        assert judged["correct"]["shape"] and judged["correct"]["colour"], (prompt, judged["detected"])
+
+
+def test_tiny_vae_decodes_close_to_the_vae_then_reverts(manager):
+    full = draw(manager, steps=8)
+    tiny = draw(manager, ("tiny_vae",), steps=8)
+    assert 20.0 <= psnr(tiny, full) < 100.0, "close to the VAE's image, and not the VAE itself"
+    assert fidelity(tiny)["detected"] == fidelity(full)["detected"]
+    assert np.array_equal(draw(manager, steps=8), full), "reverting tiny_vae gives back the VAE's image"
