@@ -8,7 +8,7 @@ database handed over: 1 if the file changed at all; for the flood: requests neit
 whether the studio answered a normal request right after, and whether the log got a traceback. A few
 minutes on two cores (the flood starts the app; the killed Compare runs in a process of its own).
 
-Run: .venv/bin/python -m benchmarks.faults [--width 110]
+Run: .venv/bin/python -m benchmarks.faults [--width 110] [--only 'LoRA:']
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from tests.faults import caches, cases, flood, packages, runs, sweeps
+from tests.faults import caches, cases, flood, loras, packages, runs, sweeps
 from tests.faults.cases import Outcome, Workspace
 from tests.server import studio_environment
 
@@ -50,6 +50,7 @@ def every_case(ws: Workspace) -> list[Callable[[], Outcome]]:
         (cases.checkpoint_case, cases.CHECKPOINTS),
         (cases.run_log_file_case, cases.RUN_LOG_FILES),
         (cases.json_case, cases.JSONS),
+        (loras.lora_case, loras.LORAS),
     ]
     files = [functools.partial(case, ws, name) for case, names in named for name in names]
     return [
@@ -108,6 +109,7 @@ def forget_studio_settings() -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=110, help="characters of each sentence shown")
+    parser.add_argument("--only", default="", help="only the file cases whose name starts so ('LoRA:')")
     args = parser.parse_args(argv)
     forget_studio_settings()
     torch.set_num_threads(1)  # times nothing but answers; one thread keeps a shared machine quiet
@@ -117,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as root:
         ws = Workspace(Path(root))
-        for case in every_case(ws):
+        chosen = [c for c in every_case(ws) if str((getattr(c, "args", ()) + ("",))[1]).startswith(args.only)]
+        for case in chosen:
             before = counter.count
             rows.append((case(), counter.count - before))
         print(table(rows, args.width, root))

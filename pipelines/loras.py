@@ -89,7 +89,8 @@ def _one(item: Any) -> list[LoraRef]:
         return [parse_lora(part) for part in re.split(r"[,\n]", item) if part.strip()]
     if isinstance(item, dict):
         source = item.get("source", item.get("name"))
-        if not isinstance(source, str) or not source.strip() or set(item) - {"source", "name", "scale"}:
+        known = {"source", "name", "scale", "hash"}  # a logged run's LoRA carries its hash
+        if not isinstance(source, str) or not source.strip() or set(item) - known:
             raise ValidationError(
                 f"A LoRA given as an object takes a 'source' (or 'name') and a 'scale'; got {item!r}."
             )

@@ -27,6 +27,7 @@ def _transformer_spec(name: str, family: str, label: str, tiny: bool, **kw: Any)
         local=True,
         note=NOISE,
         schedulers=("default",),  # FlowMatchEulerDiscreteScheduler: the discrete-time ones do not fit
+        base=name if tiny else "",  # a tiny one's shapes are its own: no LoRA or distilled part fits it
         **kw,
     )
 

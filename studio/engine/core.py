@@ -29,6 +29,7 @@ from studio.manager import PipelineManager
 from studio.measure import bench, prompt_score, quality
 from studio.measure.host import HostMonitor
 from studio.optimizations import REGISTRY
+from studio.optimizations.step_lever import stacked_cache_warning
 from studio.recompiles import graph_builds, storm_warnings
 from studio.report import image_metadata
 from studio.request import GenerationRequest
@@ -42,10 +43,11 @@ def _to_pil(arrays: np.ndarray) -> list[Image.Image]:
 
 
 def prompt_warnings(request: GenerationRequest) -> list[str]:
-    """What the user should know about the prompt before looking at the image (the model's own vocabulary)."""
+    """What the user should know about the request before looking at the image (the model's own vocabulary, a
+    step cache stacked on few_step)."""
     warn = request.spec.hook("prompt_warning")
     sentence = warn(f"{request.prompt} {request.negative_prompt}") if warn else None
-    return [sentence] if sentence else []
+    return [s for s in (sentence, stacked_cache_warning(request.opts)) if s]
 
 
 def compute_run(

@@ -14,6 +14,7 @@ the LoRAs too (`Context.adapters`).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -22,7 +23,7 @@ from typing import Any
 
 from pipelines.loras import LoraCache, LoraFile
 from studio.errors import ValidationError
-from studio.optimizations._quiet import errors_only
+from studio.optimizations._quiet import at_least, errors_only
 
 QUIET = "diffusers.loaders.lora_base"  # says, for each text encoder a LoRA leaves alone, that it does
 STATE_KEY = "adapters"  # the live pipeline's state: the adapters its modules carry now
@@ -121,12 +122,28 @@ def switch(pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tu
 def _load(pipe: Any, name: str, adapter: Adapter, tensors: dict[str, Any]) -> None:
     """Load one adapter's tensors into the pipeline's modules; one that does not fit is taken out again."""
     try:
-        with errors_only(QUIET):  # a LoRA of the UNet alone is "safe to ignore" for each text encoder
+        # a LoRA of the UNet alone is "safe to ignore" for each text encoder; one that does not fit is said
+        # here, in one sentence, not logged as an error too
+        with errors_only(QUIET), at_least(logging.CRITICAL, "diffusers.loaders.peft"):
             pipe.load_lora_weights(dict(tensors), adapter_name=name)
     except (ValueError, RuntimeError, KeyError) as exc:
         if name in _carried(pipe):
             pipe.delete_adapters([name])
         raise ValidationError(
-            f"LoRA {adapter.name!r} does not fit this model's layers ({str(exc).splitlines()[0][:200]}): "
-            "choose a LoRA made for this model."
+            f"LoRA {adapter.name!r} does not fit this model's layers ({_why(exc, name)}): choose a LoRA made "
+            "for this model."
         ) from exc
+
+
+def _why(exc: BaseException, name: str) -> str:
+    """The first layer torch says does not fit, in words ('to_k: the model's is [4, 64], the file's [4, 96]'),
+    else the first line of the error."""
+    found = re.search(
+        r"size mismatch for (\S+): copying a param with shape torch\.Size\((\[[^\]]*\])\) from "
+        r"checkpoint, the shape in current model is torch\.Size\((\[[^\]]*\])\)",
+        str(exc),
+    )
+    if found:
+        layer = found[1].replace(f".{name}", "")
+        return f"{layer}: the model's is {found[3]}, the file's {found[2]}"
+    return str(exc).strip().splitlines()[0][:200]

@@ -96,6 +96,7 @@ class PackagedModule(PerShapeModule):
             "architecture": packages.architecture(module),
             "settings": ctx.technique_settings.get(NAME, {}) | {"source": ""},
             "techniques": sorted(ctx.target - {NAME}),
+            **({"loras": [list(k) for k in ctx.adapters]} if ctx.adapters else {}),  # scales are in the graph
         }
 
     def _inputs(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import loras as lora_sources
-from pipelines.distilled import adapters_for, few_step_adapter
+from pipelines.distilled import TINY_VAES, adapters_for, few_step_adapter
 from pipelines.registry import PipelineSpec, resolve
 from pipelines.schedulers import SCHEDULERS
 from pipelines.sources import read_config, resolve_vae
@@ -118,16 +118,20 @@ def check_loras(spec: PipelineSpec, prompt: str, given: Any) -> tuple[str, tuple
 
 def with_few_step(request: GenerationRequest) -> GenerationRequest:
     """`request` as `few_step` runs it: the model's distilled adapter (`pipelines.distilled`) among its LoRAs
-    at the scale it was trained for, with its scheduler, steps (or the setting's) and guidance."""
+    at the scale it was trained for, with its scheduler, steps (or the setting's) and guidance. A model with
+    no tiny decoder registered is refused `tiny_vae` here, before anything runs."""
+    base = request.spec.adapter_base
+    if "tiny_vae" in request.opts and base not in TINY_VAES:
+        raise ValidationError(f"tiny_vae has no tiny decoder registered for {request.model}; remove it.")
     if "few_step" not in request.opts:
         return request
     chosen = get("few_step").settings(**request.settings.get("few_step", {}))
-    base = request.spec.adapter_base
     adapter = few_step_adapter(base, None if chosen.adapter == "auto" else chosen.adapter)
     if adapter is None:
         known = ", ".join(adapters_for(base)) or "none"
+        which = "distilled" if chosen.adapter == "auto" else chosen.adapter
         raise ValidationError(
-            f"few_step has no {chosen.adapter} adapter for {request.model} (registered for it: {known})."
+            f"few_step has no {which} adapter registered for {request.model} (for it: {known}); remove it."
         )
     file = lora_sources.resolve_lora(adapter.source, lora_sources.lora_folders(settings.home()))
     others = tuple(a for a in request.loras if a.file.path != file.path)

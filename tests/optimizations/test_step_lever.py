@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from studio.errors import ValidationError
 from studio.manager import PipelineManager
 from studio.measure import bench
 from studio.measure.quality import psnr
 from studio.optimizations import adapters
+from studio.request import build_request
 from tests.tiny import fidelity, request
 
 PROMPTS = (
@@ -100,3 +102,13 @@ def test_tiny_vae_decodes_close_to_the_vae_then_reverts(manager):
     assert 20.0 <= psnr(tiny, full) < 100.0, "close to the VAE's image, and not the VAE itself"
     assert fidelity(tiny)["detected"] == fidelity(full)["detected"]
     assert np.array_equal(draw(manager, steps=8), full), "reverting tiny_vae gives back the VAE's image"
+
+
+@pytest.mark.parametrize("model", ["flux-tiny", "sd3-tiny"])
+def test_the_step_lever_is_refused_where_no_part_is_registered(model):
+    """A tiny transformer's shapes are its own: no distilled adapter or tiny decoder fits it, and a request
+    for one is refused with a sentence before anything loads."""
+    with pytest.raises(ValidationError, match=f"few_step has no distilled adapter registered for {model}"):
+        build_request(model=model, prompt="a red circle", optimizations=["few_step"])
+    with pytest.raises(ValidationError, match=f"tiny_vae has no tiny decoder registered for {model}"):
+        build_request(model=model, prompt="a red circle", optimizations=["tiny_vae"])

@@ -44,6 +44,7 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "group_offload": EXACTISH,
         "threads": EXACTISH,
         "aot_package": EXACTISH,  # compiled ahead of time: the same maths
+        "fuse_lora": EXACTISH,  # no LoRA: nothing to fold
     },
     "sd3-tiny": {
         "fused_qkv": EXACTISH,
@@ -57,9 +58,15 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "group_offload": EXACTISH,
         "threads": EXACTISH,
         "aot_package": EXACTISH,  # compiled ahead of time: the same maths
+        "fuse_lora": EXACTISH,  # no LoRA: nothing to fold
     },
 }
-ELSEWHERE = {"torch_compile": "test_regional_compile_of_the_transformer_blocks_matches_and_reverts"}
+ELSEWHERE = {
+    "torch_compile": "test_regional_compile_of_the_transformer_blocks_matches_and_reverts",
+    # test_step_lever.py: refused on a tiny transformer (no part fits its shapes)
+    "few_step": "test_the_step_lever_is_refused_where_no_part_is_registered",
+    "tiny_vae": "test_the_step_lever_is_refused_where_no_part_is_registered",
+}
 SETTINGS = {**CACHED, "attention_backend": {"backend": "_native_math"}}
 
 

@@ -485,3 +485,31 @@ def test_estimate_says_what_the_first_call_of_a_configuration_cost_before_it_run
     first = metrics["first_call_s"]
     assert first is not None and after.startswith("The first call of openvino took ")
     assert "at 2 steps here" in after
+
+
+def test_loras_by_keyword_in_the_prompt_and_in_the_png(client, server, tmp_path):
+    """`loras=[...]` by keyword and A1111's `<lora:NAME:SCALE>` in the prompt: the run names them, the PNG
+    carries them as A1111 writes them (tags in the prompt, `Lora hashes`), and reading the PNG back gives them
+    again; an A1111 PNG with a tag loads the same LoRA."""
+    from PIL import PngImagePlugin
+
+    image, card, run = client.predict(**generate_args(loras=["night:0.5"]), api_name="/generate")
+    assert [(x["name"], x["scale"]) for x in run["loras"]] == [("night", 0.5)] and "<lora:night:0.5>" in card
+    tagged = client.predict(**generate_args(prompt=f"{PROMPT} <lora:night:1>"), api_name="/generate")[2]
+    assert [(x["name"], x["scale"]) for x in tagged["loras"]] == [("night", 1.0)]
+    assert (
+        RunLog(server.home / "runs.db").get_run(tagged["run_id"])["prompt"] == PROMPT
+    )  # the tag is not text
+    text = Image.open(image).info["parameters"]
+    assert f"{PROMPT} <lora:night:0.5>" in text and f'Lora hashes: "night: {run["loras"][0]["hash"]}"' in text
+    found = client.predict(handle_file(image), api_name="/read_image")["settings"]
+    assert [(x["name"], x["scale"]) for x in found["loras"]] == [("night", 0.5)]
+    info = PngImagePlugin.PngInfo()
+    info.add_text(
+        "parameters", "a big red circle <lora:night:0.8>\nSteps: 4, Sampler: Euler, CFG scale: 6, Seed: 7"
+    )
+    Image.new("RGB", (64, 64)).save(tmp_path / "a1111.png", pnginfo=info)
+    a1111 = client.predict(handle_file(str(tmp_path / "a1111.png")), api_name="/read_image")["settings"]
+    assert a1111["prompt"] == "a big red circle" and a1111["loras"] == [{"name": "night", "scale": 0.8}]
+    with pytest.raises(AppError, match="is a pickle checkpoint"):
+        client.predict(**generate_args(loras=["style.ckpt"]), api_name="/generate")

@@ -154,3 +154,25 @@ def test_a_long_jobs_status_area_is_hidden_while_empty(page):
     expect(page.locator("#prof-summary")).to_contain_text(re.compile(r"Step \d of 2"), timeout=LONG)
     expect(status).to_be_hidden(timeout=30_000)
     tab(page, "Generate")
+
+
+def test_the_lora_picker_lists_the_loras_and_the_card_names_the_ones_a_run_used(page):
+    """Generate's LoRA picker offers what the LoRA folders hold (name, base, rank); a run with `night` at 0.5
+    names it in the card, with what putting it on cost."""
+    small(page, "gen", steps=4)
+    picker = page.locator("#gen-loras")
+    picker.locator("input").click()
+    options = page.get_by_role("option")
+    expect(options.filter(has_text="night (tiny-shapes")).to_have_count(1, timeout=30_000)
+    expect(options.filter(has_text="tiny-shapes-lcm (tiny-shapes")).to_have_count(1)
+    picker.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "generate-lora-picker.png"))
+    picker.locator("input").fill("night:0.5")
+    picker.locator("input").press("Enter")
+    page.keyboard.press("Escape")
+    run(page)
+    card = page.locator("#metrics-card")
+    expect(card).to_contain_text("LoRAs: <lora:night:0.5>", timeout=30_000)
+    window(page, "generate-lora-card")
+    picker.locator(".token-remove.remove-all").click()  # the next test runs without it
+    expect(picker.locator(".token")).to_have_count(0)

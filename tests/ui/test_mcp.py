@@ -184,3 +184,13 @@ def test_studio_mcp_switches_the_server(monkeypatch):
     assert launch_kwargs()["mcp_server"] is True
     monkeypatch.setenv("STUDIO_MCP", "0")
     assert launch_kwargs()["mcp_server"] is False
+
+
+def test_generate_takes_loras_and_names_them_in_its_answer(server):
+    """An agent asks for a LoRA by name and scale; the run's record names it with its hash."""
+    run = answer(call(server, "generate", prompt=PROMPT, steps=2, width=64, height=64, loras=["night:0.5"]))
+    assert [(x["name"], x["scale"]) for x in run["loras"]] == [("night", 0.5)] and len(
+        run["loras"][0]["hash"]
+    ) == 12
+    refused = call(server, "generate", prompt=PROMPT, steps=2, loras=["nowhere:1"])
+    assert refused.isError and "There is no LoRA named 'nowhere'" in refused.content[0].text

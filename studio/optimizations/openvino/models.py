@@ -94,14 +94,18 @@ def cache_root() -> Path:
 
 
 def fingerprint(module: torch.nn.Module) -> str:
-    """A digest of a module's class, parameter names, shapes and a sample of each tensor's values: the same
-    weights give the same digest, other weights (almost surely) another one, in milliseconds for SD 1.5."""
+    """A digest of a module's class, parameter names, shapes and a sample of each tensor's values, and the
+    scales of the LoRAs on it: the same weights give the same digest, other weights (almost surely) another
+    one, in milliseconds for SD 1.5."""
     digest = hashlib.sha256(type(module).__qualname__.encode())
     for name, tensor in module.state_dict().items():
         flat = tensor.detach().reshape(-1)
         stride = max(1, flat.numel() // 64)
         digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
         digest.update(flat[::stride][:64].to(torch.float64).cpu().numpy().tobytes())
+    for name, layer in module.named_modules():  # a LoRA's scale is no tensor: peft keeps it per layer
+        if isinstance(getattr(layer, "scaling", None), dict):
+            digest.update(f"{name}{sorted(layer.scaling.items())}".encode())
     return digest.hexdigest()[:24]
 
 

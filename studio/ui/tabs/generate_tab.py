@@ -48,6 +48,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
                 batch = RawNumber(
                     1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="gen-batch"
                 )
+            loras = lora_picker()
             with gr.Row():
                 go = gr.Button("Generate", variant="primary", elem_id="generate-btn")
                 stop = gr.Button("Cancel", elem_id="cancel-btn")
@@ -64,8 +65,6 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         settings = gr.Textbox(
             "", label="Technique settings (JSON)", elem_id="gen-settings", placeholder=settings_placeholder()
         )
-    with gr.Accordion("LoRAs", open=True):
-        loras = lora_picker()
     with gr.Accordion("Model files: VAE override, single-file config", open=False):
         with gr.Row():
             vae = gr.Textbox(
