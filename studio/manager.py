@@ -155,8 +155,7 @@ class PipelineManager:
     def own_pipelines(self, name: str) -> Iterator[None]:
         """For the block, `acquire(request, slot=...)` with a slot under `name` gets a live pipeline of its
         own: a copy of the cached weights (no disk read; shared, not copied, where every technique of the
-        slot's configuration only reads them), kept outside the cache, dropped when the block ends.
-        """
+        slot's configuration only reads them), kept outside the cache, dropped when the block ends."""
         with self._lock:
             self._sweeps.add(name)
         try:
@@ -276,8 +275,10 @@ class PipelineManager:
         target = {o for o in request.opts if get(o).stage == "pipeline"}
         settings = {k: v for k, v in request.settings.items() if k in target}
         changed = {n for n in set(entry.applied) & target if entry.settings.get(n) != settings.get(n)}
-        if adapters.differ(entry.state, request.loras):  # what techniques built over the weights is redone
-            changed = set(entry.applied)
+        hot = "torch_compile" in target  # a compiled denoiser reads LoRA scales as tensors: set in place
+        moved = adapters.differ(entry.state, request.loras)
+        if moved and not adapters.rescaled(entry.pipe, entry.state, entry.stats, request.loras):
+            changed = set(entry.applied)  # what techniques built over the weights is built again
         removed = (set(entry.applied) - target) | changed
         ctx = Context(
             device=request.device,
@@ -289,7 +290,7 @@ class PipelineManager:
             technique_settings=dict(request.settings),
             state=entry.state,
             stats=entry.stats,
-            adapters=adapters.keys(request.loras),
+            adapters=adapters.build_keys(request.loras, hot),
         )
         if any(not get(n).reversible for n in removed):
             self._rebuild(entry, ctx)
@@ -300,7 +301,7 @@ class PipelineManager:
             opt.revert(entry.pipe, ctx)
         entry.applied = tuple(o.name for o in ordered(current))
         self._place(entry, request, target)
-        adapters.switch(entry.pipe, entry.state, entry.stats, request.loras)
+        adapters.switch(entry.pipe, entry.state, entry.stats, request.loras, hot)
         for opt in ordered(target - current):
             opt.apply(entry.pipe, ctx)
             entry.applied = tuple(o.name for o in ordered({*entry.applied, opt.name}))

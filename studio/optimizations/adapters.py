@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from pipelines.loras import LoraCache, LoraFile
 from studio.errors import ValidationError
 from studio.optimizations._quiet import at_least, errors_only
@@ -61,6 +63,12 @@ def keys(adapters: tuple[Adapter, ...]) -> tuple[tuple[str, str, float], ...]:
     return tuple(a.key for a in adapters)
 
 
+def build_keys(adapters: tuple[Adapter, ...], hot: bool) -> tuple:
+    """What a technique's build depends on of the LoRAs: their files, and their scales unless the pipeline is
+    prepared for hot-swapping (`hot`: the scales are tensors the build reads, not constants it holds)."""
+    return tuple((a.name, a.file.hash) for a in adapters) if hot else keys(adapters)
+
+
 def adapter_name(file: LoraFile) -> str:
     """The name the adapter goes by inside the pipeline's modules (a Python identifier: peft keeps adapters
     in module dicts), unique per file content."""
@@ -72,22 +80,53 @@ def differ(state: dict[str, Any], adapters: tuple[Adapter, ...]) -> bool:
     return tuple(state.get(STATE_KEY, ())) != keys(adapters)
 
 
+def _models(pipe: Any) -> list[torch.nn.Module]:
+    """The pipeline's models, each as itself where a technique wrapped it (a compiled denoiser)."""
+    models = [m for m in vars(pipe).values() if isinstance(m, torch.nn.Module)]
+    return [getattr(m, "_orig_mod", m) for m in models]
+
+
 def _carried(pipe: Any) -> set[str]:
-    """The adapters the pipeline's modules carry now (asked of them: a sweep's copy of a pipeline carries
+    """The adapters the pipeline's models carry now (asked of them: a sweep's copy of a pipeline carries
     what the original carried when it was copied)."""
-    get_list = getattr(pipe, "get_list_adapters", None)
-    if get_list is None:
-        return set()
-    try:
-        listed = get_list()
-    except ValueError:  # diffusers: "PEFT backend is required" on a pipeline that has never had one
-        return set()
-    return {name for names in listed.values() for name in names}
+    return {name for model in _models(pipe) for name in getattr(model, "peft_config", None) or {}}
 
 
-def switch(pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tuple[Adapter, ...]) -> None:
+def _lora_layers(pipe: Any) -> list[Any]:
+    """Every layer of the pipeline's models that carries adapters (peft's LoRA layers)."""
+    from peft.tuners.lora import LoraLayer
+
+    return [layer for model in _models(pipe) for layer in model.modules() if isinstance(layer, LoraLayer)]
+
+
+def rescaled(pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tuple[Adapter, ...]) -> bool:
+    """Where the pipeline carries the same LoRA files as `adapters` with their scales as tensors (prepared
+    for hot-swapping), set the new scales in place and answer True: nothing built over the weights changes,
+    nothing is compiled again. Otherwise False (the caller switches them the long way)."""
+    now = state.get(STATE_KEY, ())
+    if not state.get("adapters_hot") or [k[:2] for k in now] != [a.key[:2] for a in adapters]:
+        return False
+    from peft.utils.hotswap import _update_scaling
+
+    start = time.perf_counter()
+    scales = {adapter_name(a.file): a.scale for a in adapters}
+    for layer in _lora_layers(pipe):
+        for name in layer.scaling:
+            if name in scales:
+                _update_scaling(layer, name, scales[name] * layer.lora_alpha[name] / layer.r[name])
+    state[STATE_KEY] = keys(adapters)
+    stats["lora_switch_seconds"] = time.perf_counter() - start
+    stats["lora_reads"] = ["hot-swapped scales"]
+    return True
+
+
+def switch(
+    pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tuple[Adapter, ...], hot: bool = False
+) -> None:
     """Make `pipe` carry exactly `adapters` at their scales (see the module's docstring); the seconds it took
-    and where the tensors came from go into `stats` (`lora_switch_seconds`, `lora_reads`).
+    and where the tensors came from go into `stats` (`lora_switch_seconds`, `lora_reads`). With `hot` (a
+    compiled denoiser), a LoRA at scale 0 is loaded too and every scale becomes a tensor, so that a later
+    change of scales is set in place (`rescaled`) and recompiles nothing.
 
     Raises:
         ValidationError: a LoRA does not fit the model's layers; the pipeline is left without it.
@@ -95,7 +134,7 @@ def switch(pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tu
     if not differ(state, adapters) and not (adapters and not _carried(pipe)):
         return
     start = time.perf_counter()
-    wanted = {adapter_name(a.file): a for a in adapters if a.scale != 0}
+    wanted = {adapter_name(a.file): a for a in adapters if a.scale != 0 or hot}
     carried = _carried(pipe)
     state[STATE_KEY] = ()  # until the switch is complete
     if not wanted:
@@ -115,6 +154,12 @@ def switch(pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tu
             _load(pipe, name, adapter, tensors)
         pipe.set_adapters(list(wanted), adapter_weights=[a.scale for a in wanted.values()])
         stats["lora_reads"] = reads
+        if hot:
+            from peft.utils.hotswap import _convert_scalings_to_tensor
+
+            for model in _models(pipe):
+                _convert_scalings_to_tensor(model)
+    state["adapters_hot"] = hot and bool(wanted)
     state[STATE_KEY] = keys(adapters)
     stats["lora_switch_seconds"] = time.perf_counter() - start
 

@@ -113,7 +113,7 @@ def _tiny_vae(pipe: Any, ctx: Context) -> None:
     if tiny is None or tiny[0] != key:
         try:
             module = AutoencoderTiny.from_pretrained(source, torch_dtype=dtype).to(ctx.device)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # not in the cache and offline; a folder that is not one
             raise ModelLoadError(
                 f"tiny_vae needs {source}, which could not be loaded ({str(exc).splitlines()[0][:160]}); "
                 f"offline, download it first (`hf download {source}`)."

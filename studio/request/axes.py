@@ -1,5 +1,6 @@
-"""A sweep's second axis (X/Y Compare): steps, size, scheduler, batch size, or one technique setting such as
-`deepcache.interval`; its values checked before anything runs, and a request moved to each value."""
+"""A sweep's second axis (X/Y Compare): steps, size, scheduler, batch size, a LoRA's strength (`lora`: values
+`night:0,night:0.5,night:1`, or `none`), or one technique setting such as `deepcache.interval`; its values
+checked before anything runs, and a request moved to each value."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.loras import parse_loras
 from pipelines.schedulers import SCHEDULERS
 from studio import checks
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY, get
-from studio.request.generation import MAX_IMAGES, MAX_STEPS, GenerationRequest, _check_settings, _side
+from studio.request.generation import (
+    MAX_IMAGES,
+    MAX_STEPS,
+    GenerationRequest,
+    _check_settings,
+    _side,
+    resolve_adapters,
+)
 
-AXES = ("steps", "size", "scheduler", "batch")  # and "<technique>.<setting>"
+AXES = ("steps", "size", "scheduler", "batch", "lora")  # and "<technique>.<setting>"
 MAX_VALUES = 8
 SETTING_AXIS = re.compile(r"([a-z0-9_]+)\.([a-z0-9_]+)")
 
@@ -94,6 +103,12 @@ def at(request: GenerationRequest, axis: Axis, value: str) -> GenerationRequest:
         if value not in SCHEDULERS:
             raise ValidationError(f"Unknown scheduler {value!r}; choose one of {', '.join(SCHEDULERS)}.")
         return dataclasses.replace(request, scheduler=value)
+    if axis.name == "lora":  # the request's other LoRAs stay; this one is put at the value's scale
+        if value == "none":
+            return dataclasses.replace(request, loras=())
+        (adapter,) = resolve_adapters(request.spec, parse_loras([value]))
+        kept = tuple(a for a in request.loras if a.file.path != adapter.file.path)
+        return dataclasses.replace(request, loras=(*kept, adapter))
     if axis.name == "size":
         match = re.fullmatch(r"(\d+)(?:x(\d+))?", value)
         if not match:

@@ -103,7 +103,12 @@ def check_loras(spec: PipelineSpec, prompt: str, given: Any) -> tuple[str, tuple
     those `given` (`SOURCE[:SCALE]` strings) and those the prompt's tags name, each found (a name in the LoRA
     folders, a local .safetensors file in the allowed roots, a hub id) and checked against the model."""
     text, tagged = lora_sources.loras_in_prompt(prompt)
-    refs = lora_sources.parse_loras([*lora_sources.parse_loras(given), *tagged])
+    return text, resolve_adapters(spec, lora_sources.parse_loras([*lora_sources.parse_loras(given), *tagged]))
+
+
+def resolve_adapters(spec: PipelineSpec, refs: tuple[lora_sources.LoraRef, ...]) -> tuple[Adapter, ...]:
+    """Each LoRA named found (a name in the LoRA folders, a local .safetensors file in the allowed roots, a
+    hub id) and checked against the model, with its scale."""
     folders = lora_sources.lora_folders(settings.home())
     width = _cross_attention_dim(spec) if refs else None
     adapters = []
@@ -113,7 +118,7 @@ def check_loras(spec: PipelineSpec, prompt: str, given: Any) -> tuple[str, tuple
         if reason:
             raise ValidationError(reason)
         adapters.append(Adapter(file=file, scale=ref.scale))
-    return text, tuple(adapters)
+    return tuple(adapters)
 
 
 def with_few_step(request: GenerationRequest) -> GenerationRequest:

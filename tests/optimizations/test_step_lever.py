@@ -112,3 +112,28 @@ def test_the_step_lever_is_refused_where_no_part_is_registered(model):
         build_request(model=model, prompt="a red circle", optimizations=["few_step"])
     with pytest.raises(ValidationError, match=f"tiny_vae has no tiny decoder registered for {model}"):
         build_request(model=model, prompt="a red circle", optimizations=["tiny_vae"])
+
+
+def test_under_torch_compile_a_lora_strength_sweep_compiles_once_and_switches_in_place():
+    """The X axis users run (`lora`: night:0, 0.5, 1, then none): under torch_compile the scales are set in
+    place, so the graph count stays what the first value built and each switch takes well under a second,
+    and each scale draws what the uncompiled pipeline draws at that scale."""
+    from studio.recompiles import graph_builds
+    from studio.request.axes import at, parse_axis
+
+    base = request(["torch_compile"], steps=4)
+    axis = parse_axis("lora", "night:0,night:0.5,night:1,none", base)
+    compiled, eager = PipelineManager(), PipelineManager()
+    builds, drawn = [], {}
+    for value in axis.values:
+        req = at(base, axis, value)
+        with compiled.acquire(req) as prepared:
+            drawn[value] = bench.run_once(prepared, req).images
+            builds.append(graph_builds(prepared.ctx.stats))
+            if value != axis.values[0]:
+                assert prepared.ctx.stats["lora_switch_seconds"] < 1.0, value
+        plain = at(request(steps=4), axis, value)
+        with eager.acquire(plain) as prepared:
+            assert psnr(drawn[value], bench.run_once(prepared, plain).images) >= 35.0, value
+    assert builds[0] >= 1 and builds[1:3] == [builds[0]] * 2, f"graphs built per value: {builds}"
+    assert background(drawn["night:1"]) < background(drawn["night:0.5"]) < background(drawn["night:0"])
