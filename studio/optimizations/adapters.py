@@ -2,10 +2,11 @@
 
 A request names its LoRAs (`Adapter`: a file `pipelines.loras` found and checked, and a scale). Before the
 techniques are applied, `switch` makes the pipeline carry exactly those: the ones no longer wanted are
-deleted, new ones are loaded from the tensors kept in RAM (`CACHE`: a switch reads no disk after a LoRA's
-first use), and each gets its scale. A request without LoRAs takes every adapter layer out again
-(`unload_lora_weights`): its images are bit for bit those of a pipeline that never had one. A LoRA at scale 0
-is not loaded at all.
+left loaded but inactive (the `KEEP_LOADED` most recent: switching back to one costs milliseconds; older ones
+are deleted), new ones are loaded from the tensors kept in RAM (`CACHE`: a switch reads no disk after a
+LoRA's first use), and each gets its scale. A request without LoRAs turns every adapter off
+(`disable_lora`): each adapted layer gives its base layer's output, so its images are bit for bit those of a
+pipeline that never had one. A LoRA at scale 0 is not loaded at all.
 
 What the techniques built over the weights (a trace, a compiled or converted denoiser) was built over the
 LoRAs of its run, so a change of LoRAs applies them again (`differ`), and what they keep (`kept`) is keyed by
@@ -29,6 +30,7 @@ from studio.optimizations._quiet import at_least, errors_only
 
 QUIET = "diffusers.loaders.lora_base"  # says, for each text encoder a LoRA leaves alone, that it does
 STATE_KEY = "adapters"  # the live pipeline's state: the adapters its modules carry now
+KEEP_LOADED = 4  # adapters a pipeline keeps loaded (inactive when not asked for): switching back costs ms
 DEFAULT_CACHE_MB = 1024
 CACHE = LoraCache(budget_bytes=int(os.environ.get("STUDIO_LORA_CACHE_MB", str(DEFAULT_CACHE_MB))) * 2**20)
 
@@ -139,21 +141,26 @@ def switch(
     state[STATE_KEY] = ()  # until the switch is complete
     if not wanted:
         if carried:
-            pipe.unload_lora_weights()
+            pipe.disable_lora()  # its layers stay, inactive: each gives its base layer's output, exactly
     else:
-        unwanted = sorted(carried - set(wanted))
-        if unwanted:
-            pipe.delete_adapters(unwanted)
+        used = [n for n in state.get("adapters_used", []) if n in carried and n not in wanted]
+        spare = [*used, *sorted(carried - set(wanted) - set(used))]  # least recently used first
+        drop = spare[: max(0, len(carried | set(wanted)) - KEEP_LOADED)]
+        if drop:
+            pipe.delete_adapters(drop)
         reads = []
         for name, adapter in wanted.items():
             if name in carried:
+                reads.append("loaded")
                 continue
             before = CACHE.misses
             tensors = CACHE.get(adapter.file)
             reads.append("disk" if CACHE.misses > before else "ram")
             _load(pipe, name, adapter, tensors)
+        pipe.enable_lora()
         pipe.set_adapters(list(wanted), adapter_weights=[a.scale for a in wanted.values()])
         stats["lora_reads"] = reads
+        state["adapters_used"] = [*[n for n in spare if n not in drop], *wanted]
         if hot:
             from peft.utils.hotswap import _convert_scalings_to_tensor
 
