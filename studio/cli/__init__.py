@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp_.add_argument(
         "--axis",
-        help="a second axis (X/Y): steps, size, scheduler, batch, or a setting such as deepcache.interval",
+        help="a second axis (X/Y): steps, size, scheduler, batch, lora (a LoRA's strength: night:0,night:1) "
+        "or a setting such as deepcache.interval",
     )
     cmp_.add_argument("--values", default="", help="the axis values, e.g. '1,2,4,8' ('auto' for batch)")
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
