@@ -352,3 +352,19 @@ def test_timeline_says_a_configurations_speed_per_set_of_library_versions(cli):
     )
     assert status == 0 and "| runs | when | versions |" in text and "not interleaved" in text
     assert "No finished run" in cli("timeline", "--config", "bf16", "--steps", "2")[1]
+
+
+def test_loras_are_listed_taken_by_flag_and_by_prompt_tag_and_a_bad_one_exits_2(cli, tmp_path):
+    """`loras` lists what the folders hold (the bundled `night` among them); `--lora` and a prompt's
+    `<lora:NAME:SCALE>` both reach the run, which names them; a missing LoRA is one sentence and exit 2."""
+    status, out, _ = cli("loras", "--json")
+    night = next(row for row in json.loads(out) if row["name"] == "night")
+    assert status == 0 and night["base"] == "tiny-shapes" and night["rank"] > 0 and len(night["hash"]) == 12
+    status, out, _ = cli("loras")
+    assert status == 0 and out.splitlines()[0].split()[:3] == ["name", "base", "rank"] and "night" in out
+    status, out, _ = cli("generate", "--prompt", "a red circle <lora:night:0.5>", "--steps", "2", "--json")
+    assert status == 0 and [(x["name"], x["scale"]) for x in json.loads(out)["loras"]] == [("night", 0.5)]
+    status, out, _ = cli("generate", "--prompt", "a red circle", "--steps", "2", "--lora", "night:0.7")
+    assert status == 0 and "<lora:night:0.7>" in out
+    status, out, err = cli("generate", "--prompt", "a red circle", "--lora", "nowhere")
+    assert status == 2 and not out and err.startswith("error: There is no LoRA named 'nowhere'")
