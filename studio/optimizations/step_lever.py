@@ -31,6 +31,9 @@ MAX_FEW_STEPS = 16
 # techniques that reuse a denoiser call's work across steps
 STEP_CACHES = ("deepcache", "first_block_cache", "pyramid_attention_broadcast", "faster_cache")
 STEP_CACHES += ("taylorseer_cache",)
+# techniques whose image follows another path (fewer steps, another decoder): the auto-tuner judges them by
+# the prompt score, not by the distance of their pixels from the baseline's
+JUDGED_BY_PROMPT = frozenset({"few_step", "tiny_vae"})
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ register(
         requires=(FAMILIES,),
         reasons={"family": "has no distilled adapter registered for this kind of model"},
         order=1,
-        autotune="excluded",
+        autotune="candidate",
         grid=DEFAULTS_ONLY,
         presets=(),
         ladder_rung=None,
@@ -166,7 +169,7 @@ register(
         apply=_tiny_vae,
         revert=_full_vae,
         order=2,
-        autotune="excluded",
+        autotune="candidate",
         grid=DEFAULTS_ONLY,
         presets=(),
         ladder_rung=None,

@@ -10,7 +10,9 @@ from typing import Any
 from studio import devices
 from studio.errors import StudioError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
+from studio.optimizations.step_lever import JUDGED_BY_PROMPT
 from studio.request import AutotuneSettings, GenerationRequest
+from studio.request.generation import with_few_step
 
 # Each technique declares whether the auto-tuner tries it (`Optimization.autotune`: never, for placement,
 # memory-only techniques and the documentation's slow "original" attention; only when asked, for those that
@@ -30,10 +32,24 @@ class Floor:
     fidelity_drop: float = 0.03
 
     def check(self, record: dict[str, Any], baseline_fidelity: float | None) -> str | None:
-        """Why `record` misses the floor, or None when it meets it."""
-        if record["psnr_db"] is not None and record["psnr_db"] < self.min_psnr:
+        """Why `record` misses the floor, or None when it meets it. A configuration whose image follows
+        another path (`JUDGED_BY_PROMPT`: fewer steps, another decoder) is judged by how well it shows the
+        prompt, not by its pixels' distance from the baseline's: its prompt score may drop at most
+        `fidelity_drop`."""
+        if JUDGED_BY_PROMPT & set(record["applied"]):
+            change = record.get("prompt_score_change")
+            if change is None and record.get("fidelity") is None:
+                return f"no prompt score to judge it by ({record.get('prompt_score_note') or 'none'})"
+            if change is not None and change < -100 * self.fidelity_drop - 1e-9:
+                most = f"at most -{100 * self.fidelity_drop:g}"
+                return f"prompt score {change:+.1f} points against the baseline's ({most})"
+        elif record["psnr_db"] is not None and record["psnr_db"] < self.min_psnr:
             return f"PSNR {record['psnr_db']:.1f} dB < {self.min_psnr:g}"
-        if record["ssim"] is not None and record["ssim"] < self.min_ssim:
+        if (
+            not JUDGED_BY_PROMPT & set(record["applied"])
+            and record["ssim"] is not None
+            and record["ssim"] < self.min_ssim
+        ):
             return f"SSIM {record['ssim']:.3f} < {self.min_ssim:g}"
         if (
             baseline_fidelity is not None
@@ -53,8 +69,13 @@ class Candidate:
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def request(self, base: GenerationRequest) -> GenerationRequest:
-        return dataclasses.replace(
-            base, opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))), settings=self.settings
+        """`base` with the candidate's techniques and settings (few_step's steps, guidance and adapter)."""
+        return with_few_step(
+            dataclasses.replace(
+                base,
+                opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))),
+                settings=self.settings,
+            )
         )
 
     def plus(self, other: Candidate) -> Candidate:
@@ -83,7 +104,17 @@ def candidates(request: GenerationRequest, include_compile: bool = False) -> lis
         if opt.autotune != "excluded"
         and (include_compile or opt.autotune != "slow_to_prepare")
         and unavailable_reason(opt, hw, request.device, request.spec.family) is None
+        and _asks_for_what_is_here(name, request)
     )
+
+
+def _asks_for_what_is_here(name: str, request: GenerationRequest) -> bool:
+    """Whether a request with `name` can be made for this model (few_step's adapter registered, at hand)."""
+    try:
+        Candidate((name,)).request(request)
+    except StudioError:
+        return False
+    return True
 
 
 def check_pool(request: GenerationRequest, techniques: list[str] | None, include_compile: bool) -> list[str]:

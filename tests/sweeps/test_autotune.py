@@ -379,3 +379,23 @@ def test_a_search_over_every_candidate_here_runs(studio, monkeypatch):
     assert any(name not in GRID for name in pool) and any(len(GRID.get(name, [])) > 1 for name in pool)
     result = run_autotune(studio, request, warmup=0, repeats=1, confirm_rounds=1)
     assert len([r for r in result.rows if r.get("stage") == "single"]) == singles
+
+
+def test_the_step_lever_is_judged_by_the_prompt_score_not_by_its_pixels():
+    """few_step draws along another path and tiny_vae decodes with another decoder: a low PSNR against the
+    baseline does not fail them; a prompt score that drops beyond the floor does, and so does no score."""
+    from studio.sweeps.autotune_search_space import Floor
+
+    floor = Floor(min_psnr=30.0, min_ssim=0.95, fidelity_drop=0.03)
+    record = {
+        "applied": ["few_step"],
+        "psnr_db": 12.0,
+        "ssim": 0.4,
+        "fidelity": 1.0,
+        "prompt_score_change": 0.0,
+    }
+    assert floor.check(record, 1.0) is None
+    assert "prompt score -10.0 points" in floor.check({**record, "prompt_score_change": -10.0}, None)
+    unscored = {**record, "fidelity": None, "prompt_score_change": None, "prompt_score_note": "no CLIP model"}
+    assert floor.check(unscored, None) == "no prompt score to judge it by (no CLIP model)"
+    assert "PSNR 12.0 dB" in floor.check({**record, "applied": ["deepcache"]}, 1.0)
