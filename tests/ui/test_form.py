@@ -27,6 +27,7 @@ def test_the_endpoints_list_the_request_fields_in_the_tables_order():
         "batch",
         "vae",
         "single_file_config",
+        "loras",  # newer fields come last: a positional client's arguments keep their places
     ]
     given = {"rounds": 1, "steps": 2, "custom_model": "", "model": "tiny-shapes"}
     assert list(in_form_order(given)) == ["model", "custom_model", "steps", "rounds"]
