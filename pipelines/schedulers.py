@@ -22,6 +22,8 @@ SCHEDULERS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "lms": ("LMSDiscreteScheduler", {}),
     # the schedulers few-step adapters were distilled for (`pipelines.distilled`)
     "lcm": ("LCMScheduler", {}),
+    # LCM over a 10-step original schedule: what the bundled model's few-step adapter was distilled on
+    "lcm_10": ("LCMScheduler", {"original_inference_steps": 10}),
     "tcd": ("TCDScheduler", {}),
     "euler_trailing": ("EulerDiscreteScheduler", {"timestep_spacing": "trailing"}),
     "ddim_trailing": ("DDIMScheduler", {"clip_sample": False, "timestep_spacing": "trailing"}),

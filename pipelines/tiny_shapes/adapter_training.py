@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from diffusers import StableDiffusionPipeline
-from diffusers.utils import convert_state_dict_to_diffusers
 from peft import LoraConfig, get_peft_model_state_dict, set_peft_model_state_dict
 from PIL import Image
 
@@ -92,14 +91,24 @@ def add_lora(unet: torch.nn.Module, rank: int, targets: Sequence[str], alpha: fl
 
 
 def save_lora(unet: torch.nn.Module, path: Path, dtype: torch.dtype = torch.float16) -> None:
-    """Write the UNet LoRA as a diffusers-format safetensors file (``load_lora_weights`` reads it)."""
-    layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(unet))
-    layers = {k: v.detach().to(dtype).contiguous() for k, v in layers.items()}
+    """Write the UNet LoRA as a safetensors file that ``load_lora_weights`` reads in full.
+
+    The keys stay in peft's naming (``unet.<module>.lora_A.weight``), as diffusers' LCM-LoRA script
+    saves them. ``convert_state_dict_to_diffusers`` renames only the attention projections (to
+    ``lora.down`` / ``lora.up``); with other modules targeted too, the mixed file loads without
+    its attention layers (diffusers 0.42 infers the peft config from one naming and drops the rest).
+    """
+    layers = {k: v.detach().to(dtype).contiguous() for k, v in get_peft_model_state_dict(unet).items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     StableDiffusionPipeline.save_lora_weights(
         path.parent, unet_lora_layers=layers, weight_name=path.name, safe_serialization=True
     )
     logger.info("saved %s (%.1f kB)", path, path.stat().st_size / 1e3)
+
+
+def loaded_lora_modules(unet: torch.nn.Module) -> int:
+    """Number of modules of ``unet`` that carry a LoRA (after ``load_lora_weights``)."""
+    return sum(1 for m in unet.modules() if hasattr(m, "lora_A") and len(m.lora_A))
 
 
 def lora_state(unet: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -164,7 +173,9 @@ def train_loop(
     if state is not None:
         set_state(state["model"])
         opt.load_state_dict(state["opt"])
-        step, total = state["step"], state["total"] if steps is None else steps
+        step = state["step"]
+        # a finished timed run continues (a larger --minutes) with a provisional total, re-fitted soon
+        total = steps or (state["total"] if state["total"] > step else step + 1000)
     t0, start, governor = time.perf_counter(), step, ThreadGovernor()
     deadline = t0 + 60 * minutes if minutes else None
     avg = None

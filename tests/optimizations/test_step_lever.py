@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from studio.errors import ValidationError
 from studio.manager import PipelineManager
@@ -78,6 +79,7 @@ def test_a_lora_switch_reads_its_file_once_then_keeps_it_ready(manager):
     """The first use reads the file (or takes the tensors kept in RAM); a LoRA switched off and on again is
     still loaded on the pipeline, and turning it on costs milliseconds."""
     adapters.CACHE.clear()
+    misses = adapters.CACHE.stats().misses
     fresh = PipelineManager()
     draw(fresh, steps=2)
     req = request(steps=2, loras=["night:1"])
@@ -89,19 +91,27 @@ def test_a_lora_switch_reads_its_file_once_then_keeps_it_ready(manager):
         assert prepared.ctx.stats["lora_switch_seconds"] < 0.1
     with manager.acquire(req) as prepared:  # another pipeline: the tensors come from RAM
         assert prepared.ctx.stats.get("lora_reads") in (["ram"], ["loaded"])
-    assert adapters.CACHE.stats().misses == 1
+    assert adapters.CACHE.stats().misses == misses + 1, "the file was read once"
 
 
 def test_few_step_runs_the_adapters_steps_and_draws_the_prompt():
+    """few_step runs the adapter's 4 steps without guidance, and over a dozen of docs/tiny-shapes.md's prompts
+    the judge finds what the 20-step baseline draws (docs/benchmarks.md has the whole set)."""
+    from pipelines.tiny_shapes.evaluate import eval_prompts, score
+
     req = request(["few_step"], steps=20)
-    assert (req.steps, req.guidance, req.scheduler) == (4, 1.0, "lcm")
+    assert (req.steps, req.guidance, req.scheduler) == (4, 1.0, "lcm_10")
     assert [a.label for a in req.loras] == ["tiny-shapes-lcm:1"]
     assert request(["few_step"], settings={"few_step": {"steps": 6}}).steps == 6
-    manager = PipelineManager()
-    for prompt in PROMPTS:
-        images = draw(manager, ("few_step",), steps=20, prompt=prompt)
-        judged = fidelity(images, prompt)
-        assert judged["correct"]["shape"] and judged["correct"]["colour"], (prompt, judged["detected"])
+    manager, prompts = PipelineManager(), eval_prompts()[:12]
+    judged = {}
+    for opts in ((), ("few_step",)):
+        images = [draw(manager, opts, steps=20, prompt=prompt)[0] for prompt in prompts]
+        judged[opts] = score(
+            [Image.fromarray((i.clip(0, 1) * 255).round().astype(np.uint8)) for i in images], prompts
+        )
+    few, base = judged[("few_step",)], judged[()]
+    assert all(few[key] >= base[key] - 0.1 for key in ("shape", "colour", "position")), (few, base)
 
 
 def test_tiny_vae_decodes_close_to_the_vae_then_reverts(manager):
