@@ -110,6 +110,17 @@ def train(args: argparse.Namespace) -> None:
 
     def on_checkpoint(step: int) -> None:
         tiny.save_pretrained(args.out, safe_serialization=True)
+        # AutoencoderTiny registers a `block_out_channels` its own __init__ does not take: every load of the
+        # saved config would warn about it
+        config = Path(args.out) / "config.json"
+        config.write_text(
+            json.dumps(
+                {k: v for k, v in json.loads(config.read_text()).items() if k != "block_out_channels"},
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         with torch.no_grad():
             rows = torch.cat([targets[:12], tiny.decode(z[:12]).sample.clamp(-1, 1)], dim=2)
         arr = ((rows + 1) * 127.5).round().byte().permute(2, 0, 3, 1).reshape(128, -1, 3).numpy()
