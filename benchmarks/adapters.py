@@ -6,8 +6,8 @@ and tiny_vae buy on the bundled model, with the prompt score beside the speed.
 
 Parts:
 - few_step: one interleaved Compare on tiny-shapes, the 20-step baseline against few_step (4 steps);
-- judge: the bundled model's judge over docs/tiny-shapes.md's prompt set (48 prompts x 2 seeds), the 20-step
-  baseline against few_step, per attribute;
+- judge: the bundled model's judge over docs/tiny-shapes.md's prompt set (48 prompts x seeds
+  0..N-1, `--seeds`, default 2), the 20-step baseline against few_step, per attribute;
 - overhead: tiny-shapes (20 steps) and sd15-arch (256x256, 10 steps): no LoRA, one and two LoRAs unfused
   and fused, in interleaved rounds (each call timed alone: putting the LoRAs on is not in it); sd15-arch's
   LoRAs are random rank-16 ones on every attention projection, written to a temporary folder;
@@ -85,14 +85,14 @@ def few_step_part(rounds: int) -> str:
     return "few_step against the 20-step baseline, one Compare:\n\n" + report.markdown(result.records)
 
 
-def judge_part() -> str:
-    from pipelines.tiny_shapes.evaluate import EVAL_SEEDS, eval_prompts, score
+def judge_part(seeds: int) -> str:
+    from pipelines.tiny_shapes.evaluate import eval_prompts, score
 
     manager = PipelineManager()
     rows = []
     for label, opts in (("baseline, 20 steps", []), ("few_step", ["few_step"])):
         images, prompts = [], []
-        for seed in EVAL_SEEDS:
+        for seed in range(seeds):
             for prompt in eval_prompts():
                 req = build_request(
                     model="tiny-shapes", prompt=prompt, seed=seed, steps=20, optimizations=opts
@@ -104,7 +104,8 @@ def judge_part() -> str:
             f"| {label} | " + " | ".join(f"{accuracy[k]:.1%}" for k in ("shape", "colour", "position"))
         )
     head = "| run | shape | colour | position |\n|---|---|---|---|"
-    return "The judge over 48 prompts x 2 seeds:\n\n" + head + "\n" + " |\n".join(rows) + " |"
+    title = f"The judge over 48 prompts x {seeds} seeds (0-{seeds - 1}):"
+    return f"{title}\n\n{head}\n" + " |\n".join(rows) + " |"
 
 
 def report_image(images: Any) -> Any:
@@ -230,6 +231,7 @@ def tiny_vae_part(rounds: int) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.adapters", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 0..N-1 for each prompt in the judge part")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     args = parser.parse_args(argv)
     os.environ.setdefault("STUDIO_MODEL_ROOTS", str(Path.cwd()))
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parts = {
         "few_step": lambda: few_step_part(args.rounds),
-        "judge": judge_part,
+        "judge": lambda: judge_part(args.seeds),
         "overhead": lambda: overhead_part(args.rounds),
         "switch": switch_part,
         "compile": compile_part,

@@ -102,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     counts = [int(n) for n in args.visitors.split(",")]
     print(f"CPU: {devices.detect().summary()['cpu_name']}; tiny-shapes 64x64, {args.steps} steps", flush=True)
-    print("| polite visitors | calls | images | queue wait p50 / p99 | latency p50 / p99 | flooder | errors "
-          "| lost | server RSS |")
+    print(
+        "| polite visitors | calls | images | queue wait p50 / p99 | latency p50 / p99 | flooder | errors "
+        "| lost | server RSS |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     failed = False
     with tempfile.TemporaryDirectory(prefix="bench-flood-") as home:

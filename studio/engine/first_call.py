@@ -89,7 +89,11 @@ def logged(runlog: RunLog, request: GenerationRequest) -> FirstCall | None:
     if not firsts:
         return None
     cold = max(firsts, key=lambda r: r["first_call_seconds"])
-    per_step = [r["latency_median"] / r["steps"] for r in rows if r.get("first_call_seconds") is None]
+    per_step = [  # a Profile run is logged ok without a latency: it timed one step, not a call
+        r["latency_median"] / r["steps"]
+        for r in rows
+        if r.get("first_call_seconds") is None and r.get("latency_median") is not None
+    ]
     return FirstCall(
         config=request.config_label,
         cold_s=cold["first_call_seconds"],

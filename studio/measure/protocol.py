@@ -117,12 +117,15 @@ class Speedup:
 
 
 def speedup(reference: list[float], other: list[float], *, is_reference: bool = False) -> Speedup:
-    """Per-round ratios reference/other (the same round's calls), their median, range and verdict."""
+    """Per-round ratios reference/other (the same round's calls), their median, range and verdict. The range
+    is the one the verdict reads (`trimmed`: from 5 rounds up without the most extreme round on each side), so
+    a range that crosses x1.00 is never called faster or slower."""
     ratios = tuple(r / o for r, o in zip(reference, other, strict=False) if o > 0)
     if not ratios:
         raise ValueError("no round has a time for both configurations")
     label = BASELINE if is_reference else verdict(list(ratios))
-    return Speedup(statistics.median(ratios), min(ratios), max(ratios), label, ratios)
+    kept = trimmed(list(ratios))
+    return Speedup(statistics.median(ratios), kept[0], kept[-1], label, ratios)
 
 
 def unsettled(seconds: list[float]) -> bool:

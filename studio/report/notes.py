@@ -36,8 +36,9 @@ def figures_legend(records: list[dict[str, Any]]) -> str:
     return (
         f"**Latency**: the median of each configuration's own {calls}. **Speedup**: the median of its "
         f"{rounds} per-round ratio{'s' * (rounds != 1)} (the baseline's time ÷ its time, in the same round), "
-        "lowest–highest in brackets; a range that crosses ×1.00 reads *within noise*. The speedup is not the "
-        "ratio of the two latencies: when the machine's speed changes between rounds, they can disagree."
+        "lowest–highest in brackets (from 5 rounds up, the most extreme round on each side left out); a "
+        "range that crosses ×1.00 reads *within noise*. The speedup is not the ratio of the two latencies: "
+        "when the machine's speed changes between rounds, they can disagree."
     )
 
 

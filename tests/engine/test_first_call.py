@@ -50,3 +50,15 @@ def test_a_card_says_what_a_configuration_not_run_here_cost_on_its_machine():
     assert [f["seconds"] for f in found] == sorted((f["seconds"] for f in found), reverse=True)
     assert {"machine", "width", "height", "steps"} <= set(found[0])
     assert from_cards(cards, "sd15-arch", "warp_drive") == []
+
+
+def test_a_profile_run_logged_without_a_latency_leaves_the_first_call_note_working(studio):
+    """A Profile run is logged ok with a step time and no call latency; what a configuration's first call
+    cost is then read from the other runs, not broken by it."""
+    studio.generate(tiny.request(["openvino"], steps=2))
+    studio.profile(tiny.request(["openvino"], steps=2))
+    again = studio.generate(tiny.request(["openvino"], steps=2))
+    found = studio.first_call(tiny.request(["openvino"], steps=2))
+    assert found is not None and found.warm_s == again.metrics["latency_median"]
+    studio.profile(tiny.request(steps=2))  # the only run of the baseline: no latency, no first call
+    assert studio.first_call(tiny.request(steps=2)) is None

@@ -60,7 +60,7 @@ def small(page, prefix: str, steps: int = 4, side: int = 64) -> None:
     "20". The values are typed at once, and each that did not stay for a quarter of a second is typed again.
     """
     wanted = {
-        f"#{prefix}-{name} input": str(value)
+        f"#{prefix}-{name} input, #{prefix}-{name} textarea": str(value)
         for name, value in (("steps", steps), ("width", side), ("height", side))
     }
     wrong = dict(wanted)

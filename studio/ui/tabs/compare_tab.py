@@ -25,7 +25,8 @@ def compare_tab(handlers: dict) -> None:
     gr.Markdown(
         "The baseline and each configuration are timed in interleaved rounds (A B C, A B C, …), so a "
         "slower or faster minute of the machine hits them all alike. A speedup is the median of the "
-        "per-round ratios, shown with its range; a range that crosses ×1.00 reads *within noise*."
+        "per-round ratios, shown with its range (from 5 rounds up, the most extreme round on each side left "
+        "out); a range that crosses ×1.00 reads *within noise*."
     )
     fields = model_inputs("cmp")
     with gr.Row():

@@ -74,10 +74,19 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     form_view = named(handlers["history_form"], {"table": table, "plot": plot, "csv": csv_file, "note": note})
     refresh.click(form_view, filters, [*shown, note], api_visibility="private")
     tab.select(form_view, filters, [*shown, note], api_visibility="private")
+    for picked in (status, technique):  # a filter picked from a list applies at once; typed ones on Enter
+        picked.input(form_view, filters, [*shown, note], api_visibility="private")
+    for typed in (model, device, since, limit):
+        typed.submit(form_view, filters, [*shown, note], api_visibility="private")
     records = gr.JSON(visible=False, label="records")  # the API's: the runs in the shared vocabulary
     gr.Button(visible=False).click(handlers["history_api"], filters, [*shown, records], api_name="history")
+    # A download button downloads the file it holds when clicked, then its handler makes the next one: each
+    # is given its file when the tab opens, so the first click downloads.
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
     mine_btn.click(handlers["my_history"], None, mine_btn, api_name="my_history")
+    tab.select(handlers["export_db"], None, db_btn, api_visibility="private")
+    if private:
+        tab.select(handlers["my_history"], None, mine_btn, api_visibility="private")
     shown_row, hidden_row = (lambda: gr.update(visible=True)), (lambda: gr.update(visible=False))
     forget_btn.click(shown_row, None, confirm_row, queue=False, api_visibility="private")
     keep_btn.click(hidden_row, None, confirm_row, queue=False, api_visibility="private")
@@ -113,10 +122,11 @@ def speed_over_versions(handlers: dict) -> None:
             )
             device = gr.Textbox("auto", label="Device", elem_id="timeline-device")
         with gr.Row():
+            # text, not number fields: a number field shows an empty value as 0, which no model runs at
             own = "the model's own"
-            steps = RawNumber(None, label="Steps", placeholder=own, precision=0, elem_id="timeline-steps")
-            width = RawNumber(None, label="Width", placeholder=own, precision=0, elem_id="timeline-width")
-            height = RawNumber(None, label="Height", placeholder=own, precision=0, elem_id="timeline-height")
+            steps = gr.Textbox("", label="Steps", placeholder=own, elem_id="timeline-steps")
+            width = gr.Textbox("", label="Width", placeholder=own, elem_id="timeline-width")
+            height = gr.Textbox("", label="Height", placeholder=own, elem_id="timeline-height")
             batch = RawNumber(1, label="Batch", precision=0, minimum=1, elem_id="timeline-batch")
         go = gr.Button("Show the timeline", elem_id="timeline-btn")
         note = gr.Markdown("", elem_id="timeline-note")
