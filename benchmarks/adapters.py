@@ -82,7 +82,9 @@ def few_step_part(rounds: int) -> str:
         studio = Studio(db_path=Path(home) / "runs.db", outputs=Path(home) / "out")
         request = build_request(model="tiny-shapes", prompt=PROMPT, seed=1, steps=20)
         result = run_compare(studio, request, ["few_step"], warmup=1, rounds=rounds)
-    return "few_step against the 20-step baseline, one Compare:\n\n" + report.markdown(result.records)
+    few = next(r for r in result.records if r["config"] == "few_step")
+    exact = f"\n\nfew_step: x{few['speedup']:.3f} ({few['speedup_min']:.3f}-{few['speedup_max']:.3f})"
+    return "few_step against the 20-step baseline, one Compare:\n\n" + report.markdown(result.records) + exact
 
 
 def judge_part(seeds: int) -> str:

@@ -37,7 +37,7 @@ class FewStepAdapter:
 FEW_STEP: tuple[FewStepAdapter, ...] = (
     # the bundled model's own, distilled from it (pipelines/tiny_shapes/train_few_step.py)
     FewStepAdapter(
-        "lcm", "LCM-LoRA", "tiny-shapes", "tiny-shapes-lcm", "lcm_10", 4, 1.0, 1.0, "this repository's"
+        "lcm", "LCM-LoRA", "tiny-shapes", "tiny-shapes-lcm", "lcm_10", 4, 1.0, 0.25, "this repository's"
     ),
     FewStepAdapter(
         "lcm",

@@ -116,6 +116,31 @@ def test_a_compare_configuration_carries_its_settings_and_a_malformed_one_is_ref
     assert status != 0 and "must look like setting=value" in err
 
 
+def test_compare_over_seeds_and_a_prompt_search_and_replace_draws_a_grid_per_configuration(cli, monkeypatch):
+    """4 seeds by 2 prompts: a 4 x 2 grid of images for each configuration in the JSON, its rows labelled; the
+    same sweep over a tighter request budget is refused before it starts, with nothing logged."""
+    circle = "a big red circle in the middle, on a white background"
+    axes = ("--axis", "seed", "--values", "+4", "--y-axis", "prompt", "--y-values", "circle,square")
+    args = ("compare", "--prompt", circle, *SMALL, "--config", "channels_last", *axes)
+    monkeypatch.setenv("STUDIO_MAX_REQUEST_S", "0.5")
+    status, _, err = cli(*args, "--rounds", "5", "--json")
+    assert status == 2 and "This sweep would take about" in err, err
+    assert json.loads(cli("history", "--json")[1]) == [], "refused before anything ran"
+    monkeypatch.delenv("STUDIO_MAX_REQUEST_S")
+    status, out, err = cli(*args, "--rounds", "1", "--warmup", "0", "--json")
+    assert status == 0, err
+    answer = json.loads(out)
+    assert (answer["axis"], answer["values"]) == ("seed", ["1", "2", "3", "4"])
+    assert (answer["y_axis"], answer["y_values"]) == ("prompt", ["circle", "square"])
+    for config in ("baseline", "channels_last"):
+        grid = answer["grids"][config]
+        assert [len(row) for row in grid] == [4, 4], "a row per prompt, a column per seed"
+        assert all(Path(path).is_file() for row in grid for path in row)
+    status, text, _ = cli(*args, "--rounds", "1", "--warmup", "0")
+    assert "| configuration | seed=1 | seed=2 | seed=3 | seed=4 |" in text
+    assert "| channels_last · prompt=square |" in text
+
+
 def test_generate_compare_history_share_one_database_and_one_vocabulary(cli):
     status, out, err = cli(
         "generate", "--prompt", PROMPT, *SMALL, "--opt", "bf16", "--opt", "channels_last", "--json"

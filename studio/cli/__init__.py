@@ -50,10 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp_.add_argument(
         "--axis",
-        help="a second axis (X/Y): steps, size, scheduler, batch, lora (a LoRA's strength: night:0,night:1) "
-        "or a setting such as deepcache.interval",
+        help="an X axis: steps, size, scheduler, batch, seed ('+4': 4 seeds from --seed), prompt (search and "
+        "replace: the first value is found in the prompt, each value replaces it), lora (a LoRA's strength: "
+        "night:0,night:1) or a setting such as deepcache.interval",
     )
     cmp_.add_argument("--values", default="", help="the axis values, e.g. '1,2,4,8' ('auto' for batch)")
+    cmp_.add_argument("--y-axis", help="a Y axis besides the X axis, of the same kinds: a grid per config")
+    cmp_.add_argument("--y-values", default="", help="the Y axis values, e.g. 'circle,square' for prompt")
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
     request_args(tune)
     rounds_arg(tune, 3)
@@ -147,16 +150,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from studio import report
     from studio.engine import Studio
     from studio.request import request_from_args
-    from studio.request.axes import parse_axis
+    from studio.request.axes import parse_axes
     from studio.sweeps import xy
     from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
 
     request = request_from_args(args)
     warmup = 1 if args.warmup is None else args.warmup
     rounds = DEFAULT_ROUNDS if args.rounds is None else args.rounds
-    axis = parse_axis(args.axis, args.values, request)
+    axis, y_axis = parse_axes(args.axis, args.values, args.y_axis, args.y_values, request)
     if axis is not None:
-        result = xy.run_xy(Studio(), request, args.config, axis, warmup=warmup, rounds=rounds)
+        result = xy.run_xy(Studio(), request, args.config, axis, y_axis, warmup=warmup, rounds=rounds)
         emit(xy.as_json(result), args.json, xy.markdown(result))
         return 0
     result = run_compare(Studio(), request, args.config, warmup=warmup, rounds=rounds)

@@ -12,10 +12,12 @@ DISAGREE = 1.2  # two readings of one speedup further apart than this factor mak
 
 
 def point_name(record: dict[str, Any]) -> str:
-    """A record's configuration, with its X value in an X/Y sweep ('deepcache[interval=2] at steps=4')."""
+    """A record's configuration, with its X (and Y) value in an X/Y sweep ('deepcache[interval=2] at steps=4',
+    'baseline at seed=3, prompt=square')."""
     if record.get("x") is None or not record.get("axis"):
         return record["config"]
-    return f"{record['config']} at {record['axis']}={record['x']}"
+    y = f", {record['y_axis']}={record['y']}" if record.get("y_axis") else ""
+    return f"{record['config']} at {record['axis']}={record['x']}{y}"
 
 
 def sweep_rounds(records: list[dict[str, Any]]) -> int:
@@ -43,12 +45,14 @@ def figures_legend(records: list[dict[str, Any]]) -> str:
 
 
 def _baseline_of(record: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The baseline a record was measured against: the sweep's, or in an X/Y sweep the one at its X."""
+    """The baseline a record was measured against: the sweep's, or in an X/Y sweep the one at its X and Y."""
     return next(
         (
             r
             for r in records
-            if r.get("verdict") == "baseline" and r["status"] == "ok" and r.get("x") == record.get("x")
+            if r.get("verdict") == "baseline"
+            and r["status"] == "ok"
+            and (r.get("x"), r.get("y")) == (record.get("x"), record.get("y"))
         ),
         None,
     )

@@ -26,7 +26,7 @@ from studio import report
 from studio.engine import Studio
 from studio.errors import ValidationError
 from studio.request import AutotuneSettings, HistoryFilter, build_request, pick_fields, validate_counts
-from studio.request.axes import parse_axis
+from studio.request.axes import parse_axes
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import xy
 from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
@@ -144,6 +144,8 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         batch: int = 1,
         axis: str | None = None,
         axis_values: str = "",
+        y_axis: str | None = None,
+        y_values: str = "",
         loras: list[str] | None = None,
         request: gr.Request | None = None,
     ) -> Record:
@@ -166,18 +168,22 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
             warmup: Untimed calls per configuration before the rounds.
             rounds: Timed rounds; each runs every configuration once.
             batch: Images per prompt in one call (1-8).
-            axis: Optional X axis: steps, size, scheduler, batch or a setting (deepcache.interval).
-            axis_values: The axis values, e.g. "1,2,4,8" ("auto" for batch); rows then carry x and y.
+            axis: Optional X axis: steps, size, scheduler, batch, seed, prompt, lora or a setting
+                (deepcache.interval).
+            axis_values: The axis values, e.g. "1,2,4,8" ("auto" for batch, "+4" for 4 seeds; for prompt,
+                the first value is searched in the prompt and each value replaces it); rows then carry x.
+            y_axis: Optional Y axis, of the same kinds as the X axis: a grid of X x Y per configuration.
+            y_values: The Y axis values; rows then carry y too.
             loras: LoRAs for every configuration, each "SOURCE" or "SOURCE:SCALE" (e.g. ["night:0.5"]).
         """
         req = build_request(**pick_fields(locals()))  # as in generate; the baseline: fp32, no technique
         configs = _texts(configs, "configs", '["channels_last", "deepcache[interval=2]"]')
         counts = validate_counts(warmup, rounds)
-        x_axis = parse_axis(axis, axis_values, req)
+        x_axis, y = parse_axes(axis, axis_values, y_axis, y_values, req)
         with cancellable_run(cancels, request, "compare") as should_stop:
             options = {"warmup": counts.warmup, "rounds": counts.rounds, "should_stop": should_stop}
             if x_axis is not None:
-                return _plain(xy.as_json(xy.run_xy(studio, req, configs, x_axis, **options)))
+                return _plain(xy.as_json(xy.run_xy(studio, req, configs, x_axis, y, **options)))
             result = run_compare(studio, req, configs, **options)
         return _plain({"group_id": result.group_id, "rows": result.records})
 

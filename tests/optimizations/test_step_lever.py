@@ -101,7 +101,7 @@ def test_few_step_runs_the_adapters_steps_and_draws_the_prompt():
 
     req = request(["few_step"], steps=20)
     assert (req.steps, req.guidance, req.scheduler) == (4, 1.0, "lcm_10")
-    assert [a.label for a in req.loras] == ["tiny-shapes-lcm:1"]
+    assert [a.label for a in req.loras] == ["tiny-shapes-lcm:0.25"]
     assert request(["few_step"], settings={"few_step": {"steps": 6}}).steps == 6
     manager, prompts = PipelineManager(), eval_prompts()[:12]
     judged = {}

@@ -7,7 +7,7 @@ import pytest
 
 from studio.errors import ValidationError
 from studio.request import build_request
-from studio.request.axes import auto_batches, parse_axis
+from studio.request.axes import auto_batches, parse_axes, parse_axis
 from studio.sweeps import xy
 from tests import tiny
 
@@ -80,6 +80,9 @@ def test_a_setting_axis_measures_what_it_does_not_change_once(studio):
         ("batch", "1,99", "batch must be a whole number between 1 and 8"),
         ("steps", ",".join(str(i) for i in range(1, 11)), "the limit is 8"),
         ("nosuch.setting", "1", "Unknown technique 'nosuch'"),
+        ("seed", "+0", "seed count must be a whole number between 1 and 8"),
+        ("seed", "1,x", "seed must be a whole number"),
+        ("prompt", "hexagon,square", "the prompt does not contain it"),
     ],
 )
 def test_a_bad_axis_is_refused_before_anything_runs(studio, axis, values, message):
@@ -118,3 +121,39 @@ def test_batch_auto_goes_up_to_what_is_predicted_to_fit(studio, fake_gpus):
         model="sdxl-arch", prompt="x", device="cuda:0", width=1024, height=1024, optimizations=["vae_slicing"]
     )
     assert xy.fitting_batches(studio, slim, axis) == ("1", "2", "4"), "one image decoded at a time"
+
+
+def test_seed_and_prompt_axes_draw_a_labelled_grid_per_configuration(studio):
+    """AUTOMATIC1111's X/Y plot as users reach for it: seeds on X (+2: the request's seed and the next), a
+    prompt search and replace on Y; every point against the baseline at the same seed and prompt."""
+    req = tiny.request(steps=2, prompt="a big red circle in the middle, on a white background")
+    x_axis, y_axis = parse_axes("seed", "+2", "prompt", "circle, square", req)
+    assert x_axis.values == ("3", "4") and y_axis.values == ("circle", "square")
+    result = xy.run_xy(studio, req, ["vae_slicing"], x_axis, y_axis, warmup=0, rounds=1)
+    assert result.rows == [(c, y) for c in ("baseline", "vae_slicing") for y in ("circle", "square")]
+    for p in result.points:
+        assert p.result.request.seed == int(p.x) and p.record["x"] == p.x and p.record["y"] == p.y
+        assert p.result.request.prompt == f"a big red {p.y} in the middle, on a white background"
+        base = result.point(p.x, "baseline", p.y)
+        assert studio.runlog.get_run(p.record["run_id"])["baseline_run_id"] in (None, base.record["run_id"])
+    images = {(p.x, p.y): p.result.images[0].tobytes() for p in result.points if p.config == "baseline"}
+    assert len(set(images.values())) == 4, "each seed and each prompt draws its own image"
+    text = xy.markdown(result)
+    assert "| configuration | seed=3 | seed=4 |" in text and "| vae_slicing · prompt=square |" in text
+    grids = xy.as_json(result)["grids"]
+    assert set(grids) == {"baseline", "vae_slicing"} and [len(row) for row in grids["baseline"]] == [2, 2]
+    assert all(path and path.endswith(".png") for row in grids["vae_slicing"] for path in row)
+
+
+@pytest.mark.parametrize(
+    ("x", "x_values", "y", "y_values", "message"),
+    [
+        (None, "", "seed", "1,2", "needs an X axis"),
+        ("seed", "1,2", "seed", "3,4", "both seed"),
+        ("batch", "auto", "seed", "1,2", "Batch 'auto' is for an X axis alone"),
+    ],
+)
+def test_a_bad_pair_of_axes_is_refused_before_anything_runs(studio, x, x_values, y, y_values, message):
+    with pytest.raises(ValidationError, match=message):
+        parse_axes(x, x_values, y, y_values, tiny.request())
+    assert studio.runlog.runs() == []

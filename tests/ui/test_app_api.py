@@ -172,6 +172,26 @@ def compare_out(client, configs, rounds=3, **xy):
     )
 
 
+def test_seeds_by_prompts_over_the_api_give_a_labelled_grid_per_configuration(client):
+    """`--axis seed --values +2 --y-axis prompt --y-values star,moon` as the API takes it: a 2 x 2 grid for
+    each configuration, every point's seed and prompt in its row."""
+    out = compare_out(
+        client,
+        ["vae_slicing"],
+        rounds=1,
+        axis="seed",
+        axis_values="+2",
+        y_axis="prompt",
+        y_values="star,moon",
+    )
+    headline, rows, grid = out[0], out[-1], out[-6]
+    assert [(r["config"], r["x"], r["y"]) for r in rows] == [
+        (c, x, y) for y in ("star", "moon") for x in ("3", "4") for c in ("baseline", "vae_slicing")
+    ]
+    assert "× 2 prompt values (star, moon)" in headline
+    assert Image.open(grid).size == (170 + 2 * 160, 28 + 4 * 160), "2 seeds by 2 configurations x 2 prompts"
+
+
 def ladder_args(**kw):
     return {"prompt": PROMPT, "seed": 1, "steps": 2, "warmup": 0, "rounds": 2, **kw}
 
@@ -190,11 +210,11 @@ def autotune_args(**kw):
 def test_a_batch_sweep_over_the_api_gives_the_grid_heat_maps_and_the_best_batch(client):
     out = compare_out(client, ["vae_slicing"], rounds=2, batch=1, axis="batch", axis_values="1,2")
     headline, rows, grid, speedup, psnr = out[0], out[-1], out[-6], out[-5], out[-4]
-    assert [(r["x"], r["y"], r["batch"]) for r in rows] == [
-        ("1", "baseline", 1),
-        ("1", "vae_slicing", 1),
-        ("2", "baseline", 2),
-        ("2", "vae_slicing", 2),
+    assert [(r["x"], r["config"], r["batch"], r["y"]) for r in rows] == [
+        ("1", "baseline", 1, None),
+        ("1", "vae_slicing", 1, None),
+        ("2", "baseline", 2, None),
+        ("2", "vae_slicing", 2, None),
     ]
     assert all(r["images_per_s"] > 0 for r in rows) and "Best throughput" in headline
     assert Image.open(grid).size == (170 + 2 * 160, 28 + 2 * 160)  # 2 configurations x 2 batch sizes

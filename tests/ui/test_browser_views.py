@@ -157,6 +157,36 @@ def test_an_x_axis_compare_shows_every_caption_and_names_the_x_values(page):
     page.locator("#cmp-axis input").press("Enter")
 
 
+def test_seeds_by_prompts_draw_a_labelled_grid_for_each_configuration(page):
+    """X: 4 seeds from the form's (+4); Y: the prompt's "circle" replaced by "square". The grid has a row per
+    configuration and prompt, a column per seed; the heat maps the same rows."""
+    from playwright.sync_api import expect
+
+    tab(page, "Compare")
+    small(page, "cmp", steps=2)
+    page.locator("#cmp-prompt textarea").fill("a big red circle in the middle, on a white background")
+    page.get_by_label("More configurations, one per line").fill("")
+    for box, value in (("#cmp-axis", "seed"), ("#cmp-y-axis", "prompt")):
+        page.locator(f"{box} input").fill(value)
+        page.locator(f"{box} input").press("Enter")
+    page.locator("#cmp-values textarea, #cmp-values input").first.fill("+4")
+    page.locator("#cmp-y-values textarea, #cmp-y-values input").first.fill("circle,square")
+    page.locator("#cmp-warmup input").fill("0")
+    page.locator("#cmp-rounds input").fill("1")
+    page.locator("#compare-btn").click()
+    headline = page.locator("#cmp-headline")
+    expect(headline).to_contain_text("× 2 prompt values (circle, square)", timeout=LONG)
+    heat = page.locator("#xy-speedup")
+    expect(heat).to_contain_text("prompt=square")
+    assert "seed=" in heat.inner_text()
+    page.locator("#xy-results").scroll_into_view_if_needed()
+    page.locator("#xy-grid img").wait_for(timeout=10_000)
+    _shot(page, "compare-seed-by-prompt", "#cmp-headline", "#xy-results")
+    for box in ("#cmp-axis", "#cmp-y-axis"):
+        page.locator(f"{box} input").fill("none")
+        page.locator(f"{box} input").press("Enter")
+
+
 def test_the_autotune_table_fits_1280_px(page):
     from playwright.sync_api import expect
 

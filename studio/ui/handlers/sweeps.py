@@ -22,7 +22,7 @@ from studio import report
 from studio.engine import Studio
 from studio.errors import Cancelled
 from studio.request import PRECISIONS, GenerationRequest, validate_counts
-from studio.request.axes import parse_axis
+from studio.request.axes import parse_axes
 from studio.request.sweep_limits import AutotuneSettings
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import ladder as ladder_mod
@@ -112,12 +112,15 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         rounds,
         axis,
         axis_values,
+        y_axis=None,
+        y_values="",
         request: gr.Request = None,
         progress=gr.Progress(),
         **fields,
     ):
         """Compare configurations with the baseline (fp32, no technique) in interleaved timed rounds, over an
-        optional X axis (steps, size, scheduler, batch or a technique setting)."""
+        optional X axis (steps, size, scheduler, batch, seed, prompt, lora or a technique setting) and Y axis
+        (of the same kinds: a grid of X x Y images per configuration)."""
         # first: it takes the flag a click reserved
         with cancellable_run(cancels, request, "compare") as should_stop:
             req = form_request(fields)
@@ -125,7 +128,7 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
                 c.strip() for c in (custom_configs or "").splitlines() if c.strip()
             ]
             counts = validate_counts(warmup, rounds)
-            x_axis = parse_axis(axis, axis_values, req)
+            x_axis, y = parse_axes(axis, axis_values, y_axis, y_values, req)
             options = {
                 "warmup": counts.warmup,
                 "rounds": counts.rounds,
@@ -134,7 +137,7 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
             }
             try:
                 if x_axis is not None:
-                    return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, **options))
+                    return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, y, **options))
                 return named(COMPARE, views.compare_outputs(run_compare(studio, req, configs, **options)))
             except Cancelled as exc:
                 return named(COMPARE, progress_views.compare_cancelled(exc))

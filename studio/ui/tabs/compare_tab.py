@@ -1,7 +1,7 @@
 """The Compare and Ladder tabs: configurations against the baseline in interleaved rounds (`/compare`), over
-an optional second axis (X/Y: steps, size, scheduler, batch or a technique setting), and the diffusers
-documentation's speed ladder on this machine (`/ladder`). Each shows where it is while it runs and has a
-Cancel of its own (`studio.ui.progress_views`)."""
+optional X and Y axes (steps, size, scheduler, batch, seed, prompt, lora or a technique setting), and the
+diffusers documentation's speed ladder on this machine (`/ladder`). Each shows where it is while it runs and
+has a Cancel of its own (`studio.ui.progress_views`)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,23 @@ def compare_tab(handlers: dict) -> None:
             elem_id="cmp-axis",
         )
         values = gr.Textbox(
-            "", label="X values", placeholder="1,2,4,8 (batch: auto = 1, 2, 4, 8)", elem_id="cmp-values"
+            "",
+            label="X values",
+            placeholder="1,2,4,8 · batch: auto · seed: +4 · prompt: circle,square",
+            elem_id="cmp-values",
+        )
+        y_axis = gr.Dropdown(
+            list(AXIS_CHOICES),
+            value="none",
+            label="Y axis (optional): with X, a grid per configuration",
+            allow_custom_value=True,
+            elem_id="cmp-y-axis",
+        )
+        y_values = gr.Textbox(
+            "",
+            label="Y values",
+            placeholder="prompt: circle,square (search, then replace)",
+            elem_id="cmp-y-values",
         )
     with gr.Row():
         go = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=3)
@@ -95,13 +111,17 @@ def compare_tab(handlers: dict) -> None:
                 label="Baseline | configuration", format="png", type="pil", elem_id="cmp-slider", scale=2
             )
         with gr.Column(visible=False, elem_id="xy-results") as xy_box:
-            grid = gr.Image(label="Grid: configurations × X", type="pil", format="png", elem_id="xy-grid")
+            grid = gr.Image(
+                label="Grid: configurations (× Y) by X", type="pil", format="png", elem_id="xy-grid"
+            )
             with gr.Row():
                 speed_heat = gr.Dataframe(
-                    label="Speedup vs the baseline at the same X", interactive=False, elem_id="xy-speedup"
+                    label="Speedup vs the baseline at the same X (and Y)",
+                    interactive=False,
+                    elem_id="xy-speedup",
                 )
                 psnr_heat = gr.Dataframe(
-                    label="Image difference vs the baseline at the same X",
+                    label="Image difference vs the baseline at the same X (and Y)",
                     interactive=False,
                     elem_id="xy-psnr",
                 )
@@ -134,6 +154,7 @@ def compare_tab(handlers: dict) -> None:
     images = gr.State({})
     inputs = {**fields, "scheduler": scheduler, "presets": configs, "custom_configs": custom_configs}
     inputs.update(warmup=warmup, rounds=rounds, batch=batch, axis=axis, axis_values=values)
+    inputs.update(y_axis=y_axis, y_values=y_values)
     shown = (results, headline, gallery, table, details, lat, choice, slider, images, csv_file, md_file)
     shown += (xy_box, grid, speed_heat, psnr_heat, throughput, peak, rows)
     outputs = dict(zip(COMPARE, shown, strict=True))
