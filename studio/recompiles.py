@@ -25,3 +25,16 @@ def storm_warnings(stats: dict[str, Any]) -> list[str]:
         "shape (size, batch, guidance on/off), and each build costs far more than a step. Keep one size per "
         "traced or compiled configuration, or leave jit_trace_unet/torch_compile off while exploring sizes."
     ]
+
+
+def lora_warnings(stats: dict[str, Any]) -> list[str]:
+    """A compiled denoiser built a graph again because the run's LoRA files differ from the last run's: a
+    change of scale is set in place (hot-swap), another file changes the layers the graph was built over."""
+    if not stats.get("graph_builds_this_run") or not stats.get("lora_files_changed"):
+        return []
+    return [
+        "This run compiled the denoiser again: its LoRA files are not the last run's (another file, or LoRAs "
+        "put on or taken off), and a compiled graph holds the layers it was built over. A change of scale "
+        "alone is set in place and compiles nothing: keep one set of LoRA files per compiled configuration "
+        "and sweep their strengths (the X axis lora)."
+    ]

@@ -30,7 +30,7 @@ from studio.measure import bench, prompt_score, quality
 from studio.measure.host import HostMonitor
 from studio.optimizations import REGISTRY
 from studio.optimizations.step_lever import stacked_cache_warning
-from studio.recompiles import graph_builds, storm_warnings
+from studio.recompiles import graph_builds, lora_warnings, storm_warnings
 from studio.report import image_metadata
 from studio.request import GenerationRequest
 from studio.runlog import RunLog
@@ -260,7 +260,7 @@ class Studio(Profiling, Services):
         request, warnings = pending.request, pending.warnings
         measured = computed.measured
         metrics = run_metrics(request, computed, extra)
-        warnings.extend(storm_warnings(computed.stats))
+        warnings.extend(storm_warnings(computed.stats) + lora_warnings(computed.stats))
         warnings.extend(e["note"] for e in computed.stats.get("first_call_phases", ()) if e.get("note"))
         host = computed.host
         if host is not None and host.note():

@@ -126,14 +126,20 @@ def switch(
     pipe: Any, state: dict[str, Any], stats: dict[str, Any], adapters: tuple[Adapter, ...], hot: bool = False
 ) -> None:
     """Make `pipe` carry exactly `adapters` at their scales (see the module's docstring); the seconds it took
-    and where the tensors came from go into `stats` (`lora_switch_seconds`, `lora_reads`). With `hot` (a
+    and where the tensors came from go into `stats` (`lora_switch_seconds`, `lora_reads`; under `hot`,
+    `lora_files_changed`: other files than the last run's, which a compiled denoiser compiles again for). With
+    `hot` (a
     compiled denoiser), a LoRA at scale 0 is loaded too and every scale becomes a tensor, so that a later
     change of scales is set in place (`rescaled`) and recompiles nothing.
 
     Raises:
         ValidationError: a LoRA does not fit the model's layers; the pipeline is left without it.
     """
+    before = state.get(STATE_KEY)  # None: the pipeline's first run
+    files = {k[:2] for k in keys(adapters)}
+    stats["lora_files_changed"] = hot and before is not None and {k[:2] for k in before} != files
     if not differ(state, adapters) and not (adapters and not _carried(pipe)):
+        state.setdefault(STATE_KEY, ())
         return
     start = time.perf_counter()
     wanted = {adapter_name(a.file): a for a in adapters if a.scale != 0 or hot}

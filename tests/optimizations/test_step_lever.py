@@ -155,3 +155,17 @@ def test_under_torch_compile_a_lora_strength_sweep_compiles_once_and_switches_in
             assert psnr(drawn[value], bench.run_once(prepared, plain).images) >= 35.0, value
     assert builds[0] >= 1 and builds[1:3] == [builds[0]] * 2, f"graphs built per value: {builds}"
     assert background(drawn["night:1"]) < background(drawn["night:0.5"]) < background(drawn["night:0"])
+
+
+def test_under_torch_compile_another_lora_file_says_it_compiles_again_and_why(studio):
+    """A change of scale is set in place and says nothing; another LoRA file makes the compiled denoiser build
+    a graph again, and the run says so with what to do instead."""
+    compiled = ["torch_compile"]
+    said = [
+        studio.generate(request(compiled, steps=2, loras=loras)).warnings
+        for loras in (["night:1"], ["night:0.5"], ["tiny-shapes-lcm:0.25"], [])
+    ]
+    again = "This run compiled the denoiser again: its LoRA files are not the last run's"
+    assert not any(again in w for w in said[0] + said[1]), "the first build and a scale change say nothing"
+    assert any(again in w for w in said[2]), said[2]
+    assert any(again in w for w in said[3]), "taking the LoRAs off compiles again too"
