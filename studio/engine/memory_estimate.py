@@ -261,5 +261,14 @@ def remedy(manager: Any, request: GenerationRequest, runlog: RunLog | None = Non
         if estimate(manager, replace(request, opts=(*request.opts, *extra)), runlog).fits:
             fixes.append(extra)
     if fixes:
-        return f" It would fit with: {', '.join(' + '.join(fix) for fix in fixes[:4])}."
+        return f" It would fit with {fix_words(fixes[:4])}."
     return " No memory technique alone or in pairs brings it under; use a smaller size or batch."
+
+
+def fix_words(fixes: list[tuple[str, ...]]) -> str:
+    """The fixes in words that say whether one or all are needed: 'vae_slicing ticked', 'any one of:
+    vae_slicing; vae_tiling', a pair 'attention_slicing and vae_tiling together'."""
+    said = [fix[0] if len(fix) == 1 else f"{' and '.join(fix)} together" for fix in fixes]
+    if len(said) == 1:
+        return f"{said[0]} ticked" if len(fixes[0]) == 1 else said[0]
+    return f"any one of: {'; '.join(said)}"

@@ -53,6 +53,15 @@ def wire_cancel(stop: gr.Button, shown_in: gr.Markdown, cancel: Callable, stoppi
     )
 
 
+# A run's click closes the error toasts still open: they were about an earlier click, maybe already fixed.
+CLEAR_TOASTS = "() => document.querySelectorAll('.toast-body .toast-close').forEach((b) => b.click())"
+
+
+def clears_toasts(button: gr.Button) -> None:
+    """A click on `button` first closes the toasts on the page (in the browser, before anything is sent)."""
+    button.click(None, None, None, js=CLEAR_TOASTS, queue=False, api_visibility="private")
+
+
 def wire_job(
     buttons: tuple[gr.Button, gr.Button, gr.Markdown],
     fn: Callable,
@@ -68,6 +77,7 @@ def wire_job(
     Cancel button runs `cancel` (`wire_cancel`: `stopping`, what it answers when it stops a run, shows at
     once) in the status area, emptied and hidden when the job ends."""
     go, stop, status = buttons
+    clears_toasts(go)
 
     def start(request: gr.Request):
         reserve(request)
@@ -154,7 +164,7 @@ def compare_cancelled(exc: Cancelled) -> tuple:
     pairs = {r["config"]: (pictures[0][1], image) for r, image in pictures[1:]} if has_base else {}
     choices = list(pairs)
     measured = [r for r in records if r["latency_s"] is not None]
-    bars = pd.DataFrame([{"configuration": r["config"], "latency (s)": r["latency_s"]} for r in measured])
+    bars = views.latency_bars([(r["config"], r["latency_s"]) for r in measured])
     return (
         gr.update(visible=True),
         sentence(exc, "Compare"),

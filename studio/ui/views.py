@@ -193,12 +193,19 @@ def details_table(records: list[dict[str, Any]]) -> Styler:
     return styled(pd.DataFrame([{title: cell(r, key) for title, key in DETAILS} for r in records]))
 
 
+def latency_bars(bars: list[tuple[str, float]]) -> Any:
+    """Compare's bar chart of (configuration, latency) in the table's order (Gradio sorts a bar chart's
+    categories by name unless told the order)."""
+    frame = pd.DataFrame([{"configuration": c, "latency (s)": s} for c, s in bars])
+    return gr.update(value=frame, sort=[c for c, _ in bars])
+
+
 def compare_outputs(result) -> tuple:
     """Compare's outputs: results column shown, headline, gallery, tables, plot, slider, files, raw rows."""
     records = result.records
     ok = [(r, res) for r, res in zip(records, result.results, strict=True) if res is not None]
     gallery = [(res.images[0], report.caption(r)) for r, res in ok]
-    bars = pd.DataFrame([{"configuration": r["config"], "latency (s)": r["latency_s"]} for r, _ in ok])
+    bars = latency_bars([(r["config"], r["latency_s"]) for r, _ in ok])
     choices = [r["config"] for r, _ in ok[1:]]
     base = ok[0][1].images[0] if ok else None
     pairs = {r["config"]: (base, res.images[0]) for r, res in ok[1:]}  # the slider's choice -> its two images

@@ -145,12 +145,7 @@ def xy_outputs(result: xy.XYResult) -> dict[str, Any]:
         for p in ok
         if p.config != "baseline" and result.point(p.x, "baseline", p.y).result is not None
     }
-    bars = pd.DataFrame(
-        [
-            {"configuration": f"{p.config} @ {where(result, p)}", "latency (s)": p.record["latency_s"]}
-            for p in ok
-        ]
-    )
+    bars = views.latency_bars([(f"{p.config} @ {where(result, p)}", p.record["latency_s"]) for p in ok])
     batch = result.axis.name == "batch"
     speed, memory = throughput_frames(result) if batch else (None, None)
     return {

@@ -1,6 +1,7 @@
 """What a new user tripped on, in a real browser (Debian's chromium driven by Playwright, 1280x900): the
-first-call note after a Profile run, History's first download and its filters, and "Speed over library
-versions" clicked as it opens. Screenshots go to test-artifacts/: history-filtered.
+first-call note after a Profile run, History's first download and its filters, "Speed over library versions"
+clicked as it opens, error toasts that outlive their error, and Load from image filling a form out of sight.
+Screenshots go to test-artifacts/: history-filtered, load-from-image-in-view.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from tests.ui.browser import LONG, MARKS, open_page, serve, shot, small, tab
+from tests.ui.browser import HEIGHT, LONG, MARKS, open_page, serve, shot, small, tab
 
 pytestmark = MARKS
 
@@ -102,3 +103,40 @@ def test_speed_over_versions_answers_its_first_click_as_it_opens(page):
     note = page.locator("#timeline-note")
     expect(note).not_to_be_empty(timeout=LONG)
     assert "not 0" not in note.inner_text() and "⚠" not in note.inner_text(), note.inner_text()
+
+
+def test_a_run_clicked_after_an_error_closes_the_errors_toast(page):
+    """A refusal's toast is about that click: the next click on Generate, with the form fixed, closes it
+    instead of leaving it over the new run for its ten seconds."""
+    from playwright.sync_api import expect
+
+    tab(page, "Generate")
+    small(page, "gen")
+    page.locator("#gen-steps input").fill("0")
+    page.locator("#generate-btn").click()
+    toast = page.locator(".toast-body.error")
+    expect(toast.first).to_be_visible(timeout=LONG)
+    small(page, "gen")
+    page.locator("#generate-btn").click()
+    expect(toast).to_have_count(0, timeout=3_000)
+    page.locator("#metrics-card").get_by_text("per image").wait_for(timeout=LONG)
+
+
+def test_load_from_image_brings_the_form_it_filled_into_view(page, server):
+    tab(page, "Generate")
+    image = sorted((server.home / "outputs").glob("run-*.png"))[0]
+    page.get_by_text("Load from image").click()
+    drop = page.locator("#load-image")
+    drop.scroll_into_view_if_needed()
+    page.evaluate("window.scrollBy(0, 400)")
+    drop.locator("input[type=file]").set_input_files(str(image))
+    page.locator("#load-image-note").get_by_text("saved by the studio").wait_for(timeout=30_000)
+    prompt = page.locator("#gen-prompt")
+    page.wait_for_function(
+        "(h) => { const r = document.querySelector('#gen-prompt').getBoundingClientRect();"
+        " return r.top >= 0 && r.bottom <= h; }",
+        arg=HEIGHT,
+        timeout=10_000,
+    )
+    assert prompt.is_visible()
+    page.screenshot(path="test-artifacts/load-from-image-in-view.png")

@@ -17,6 +17,7 @@ from studio.request import build_request
 from studio.request.axes import parse_axis
 from studio.request.sweep_limits import AutotuneSettings
 from studio.sweeps import ladder, xy
+from studio.ui import xy_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
 from studio.ui.handlers.benchmark import plan_note
@@ -51,6 +52,16 @@ def test_an_x_axis_headline_counts_what_is_compared_and_says_the_figure_of_its_a
     assert said.startswith("**1 configuration** (cfg_cutoff) against the baseline at each of 2 steps values")
     assert "Fastest per denoising step" in said and "per step" in said and "throughput" not in said
     assert "Seconds per step:" in xy.markdown(result) and "Images per second" not in xy.markdown(result)
+
+
+def test_the_latency_chart_lists_the_configurations_in_the_tables_order(studio):
+    """Gradio sorts a bar chart's categories by name; the chart is told the table's order instead."""
+    req = tiny.request(steps=2)
+    result = xy.run_xy(studio, req, ["vae_slicing"], parse_axis("steps", "3,2", req), warmup=0, rounds=1)
+    chart = xy_views.xy_outputs(result)["latency_chart"]
+    expected = [f"{p.config} @ steps={p.x}" for p in result.points]
+    assert chart["sort"] == expected == list(chart["value"]["configuration"])
+    assert expected[0] == "baseline @ steps=3", "the X values keep the order they were given in"
 
 
 def test_a_memory_spread_below_what_rss_resolves_is_said_not_drawn_as_a_difference():

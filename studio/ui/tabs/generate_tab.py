@@ -14,7 +14,7 @@ from studio.optimizations import REGISTRY, availability
 from studio.request import PRECISIONS
 from studio.ui.handlers.common import FILLED, TECHNIQUE_BOXES, in_form_order, techniques_for_model
 from studio.ui.handlers.generate import STOPPING
-from studio.ui.progress_views import wire_cancel
+from studio.ui.progress_views import clears_toasts, wire_cancel
 from studio.ui.raw_fields import RawNumber
 from studio.ui.views import named
 from studio.ui.widgets import (
@@ -24,6 +24,9 @@ from studio.ui.widgets import (
     settings_placeholder,
     technique_groups,
 )
+
+# After Load from image: the form it filled is brought into view (the drop zone sits below it).
+SHOW_FORM = "() => document.querySelector('#gen-prompt').scrollIntoView({block: 'center'})"
 
 
 def generate_tab(handlers: dict) -> dict[str, Any]:
@@ -112,6 +115,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         **generation,
     }
     # The cancel flag is made at the click, outside the queue: a Cancel while the run waits is not lost.
+    clears_toasts(go)
     event = go.click(handlers["generate_reserve"], None, None, queue=False, api_visibility="private").then(
         named(handlers["generate_form"], shown),
         api_name="generate_form",  # the private events' own names: /generate is the API's
@@ -170,7 +174,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         png,
         [*targets, loaded],
         api_visibility="private",
-    )
+    ).then(None, js=SHOW_FORM, queue=False, api_visibility="private")  # what it filled, in sight
     found = gr.JSON(visible=False, label="Image settings")
     gr.Button(visible=False).click(handlers["read_image"], png, found, api_name="read_image")
     return {
