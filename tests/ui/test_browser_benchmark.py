@@ -16,8 +16,8 @@ from tests.ui.test_browser_views import _shot
 
 pytestmark = MARKS
 V0 = ROOT / "tests" / "cards" / "fixtures"  # a folder with a schema-0 card
-TABLES = """() => {
-  const block = document.getElementById('machines-md');
+TABLES = """(id = 'machines-md') => {
+  const block = document.getElementById(id);
   const tables = [...block.querySelectorAll('table')];
   const cells = [...block.querySelectorAll('td, th')];
   return {block: block.clientWidth, count: tables.length, page: document.documentElement.scrollWidth,
@@ -71,7 +71,7 @@ def test_a_run_shows_its_card_and_its_winner_fills_generate(page):
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Benchmark").click()
-    page.locator("#bench-configs textarea").fill("channels_last")
+    page.locator("#bench-configs textarea").fill("channels_last\nattention_slicing,vae_slicing,vae_tiling")
     page.locator("#bench-warmup input").fill("0")
     page.locator("#bench-rounds input").fill("1")
     page.locator("#bench-btn").click()
@@ -81,6 +81,8 @@ def test_a_run_shows_its_card_and_its_winner_fills_generate(page):
     assert "cards/" in page.locator("#bench-files textarea").input_value()
     expect(page.locator("#machines-md")).to_contain_text("(this machine)", timeout=LONG)
     expect(page.locator("#bench-use")).to_be_enabled(timeout=LONG)
+    size = page.evaluate(TABLES, "bench-summary")  # a long configuration's name wraps inside the page
+    assert not size["spilled"] and size["widest"] <= size["block"] and size["page"] <= WIDTH, size
     _shot(page, "benchmark-card", "#bench-btn", "#bench-use")
     page.locator("#bench-use").click()
     expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
