@@ -21,6 +21,14 @@ from typing import Any
 COLD, WARM, PACKAGE = "cold", "warm", "package"
 ORDER = (COLD, WARM, PACKAGE)  # the slowest first
 PHASES = "phases"  # the stats key of the list of events
+# The techniques whose first call prepares something (and records a phase), with what it does.
+PREPARING = {
+    "torch_compile": "compiles the denoiser (torch.compile)",
+    "aot_package": "compiles the denoiser into a package (AOTInductor), unless one is kept",
+    "jit_trace_unet": "traces the UNet (torch.jit.trace)",
+    "openvino": "converts the model to OpenVINO and compiles it, unless its cache has it",
+    "int8_static": "calibrates and converts the UNet to int8",
+}
 MEANING = {
     COLD: "compiled, converted or calibrated now",
     WARM: "rebuilt from this machine's caches",

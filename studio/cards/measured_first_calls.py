@@ -2,13 +2,17 @@
 `/estimate`, `python -m studio estimate`): the first calls this studio logged (`studio.engine.first_call`),
 else the slowest a benchmark card measured (this studio's cards and docs/cards), with its machine; said only
 where the first call costs clearly more than a later one. A combination measured nowhere is estimated from
-its parts: what each technique's own first call costs beyond a later call, here or on a card's machine."""
+its parts: what each technique's own first call costs beyond a later call, here or on a card's machine. A
+configuration whose first call compiles or converts (`studio.phases.PREPARING`) and that was measured nowhere
+gets an estimate from any card's configurations with that technique on the same model (`compile_cost`), which
+also gives a first call's progress line its expected seconds (`expected_seconds`)."""
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING, Any
 
-from studio import report
+from studio import phases, report
 from studio.cards.card import default_folder
 from studio.cards.collection import DOCS_CARDS, load_folder, machine_name
 from studio.engine.first_call import notable, part_of
@@ -39,6 +43,76 @@ def from_cards(cards: list[dict[str, Any]], model: str, config: str) -> list[dic
                     )
     unique = {(f["machine"], f["width"], f["height"], f["steps"]): f for f in found}
     return sorted(unique.values(), key=lambda f: -f["seconds"])
+
+
+def with_technique(cards: list[dict[str, Any]], technique: str) -> list[dict[str, Any]]:
+    """Every first call `cards` measured of a configuration that uses `technique`, on any model: {machine,
+    model, config, seconds, later}."""
+    from studio.request.configs import parse_config
+
+    found = []
+    for card in cards:
+        for entry in card.get("models") or []:
+            for row in entry.get("rows") or []:
+                if row.get("first_call_s") is None or technique not in parse_config(row["config"])[0]:
+                    continue
+                found.append(
+                    {
+                        "machine": machine_name(card),
+                        "model": entry.get("model"),
+                        "config": row["config"],
+                        "seconds": row["first_call_s"],
+                        "later": row.get("seconds_per_image"),
+                    }
+                )
+    return found
+
+
+def compile_cost(cards: list[dict[str, Any]], request: GenerationRequest) -> tuple[str, float | None] | None:
+    """For a configuration whose first call prepares something (compiles, converts) and that was measured
+    nowhere: a sentence from the cards' first calls of configurations with the same technique, and the seconds
+    to expect (their median on this model; None where only other models were measured). None when no
+    technique of the request prepares anything."""
+    name = next((n for n in request.opts if n in phases.PREPARING), None)
+    if name is None:
+        return None
+    measured = with_technique(cards, name)
+    here = sorted((f for f in measured if f["model"] == request.model), key=lambda f: f["seconds"])
+    if here:
+        expect = statistics.median(f["seconds"] for f in here)
+        each = ", ".join(f"{short(f['machine'])} {rough(f['seconds'])}" for f in here[:4])
+        later = [f["later"] for f in here if f["later"]]
+        after = f"; later calls {rough(min(later))}–{rough(max(later))}" if later else ""
+        return (
+            f"Not run here yet, and its first call {phases.PREPARING[name]}. On benchmark cards, first calls "
+            f"with {name} on {request.model} took {rough(here[0]['seconds'])}–"
+            f"{rough(here[-1]['seconds'])} ({each}){after}: expect about {rough(expect)} "
+            "here, more or less with this CPU's speed.",
+            expect,
+        )
+    if measured:
+        other = max(measured, key=lambda f: f["seconds"])
+        return (
+            f"Not run here yet, and its first call {phases.PREPARING[name]}. No benchmark card measured "
+            f"{name} on {request.model}; on {other['model']} its first call took "
+            f"{rough(other['seconds'])} ({short(other['machine'])}), and it grows with the model.",
+            None,
+        )
+    return (
+        f"Not run here yet, and its first call {phases.PREPARING[name]}: nothing measured how long that "
+        "takes, here or on a benchmark card.",
+        None,
+    )
+
+
+def rough(seconds: float) -> str:
+    """An estimate's seconds as a person reads one: '40 s', '0.14 s'."""
+    return f"{seconds:.0f} s" if seconds >= 10 else report.seconds(seconds)
+
+
+def short(machine: str) -> str:
+    """A card's machine without its CPU details: 'Intel Xeon with AMX'."""
+    return machine.split(" (")[0]
 
 
 def _from_card(cards: list[dict[str, Any]], request: GenerationRequest) -> dict[str, Any] | None:
@@ -99,6 +173,9 @@ def sentence(studio: Studio, request: GenerationRequest) -> str:
     cards = load_folder(default_folder(), DOCS_CARDS).cards
     f = _from_card(cards, request)
     if f is None:
+        cost = compile_cost(cards, request)
+        if cost is not None:
+            return cost[0]
         return from_parts(studio, cards, request) if len(request.opts) > 1 else ""
     if not notable(f["seconds"], f["later"]):
         return ""
@@ -106,3 +183,18 @@ def sentence(studio: Studio, request: GenerationRequest) -> str:
         f"Not run here yet. A benchmark card measured the first call of {request.config_label} at "
         f"{report.seconds(f['seconds'])} ({f['width']}x{f['height']}, {f['steps']} steps) on {f['machine']}."
     )
+
+
+def expected_seconds(studio: Studio, request: GenerationRequest) -> float | None:
+    """What `request`'s first call should take, for its progress line: logged here, else a card's, else a
+    compile's estimate (`compile_cost`); None when nothing says (or its first call costs no more than a
+    later one)."""
+    found = studio.first_call(request)
+    if found is not None:
+        return found.cold_s if found.notable else None
+    cards = load_folder(default_folder(), DOCS_CARDS).cards
+    f = _from_card(cards, request)
+    if f is not None:
+        return f["seconds"] if notable(f["seconds"], f["later"]) else None
+    cost = compile_cost(cards, request)
+    return cost[1] if cost is not None else None

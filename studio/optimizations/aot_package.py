@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten
 from pipelines.sources import HUB_ID
 from studio import checks, phases
 from studio.errors import ValidationError, first_line
-from studio.optimizations import inductor_cache, packages
+from studio.optimizations import compile_activity, inductor_cache, packages
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser_name, restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
@@ -163,8 +163,10 @@ class PackagedModule(PerShapeModule):
     def _compile(self, inputs: dict[str, Any], name: str, env: dict[str, Any], what: str, notes: list[str]):
         start = time.perf_counter()
         inductor_cache.keep_headers_with_kernels()
+        compile_activity.say(f"exporting {what} into a graph (torch.export)")
         with torch.no_grad():
             exported = torch.export.export(self.original, (), inputs, strict=False)
+        compile_activity.say(f"compiling {what} into a package (AOTInductor: lowering, kernels, linking)")
 
         def build(path: str) -> None:
             torch._inductor.aoti_compile_and_package(  # a copy: torch adds its own entries to the dict
@@ -180,7 +182,9 @@ class PackagedModule(PerShapeModule):
             "created_at": time.strftime("%Y-%m-%d %H:%M"),
         }
         path, note = packages.save(packages.cache_root(), name, build, meta)
+        compile_activity.say(f"loading the package of {what}")
         graph = self._load(path)
+        compile_activity.clear()
         seconds = time.perf_counter() - start
         self._stats["compile_count"] = self._stats.get("compile_count", 0) + 1
         self._stats["compile_seconds"] = self._stats.get("compile_seconds", 0.0) + seconds

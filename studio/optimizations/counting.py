@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from studio import phases
-from studio.optimizations import kept
+from studio.optimizations import compile_activity, kept
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ def counting_backend(options: dict[str, Any], *, technique: str | None = None, w
     backend per compile left every dropped copy's graphs in memory (~14 MB per compile of the bundled model's
     UNet).
     """
+    compile_activity.watch_dynamo()  # a first call's progress line says dynamo's tracing too
     return _backend(tuple(sorted(options.items())), technique, what)
 
 
@@ -68,9 +69,12 @@ def _backend(options: tuple[tuple[str, Any], ...], technique: str | None, what: 
         from torch._inductor import compile_fx  # looked up at each build: the backend lives for the process
 
         start, before = time.perf_counter(), _cache_events()
+        stats = _COUNTING_INTO.get()
+        number = (stats or {}).get("compile_count", 0) + 1
+        compile_activity.say(f"graph {number}: lowering it and compiling its kernels (inductor)")
         compiled = compile_fx.compile_fx(graph, example_inputs, config_patches=patches)
         took = time.perf_counter() - start
-        stats = _COUNTING_INTO.get()
+        compile_activity.say(f"graph {number} built in {took:.0f} s; the first call runs it")
         if stats is None:
             return compiled
         stats["compile_count"] = stats.get("compile_count", 0) + 1

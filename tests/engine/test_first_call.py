@@ -4,7 +4,7 @@ configuration on a pipeline, even one already warm with another), else from a be
 from __future__ import annotations
 
 from studio.cards.collection import DOCS_CARDS, load_folder
-from studio.cards.measured_first_calls import from_cards
+from studio.cards.measured_first_calls import compile_cost, from_cards
 from tests import tiny
 
 
@@ -62,3 +62,25 @@ def test_a_profile_run_logged_without_a_latency_leaves_the_first_call_note_worki
     assert found is not None and found.warm_s == again.metrics["latency_median"]
     studio.profile(tiny.request(steps=2))  # the only run of the baseline: no latency, no first call
     assert studio.first_call(tiny.request(steps=2)) is None
+
+
+def test_a_first_compile_measured_nowhere_is_estimated_from_the_cards_of_its_technique():
+    """torch_compile on the bundled model, in any configuration the cards measured: the range across their
+    machines and the median to expect; a technique no card measured says so; nothing to prepare, nothing."""
+    cards = load_folder(DOCS_CARDS).cards
+    firsts = sorted(
+        row["first_call_s"]
+        for card in cards
+        for entry in card["models"]
+        if entry["model"] == "tiny-shapes"
+        for row in entry.get("rows") or []
+        if "torch_compile" in row["config"] and row.get("first_call_s")
+    )
+    assert len(firsts) >= 2, "the project's cards measured a compile of the bundled model"
+    said, expect = compile_cost(cards, tiny.request(["torch_compile"]))
+    assert expect == firsts[len(firsts) // 2] if len(firsts) % 2 else expect > firsts[0]
+    assert "its first call compiles the denoiser (torch.compile)" in said and "expect about" in said
+    assert f"{firsts[0]:.0f} s–{firsts[-1]:.0f} s" in said
+    said, expect = compile_cost(cards, tiny.request(["aot_package"]))
+    assert expect is None and "nothing measured how long that takes" in said
+    assert compile_cost(cards, tiny.request(["channels_last"])) is None

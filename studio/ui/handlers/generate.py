@@ -17,6 +17,7 @@ import gradio as gr
 from pipelines.spec import PipelineSpec
 from studio import report
 from studio.cards import measured_first_calls
+from studio.cards.measured_first_calls import expected_seconds
 from studio.engine import Studio
 from studio.errors import (
     Cancelled,
@@ -30,7 +31,7 @@ from studio.errors import (
 from studio.optimizations import check_conflicts, conflicts_of
 from studio.report import image_metadata
 from studio.request import build_request
-from studio.ui import views
+from studio.ui import first_call_line, views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     DEFAULT_MODEL,
@@ -106,11 +107,13 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         progress(0, desc="loading / configuring")
         memory_advice.pop(session_of(request), None)
         try:
-            result = studio.generate(
-                req,
-                on_step=lambda i, n: progress((i, n), desc="denoising", unit="steps"),
-                should_stop=should_stop,
-            )
+            with first_call_line.until_first_step(progress, expected_seconds(studio, req)) as preparing:
+
+                def on_step(i: int, n: int) -> None:
+                    preparing()
+                    progress((i, n), desc="denoising", unit="steps")
+
+                result = studio.generate(req, on_step=on_step, should_stop=should_stop)
         except OutOfMemory as exc:
             memory_advice[session_of(request)] = exc.advice[:2]
             raise

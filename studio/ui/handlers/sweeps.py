@@ -28,7 +28,7 @@ from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import ladder as ladder_mod
 from studio.sweeps.compare import run_compare
 from studio.sweeps.xy import run_xy
-from studio.ui import progress_views, views, xy_views
+from studio.ui import first_call_line, progress_views, views, xy_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
     TECHNIQUE_BOXES,
@@ -136,9 +136,10 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
                 "should_stop": should_stop,
             }
             try:
-                if x_axis is not None:
-                    return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, y, **options))
-                return named(COMPARE, views.compare_outputs(run_compare(studio, req, configs, **options)))
+                with first_call_line.while_preparing(progress, "Compare"):
+                    if x_axis is not None:
+                        return xy_views.xy_outputs(run_xy(studio, req, configs, x_axis, y, **options))
+                    return named(COMPARE, views.compare_outputs(run_compare(studio, req, configs, **options)))
             except Cancelled as exc:
                 return named(COMPARE, progress_views.compare_cancelled(exc))
 
