@@ -140,3 +140,22 @@ def test_load_from_image_brings_the_form_it_filled_into_view(page, server):
     )
     assert prompt.is_visible()
     page.screenshot(path="test-artifacts/load-from-image-in-view.png")
+
+
+def test_a_batch_shows_each_of_its_images_in_a_gallery(page):
+    from playwright.sync_api import expect
+
+    tab(page, "Generate")
+    small(page, "gen")
+    page.locator("#gen-batch input").fill("3")
+    page.locator("#generate-btn").click()
+    page.locator("#metrics-card").get_by_text("per image").wait_for(timeout=LONG)
+    gallery = page.locator("#gen-each-image")
+    expect(gallery).to_be_visible()
+    expect(gallery.locator("img")).to_have_count(3, timeout=30_000)
+    expect(gallery).to_contain_text("image 3 of 3")
+    gallery.scroll_into_view_if_needed()
+    shot(page, "generate-batch-gallery")
+    page.locator("#gen-batch input").fill("1")
+    page.locator("#generate-btn").click()
+    expect(gallery).to_be_hidden(timeout=LONG)

@@ -96,6 +96,13 @@ def checked_image_settings(found: image_metadata.ImageSettings) -> tuple[dict | 
     return found.settings, found.message
 
 
+def batch_gallery(images: list) -> dict:
+    """Generate's gallery of a batch: each image on its own (each PNG with its own settings), shown for a
+    batch only."""
+    shown = [(im, f"image {i + 1} of {len(images)}") for i, im in enumerate(images)]
+    return gr.update(value=shown if len(images) > 1 else None, visible=len(images) > 1)
+
+
 def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
     """Generate's event functions, closed over one Studio and the sessions' cancel flags."""
     memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
@@ -118,10 +125,12 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             memory_advice[session_of(request)] = exc.advice[:2]
             raise
         except Cancelled as exc:
-            return {"image": None, "card": cancelled_note(exc), "metrics": None}
+            shown = {"image": None, "card": cancelled_note(exc), "metrics": None}
+            return {**shown, "batch": batch_gallery([])}
         metrics = report.single_record(result)
         card = views.generate_card(metrics, model_note(result.request.spec))
-        return {"image": views.batch_image(result.images), "card": card, "metrics": metrics}
+        shown = {"image": views.batch_image(result.images), "card": card, "metrics": metrics}
+        return {**shown, "batch": batch_gallery(result.images)}
 
     @optional_fields
     @engine_errors
@@ -131,7 +140,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         # first: it takes the flag a click reserved
         with cancellable_run(cancels, request, "generate") as should_stop:
             shown = run_generate(form_request(fields), request, progress, should_stop)
-        return shown["image"], shown["card"], shown["metrics"]
+        return shown["image"], shown["card"], shown["metrics"]  # the form's batch gallery is not the API's
 
     @engine_errors
     def generate_form(request: gr.Request = None, progress=gr.Progress(), **fields) -> dict:
@@ -145,6 +154,7 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             except REFUSALS as exc:
                 refused[session_of(request)] = describe(exc)
                 shown = {"image": None, "card": views.refused_card(describe(exc)), "metrics": None}
+                shown["batch"] = batch_gallery([])
         return {**shown, "loaded": ""}
 
     def refusal_toast(request: gr.Request):

@@ -61,6 +61,15 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
             first_note = gr.Markdown(elem_id="first-call-note")
         with gr.Column(scale=2):
             image = gr.Image(label="Image", type="pil", format="png", height=300, elem_id="gen-image")
+            each_image = gr.Gallery(
+                label="Each image of the batch",
+                columns=4,
+                height="auto",
+                object_fit="contain",
+                format="png",
+                visible=False,
+                elem_id="gen-each-image",
+            )
             card = gr.Markdown(label="Metrics card", show_label=False, elem_id="metrics-card")
     with gr.Accordion("Optimizations", open=True):
         boxes, folds, lists = technique_groups()
@@ -106,7 +115,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     )  # an unknown name reaches validation, which says why
     api = in_form_order({**fields, "optimizations": api_list})
     generation = generation_queue()
-    shown = {"image": image, "card": card, "metrics": metrics, "loaded": loaded_run}
+    shown = {"image": image, "card": card, "metrics": metrics, "loaded": loaded_run, "batch": each_image}
     run_form = {
         "inputs_kwargs": form,
         "outputs": list(shown.values()),
