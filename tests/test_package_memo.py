@@ -1,6 +1,7 @@
 """The suite's one-build-per-graph compiled packages (tests/startup/package_memo.py): an identical export is
-served the first build's package, anything a build reads that differs is another key, and every process the
-suite starts has the wrapper in place."""
+served the first build's package, anything a build reads that differs (the tensors' values included: a
+package holds some inside itself) is another key, and every process the suite starts has the wrapper in
+place."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from tests.startup import package_memo
 
 
 class Small(torch.nn.Module):
-    def __init__(self, width: int = 8):
+    def __init__(self, width: int = 8, seed: int = 0):
         super().__init__()
+        torch.manual_seed(seed)
         self.linear = torch.nn.Linear(width, width)
 
     def forward(self, sample):
@@ -49,9 +51,10 @@ def test_an_identical_export_is_served_the_first_builds_package(tmp_path):
     assert (tmp_path / "memo" / package_memo.HITS_FILE).read_text().count("\n") == 1
 
 
-def test_whatever_a_build_reads_besides_the_weights_changes_the_key():
+def test_whatever_a_build_reads_changes_the_key():
     base = package_memo.key(_exported(), {})
     assert package_memo.key(_exported(), {}) == base, "the same export, the same key"
+    assert package_memo.key(_exported(module=Small(seed=1)), {}) != base, "other values, another key"
     assert package_memo.key(_exported(rows=3), {}) != base
     assert package_memo.key(_exported(width=4), {}) != base
     assert package_memo.key(_exported(), {"freezing": True}) != base

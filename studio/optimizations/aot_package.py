@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten
 from pipelines.sources import HUB_ID
 from studio import checks, phases
 from studio.errors import ValidationError, first_line
-from studio.optimizations import compile_activity, inductor_cache, packages
+from studio.optimizations import compile_activity, inductor_cache, package_holdings, packages
 from studio.optimizations.base import Context, Optimization, Settings, register
 from studio.optimizations.denoiser import denoiser_name, restore_denoiser, swap_denoiser
 from studio.optimizations.facts import DEFAULTS_ONLY, NO_MEMORY_EFFECT, Preset
@@ -133,32 +133,47 @@ class PackagedModule(PerShapeModule):
         )
         what = f"the {self.part} at {_shape_words(inputs)}"
         notes = [self._source_note] if self._source_note else []
+        names = [name]  # and, once a package of this key held other values, this module's own beside it
         for root in self._roots:
-            start = time.perf_counter()
-            try:
-                entry = packages.find(root, name, env)
-                if entry is not None:
-                    graph = self._load(entry.package)
-                    phases.record(
-                        self._stats,
-                        technique=NAME,
-                        phase=phases.PACKAGE,
-                        seconds=time.perf_counter() - start,
-                        what=what,
-                        note=" ".join(notes),
-                    )
+            for candidate in names:  # `_kept` may add this module's own name, tried next in the same root
+                graph = self._kept(root, candidate, env, what, notes, names)
+                if graph is not None:
                     return graph
-            except packages.PackageRefused as exc:
-                notes.append(f"{exc} It was not used.")
-                log.warning("%s", exc)
-            except (RuntimeError, OSError, ValueError) as exc:  # truncated or damaged: aoti cannot open it
-                notes.append(
-                    f"The compiled package in {root / name} could not be loaded ({first_line(exc)}); "
-                    "it was compiled again."
-                )
-                if root == packages.cache_root():
-                    packages.discard(root / name, first_line(exc))
-        return self._compile(inputs, name, env, what, notes)
+        return self._compile(inputs, names[-1], env, what, notes)
+
+    def _kept(
+        self, root: Path, name: str, env: dict[str, Any], what: str, notes: list[str], names: list[str]
+    ) -> Any:
+        """The package kept as `root/name`, loaded and bound, or None (none there, or one that cannot serve:
+        `notes` says why). One that holds other values inside itself than this module's adds the name of
+        this module's own to `names` (kept beside it: another model of the same architecture)."""
+        start = time.perf_counter()
+        try:
+            entry = packages.find(root, name, env)
+            if entry is None:
+                return None
+            other = package_holdings.same_values(self.original, entry.meta.get("holds"))
+            if other:
+                notes.append(f"The compiled package in {root / name} was not used: {other}")
+                own = f"{names[0]}-{package_holdings.variant(self.original, entry.meta.get('holds'))}"
+                names.extend([own] if own not in names else [])
+                return None
+            graph = self._load(entry.package)
+        except packages.PackageRefused as exc:
+            notes.append(f"{exc} It was not used.")
+            log.warning("%s", exc)
+            return None
+        except (RuntimeError, OSError, ValueError) as exc:  # truncated or damaged: aoti cannot open it
+            notes.append(
+                f"The compiled package in {root / name} could not be loaded ({first_line(exc)}); "
+                "it was compiled again."
+            )
+            if root == packages.cache_root():
+                packages.discard(root / name, first_line(exc))
+            return None
+        took, note = time.perf_counter() - start, " ".join(notes)
+        phases.record(self._stats, technique=NAME, phase=phases.PACKAGE, seconds=took, what=what, note=note)
+        return graph
 
     def _compile(self, inputs: dict[str, Any], name: str, env: dict[str, Any], what: str, notes: list[str]):
         start = time.perf_counter()
@@ -172,6 +187,8 @@ class PackagedModule(PerShapeModule):
             torch._inductor.aoti_compile_and_package(  # a copy: torch adds its own entries to the dict
                 exported, package_path=path, inductor_configs=dict(INDUCTOR_CONFIGS)
             )
+            managed = torch._inductor.aoti_load_package(path).get_constant_fqns()
+            meta["holds"] = package_holdings.held(self.original, managed)  # written with the package
 
         meta = {key: self._parts[key] for key in ("part", "architecture", "techniques")} | {
             "model": self._model
@@ -267,9 +284,9 @@ register(
             "Compile the UNet or transformer ahead of time (torch.export + AOTInductor) into a package kept "
             "on disk, one per input shape: the first call of a shape compiles (minutes for SD 1.5 on a CPU), "
             "every later process loads the package in about a second and runs at compiled speed, with no "
-            "dynamo guards per call. The package holds no weights (it takes the live model's), so it costs "
-            "megabytes on disk. Settings: vae (the VAE decoder too), source (a folder of packages published "
-            "elsewhere)."
+            "dynamo guards per call. The package takes the live model's weights (all but a few small tensors "
+            "folded into its code, checked before use), so it costs megabytes on disk. Settings: vae (the "
+            "VAE decoder too), source (a folder of packages published elsewhere)."
         ),
         conflict_reason=(
             "it swaps the denoiser for a package compiled ahead of time from the plain model, in which other "

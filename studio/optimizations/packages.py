@@ -36,7 +36,7 @@ from studio.errors import first_line
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # the layout of a package folder; a folder of another format is refused
+FORMAT = 2  # the layout of a package folder; a folder of another format is refused (2: says what it holds)
 PACKAGE, META = "package.pt2", "package.json"
 FOLDER = "packages"  # the folder of packages in a studio home, a Space and a published dataset repository
 

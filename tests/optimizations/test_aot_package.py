@@ -101,6 +101,7 @@ def _call(module: torch.nn.Module, stats: dict, **settings) -> tuple[torch.Tenso
 def small(home):
     """A small module and its package, compiled once for the fault tests (a copy of it is what a test's
     stand-in compile writes, so only this fixture pays a C++ build)."""
+    torch.manual_seed(0)  # the same values each run: the suite's package memo serves this build again
     module = Small().eval()
     stats: dict = {}
     out, events = _call(module, stats)
@@ -144,6 +145,22 @@ def test_the_timestep_as_a_number_is_an_input_not_a_constant(small):
     packed = PackagedModule(module, _ctx({}), "test part")
     assert torch.allclose(packed(x, 5), module(x, 5)), "a timestep baked in at 3 would give 3's output"
     assert torch.allclose(out, module(x, 3))
+
+
+def test_a_kept_package_serves_only_a_module_with_the_values_it_holds_itself(small):
+    """A package reads most of the live module's tensors but holds some inside its compiled code (the
+    Linear's bias here): a module of the same architecture with other values is not served by it (it would
+    compute with the first module's bias) but compiled for, saying why; the first module is served again."""
+    module, _, _ = small
+    x = torch.arange(16, dtype=torch.float32).reshape(2, 8)
+    torch.manual_seed(1)
+    other = Small().eval()
+    out, events = _call(other, {})
+    assert [e["phase"] for e in events] == ["cold"], "not served by the first module's package"
+    assert "whose tensors it holds itself (linear.bias) had other values" in events[0]["note"], events
+    assert torch.allclose(out, other(x, 3)), "it computes with its own tensors"
+    again, events = _call(other, {})
+    assert [e["phase"] for e in events] == ["package"] and torch.equal(again, out)
 
 
 def test_a_truncated_package_is_named_removed_and_compiled_again(

@@ -5,10 +5,10 @@ Inductor's FX graph cache, which serves the suite's `torch.compile` builds again
 and several tests compile the bundled model's UNet at the same shape in studio homes of their own (the engine,
 a fault case, a ZeroGPU worker, a restarted server in the browser): each of them still meets an empty home, so
 the studio still exports, says "cold" and keeps the package; the C++ and inductor's lowering are paid once.
-The studio's packages hold no weights, so the key is everything a build reads besides them: the exported
-graph as printed with its shapes, the dtype, shape and strides of every input and constant, the graph's
-signature and inputs' ranges, the inductor settings and torch's version. Builds of one key wait for each
-other (a file lock), so two workers never compile it twice."""
+The key is everything a build reads: the exported graph as printed with its shapes, the dtype, shape, strides
+and values of every input and constant (a package holds some of them inside itself, such as a bias folded
+into a kernel), the graph's signature and inputs' ranges, the inductor settings and torch's version. Builds of
+one key wait for each other (a file lock), so two workers never compile it twice."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _digest(described: str) -> str:
 
 
 def described_build(exported, inductor_configs) -> str:
-    """Everything a build reads besides the weights, as text (kept beside each package, to compare)."""
+    """Everything a build reads, as text (kept beside each package, to compare)."""
     import torch
 
     def described(value) -> str:
@@ -41,10 +41,15 @@ def described_build(exported, inductor_configs) -> str:
             return f"{value.dtype}{tuple(value.shape)}{value.stride()}{value.device.type}"
         return repr(value)
 
+    def values(value) -> str:  # a package holds some tensors inside itself (a bias folded into a kernel)
+        flat = value.detach().to("cpu").contiguous().reshape(-1)
+        return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+
     graph = exported.graph_module
     nodes = [(node.name, described(node.meta.get("val"))) for node in graph.graph.nodes]
     tensors = sorted(
-        (name, described(value)) for name, value in {**exported.state_dict, **exported.constants}.items()
+        (name, described(value), values(value) if isinstance(value, torch.Tensor) else "")
+        for name, value in {**exported.state_dict, **exported.constants}.items()
     )
     parts = [
         torch.__version__,
