@@ -149,6 +149,9 @@ def from_parts(studio: Studio, cards: list[dict[str, Any]], request: GenerationR
     estimate from its parts (or that none of them was measured)."""
     parts = [_part(studio, cards, request, name) for name in request.opts]
     known = [more for _, more, _ in parts if more is not None]
+    cost = compile_cost(cards, request)
+    if not known and cost is not None:  # a compile measured nowhere alone: the cards' compiles of the model
+        return cost[0]
     if not known:
         return (
             f"Not run here yet as {request.config_label}, and none of its techniques was measured alone "
@@ -173,10 +176,10 @@ def sentence(studio: Studio, request: GenerationRequest) -> str:
     cards = load_folder(default_folder(), DOCS_CARDS).cards
     f = _from_card(cards, request)
     if f is None:
+        if len(request.opts) > 1:
+            return from_parts(studio, cards, request)
         cost = compile_cost(cards, request)
-        if cost is not None:
-            return cost[0]
-        return from_parts(studio, cards, request) if len(request.opts) > 1 else ""
+        return cost[0] if cost is not None else ""
     if not notable(f["seconds"], f["later"]):
         return ""
     return (

@@ -264,8 +264,9 @@ def autotune_outputs(result) -> tuple:
     )
 
 
-def history_outputs(records: list[dict[str, Any]], csv_path: str) -> tuple:
-    """History's table (a run's status, and a sweep's verdict where there is one), plot and CSV."""
+def history_outputs(records: list[dict[str, Any]], csv_path: str, prompts: list[str]) -> tuple:
+    """History's table (a run's prompt as `prompts` gives it, its status, and a sweep's verdict where there is
+    one), plot and CSV."""
     first = (
         ("Run", lambda r: r["run_id"]),
         ("When", lambda r: (r["created_at"] or "")[5:19].replace("T", " ")),
@@ -274,18 +275,15 @@ def history_outputs(records: list[dict[str, Any]], csv_path: str) -> tuple:
     table = pd.DataFrame(report.readable_rows(records, first))
     table = table.drop(columns=["Image vs baseline", "Peak memory"], errors="ignore")  # in the CSV
     if records:  # a run's status in its own column; a verdict only where a sweep gave one
+        table.insert(table.columns.get_loc("Configuration"), "Prompt", prompts)
         table.insert(table.columns.get_loc("Verdict"), "Status", [r["status"] for r in records])
         table["Verdict"] = [r.get("verdict") or "–" for r in records]
-    table = styled(table)
     ok = [r for r in records if r["status"] == "ok" and r["latency_s"] is not None]
     times = pd.to_datetime([r["created_at"] for r in ok], utc=True)
-    plot = pd.DataFrame(
-        {
-            "time": times,
-            "latency (s)": [r["latency_s"] for r in ok],
-            "configuration": [r["config"] for r in ok],
-        }
-    )
+    latency, config = [r["latency_s"] for r in ok], [r["config"] for r in ok]
+    plot = pd.DataFrame({"time": times, "latency (s)": latency, "configuration": config})
+    when = ["When"] if records else []  # the time on one line: the prompt and configuration wrap instead
+    table = styled(table).format(lambda v: str(v).replace(" ", "\u00a0"), subset=when)
     return table, gr.update(value=plot, x_axis_format=time_format(times)), csv_path
 
 

@@ -283,7 +283,7 @@ def test_every_face_shares_the_vocabulary(client, server, cli_at, ladder_answer)
     with open(csv_path) as fh:
         header = next(csv.reader(fh))
     assert SHARED <= set(header) and not OLD_NAMES & set(header)
-    assert history["headers"][:4] == ["Run", "When", "Model", "Configuration"]
+    assert history["headers"][:5] == ["Run", "When", "Model", "Prompt", "Configuration"]
 
 
 def test_history_and_system(client):

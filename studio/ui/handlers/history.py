@@ -1,8 +1,10 @@
 """History's handlers: `/history` (the run log, filtered, with its CSV; the tab's Refresh answers a bad filter
-with a sentence instead), `/load_config` (a logged run back into Generate's form), a click on a History row
-(the same, and Generate names the run it loaded), `/export_db`, and `/timeline` (did an upgrade make it
-slower? one configuration's runs on this machine grouped by the library versions they ran under,
-`studio.engine.speed_timeline`). The form's handlers return their outputs by name (`views.named`)."""
+with a sentence instead, and fills the gallery of the same runs' images), `/load_config` (a logged run back
+into Generate's form), a click on a History row or "Send to Generate" under a picked image (the same, and
+Generate names the run it loaded), "Reuse this seed" (a picked image's seed alone into Generate),
+`/export_db`, and `/timeline` (did an upgrade make it slower? one configuration's runs on this machine
+grouped by the library versions they ran under, `studio.engine.speed_timeline`). The form's handlers return
+their outputs by name (`views.named`)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from studio import devices, report, visitors
 from studio.engine import Studio, speed_timeline
 from studio.errors import StudioError, describe
 from studio.request import HistoryFilter, validate_run_id
-from studio.ui import exports, views
+from studio.ui import exports, gallery_views, views
 from studio.ui.handlers.common import DEFAULT_MODEL, engine_errors
 from studio.ui.handlers.generate import filled
 
@@ -90,35 +92,45 @@ def era_points(studio: Studio, eras: list[speed_timeline.Era]) -> pd.DataFrame:
 def build_history_handlers(studio: Studio) -> dict[str, Callable]:
     """History's event functions, closed over one Studio (its run log)."""
 
-    def records_of(filters: dict) -> list[dict]:
-        return [report.log_record(r) for r in studio.history(HistoryFilter.of(filters))]
+    def view_of(filters: dict) -> tuple[list[dict], list[dict], tuple]:
+        """The runs the filters show (the run log's rows, the current visitor's alone on a public studio),
+        newest first, as rows, as records, and as the table, plot and CSV."""
+        rows = studio.history(HistoryFilter.of(filters))
+        records = [report.log_record(r) for r in rows]
+        shown = views.history_outputs(records, exports.csv_file(records), gallery_views.table_prompts(rows))
+        return rows, records, shown
 
     @engine_errors
     def history(model, device, status, technique, since, limit):
         """The run log, newest first, filtered by model, device, status, technique, since (an ISO date or
         time) and a row limit: the table, the latency plot and a CSV of the runs."""
-        records = records_of(locals())
-        return views.history_outputs(records, exports.csv_file(records))
+        return view_of(locals())[2]
 
     @engine_errors
     def history_api(model="", device="", status="", technique="", since="", limit=200):
         """The API's `/history`: the table, plot and CSV the browser shows, and the runs as records in the
         shared vocabulary (JSON: the keys docs/api.md lists), newest first."""
-        records = records_of(locals())
-        return (*views.history_outputs(records, exports.csv_file(records)), records)
+        _, records, shown = view_of(locals())
+        return (*shown, records)
 
-    def history_form(model, device, status, technique, since, limit):
-        """History's Refresh and the tab opening: as `/history`, with a sentence under the filters where a
-        filter is wrong (a bad date), the table, plot and CSV left as they were."""
+    @engine_errors
+    def history_form(model, device, status, technique, since, limit) -> dict[str, Any]:
+        """History's Refresh and the tab opening: as `/history`, and the gallery of the same runs' images
+        (`gallery_views.gallery_of`: `gallery`, and the run behind each image in `images`), nothing picked;
+        a sentence under the filters where a filter is wrong (a bad date), the views left as they were."""
+        filters = dict(locals())
         try:
-            HistoryFilter.of(locals())
+            HistoryFilter.of(filters)
         except StudioError as exc:
             why = describe(exc)
             return {"note": f"⚠ {why[:1].upper()}{why[1:]} The table below is still the last view."}
-        shown = history(
-            model=model, device=device, status=status, technique=technique, since=since, limit=limit
-        )
-        return {**dict(zip(("table", "plot", "csv"), shown, strict=True)), "note": ""}
+        rows, records, shown = view_of(filters)
+        return {
+            **dict(zip(("table", "plot", "csv"), shown, strict=True)),
+            **gallery_views.gallery_of(rows, records),
+            **unpicked(),
+            "note": "",
+        }
 
     def loaded(run_id) -> tuple[dict, dict]:
         """A logged run's columns and Generate's form filled from them, by name, with Generate shown."""
@@ -131,14 +143,52 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         included)."""
         return loaded(run_id)[1]
 
-    @engine_errors
-    def load_selected(table, evt: gr.SelectData) -> dict:
-        """A click on a History row loads that run into Generate, which says which run it is."""
-        run_id = int(table.iloc[evt.index[0]]["Run"])
+    def announced(run_id: int) -> dict:
+        """A logged run loaded into Generate (`loaded`), which says which run it is."""
         row, form = loaded(run_id)
         when = (row.get("created_at") or "")[:16].replace("T", " ")
         said = ", ".join(filter(None, [row.get("model"), row.get("config_label") or "baseline", when]))
         return {**form, "loaded": f"Loaded run #{run_id} ({said}) into the form."}
+
+    @engine_errors
+    def load_selected(table, evt: gr.SelectData) -> dict:
+        """A click on a History row loads that run into Generate, which says which run it is."""
+        return announced(int(table.iloc[evt.index[0]]["Run"]))
+
+    def unpicked() -> dict[str, Any]:
+        """The gallery's side with no image picked: no image, a sentence, no run, its buttons off."""
+        off = gr.update(interactive=False)
+        said = gallery_views.NOTHING_PICKED
+        return {"large": None, "picked": said, "picked_run": None, "reuse": off, "send": off}
+
+    @engine_errors
+    def pick_image(images: list[list[int]], evt: gr.SelectData) -> dict[str, Any]:
+        """An image picked in History's gallery (`images`: the run and the image's place in it behind each
+        thumbnail, kept on the server): the image large, read again from the run's own row (the visitor's
+        alone), its settings in words, the run kept for the buttons under them, which turn on."""
+        run_id, number = images[evt.index]
+        row = studio.logged_run(validate_run_id(run_id))
+        on = gr.update(interactive=True)
+        return {
+            "large": gallery_views.image_of(row, number, gallery_views.LARGE_SIDE),
+            "picked": gallery_views.picked_words(row),
+            "picked_run": row["id"],
+            "reuse": on,
+            "send": on,
+        }
+
+    @engine_errors
+    def reuse_seed(run_id) -> dict[str, Any]:
+        """ "Reuse this seed": the picked run's seed into Generate's seed field, every other field left as the
+        user left it, and Generate shown, saying whose seed it is."""
+        row = studio.logged_run(validate_run_id(run_id))
+        said = f"Seed {row['seed']} of run #{row['id']} is in the form; every other field is as you left it."
+        return {"seed": row["seed"], "loaded": said, "tabs": gr.update(selected="generate")}
+
+    @engine_errors
+    def send_picked(run_id) -> dict[str, Any]:
+        """ "Send to Generate": the picked image's run loaded into Generate, as a click on its row does."""
+        return announced(validate_run_id(run_id))
 
     def timeline_of(given: dict[str, Any]) -> dict[str, Any]:
         """A configuration's timeline on this machine, by output name (`TIMELINE`), from a handler's
@@ -221,5 +271,8 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         "history_form": history_form,
         "load_config": load_config,
         "load_selected": load_selected,
+        "pick_image": pick_image,
+        "reuse_seed": reuse_seed,
+        "send_picked": send_picked,
         "export_db": lambda: exports.database_copy(studio),
     }

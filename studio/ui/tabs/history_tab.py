@@ -1,6 +1,8 @@
-"""The History tab: the run log filtered (`/history`), as a plot and a CSV, the database to download
-(`/export_db`), a logged run loaded back into Generate (`/load_config`, or a click on a row), and "Speed over
-library versions" (`/timeline`): did an upgrade make a configuration slower on this machine?"""
+"""The History tab: the run log filtered (`/history`), as a table, a gallery of the same runs' images (one
+picked shows large with its run's settings, its seed or its whole run back into Generate), a plot and a CSV,
+the database to download (`/export_db`), a logged run loaded back into Generate (`/load_config`, or a click on
+a row), and "Speed over library versions" (`/timeline`): did an upgrade make a configuration slower on this
+machine?"""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import gradio as gr
 
 from studio import visitors
 from studio.optimizations import REGISTRY
+from studio.ui.gallery_views import GALLERY_SIZE, LARGE_SIDE, NOTHING_PICKED
 from studio.ui.handlers.common import DEFAULT_MODEL
 from studio.ui.handlers.history import ERA_COLUMNS, TIMELINE
 from studio.ui.raw_fields import RawNumber
@@ -45,6 +48,7 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     whose = gr.Markdown("", elem_id="visitor-note")
     gr.Markdown(READ_ME)
     table = gr.Dataframe(label="Runs", wrap=True, max_height=360, interactive=False, elem_id="history-table")
+    gallery = images_of_runs(handlers, generate, tabs)
     plot = gr.LinePlot(
         x="time",
         y="latency (s)",
@@ -71,13 +75,14 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     filters = [model, device, status, technique, since, limit]
     shown = [table, plot, csv_file]
     # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
-    form_view = named(handlers["history_form"], {"table": table, "plot": plot, "csv": csv_file, "note": note})
-    refresh.click(form_view, filters, [*shown, note], api_visibility="private")
-    tab.select(form_view, filters, [*shown, note], api_visibility="private")
+    viewed = {"table": table, "plot": plot, "csv": csv_file, "note": note, **gallery}
+    form_view, view = named(handlers["history_form"], viewed), list(viewed.values())
+    refresh.click(form_view, filters, view, api_visibility="private")
+    tab.select(form_view, filters, view, api_visibility="private")
     for picked in (status, technique):  # a filter picked from a list applies at once; typed ones on Enter
-        picked.input(form_view, filters, [*shown, note], api_visibility="private")
+        picked.input(form_view, filters, view, api_visibility="private")
     for typed in (model, device, since, limit):
-        typed.submit(form_view, filters, [*shown, note], api_visibility="private")
+        typed.submit(form_view, filters, view, api_visibility="private")
     records = gr.JSON(visible=False, label="records")  # the API's: the runs in the shared vocabulary
     gr.Button(visible=False).click(handlers["history_api"], filters, [*shown, records], api_name="history")
     # A download button downloads the file it holds when clicked, then its handler makes the next one: each
@@ -92,7 +97,7 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     keep_btn.click(hidden_row, None, confirm_row, queue=False, api_visibility="private")
     confirm_btn.click(handlers["forget_my_history"], None, forgotten, api_name="forget_my_history").then(
         hidden_row, None, confirm_row, queue=False, api_visibility="private"
-    ).then(form_view, filters, [*shown, note], api_visibility="private")
+    ).then(form_view, filters, view, api_visibility="private")
     tab.select(handlers["visitor_note"], None, whose, api_visibility="private")
     run_id = RawNumber(visible=False, precision=0, label="run_id")
     form = {**generate["filled"], "tabs": tabs}
@@ -104,6 +109,53 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
         named(handlers["load_selected"], picked), table, list(picked.values()), api_visibility="private"
     )
     speed_over_versions(handlers)
+
+
+def images_of_runs(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> dict[str, Any]:
+    """The gallery of the runs the table shows (filled with it: the components returned by the names
+    `history_form` gives them); an image picked shows large beside it with its run's settings, "Reuse this
+    seed" (its seed alone into Generate) and "Send to Generate" (its whole run, as a click on its row)."""
+    with gr.Row(equal_height=False):
+        gallery = gr.Gallery(
+            label=f"Images of these runs, the newest {GALLERY_SIZE} (pick one)",
+            columns=3,
+            fit_columns=False,
+            height="auto",
+            object_fit="contain",
+            format="png",
+            allow_preview=False,
+            interactive=False,
+            scale=2,
+            elem_id="history-gallery",
+        )
+        with gr.Column(scale=1, min_width=380):
+            large = gr.Image(  # a small image is shown enlarged: no download of that copy
+                label="Picked",
+                show_label=False,
+                interactive=False,
+                height=LARGE_SIDE,
+                buttons=["fullscreen"],
+                elem_id="history-large",
+            )
+            picked = gr.Markdown(NOTHING_PICKED, elem_id="history-picked")
+            with gr.Row():
+                reuse = gr.Button("Reuse this seed", interactive=False, elem_id="history-reuse-seed")
+                send = gr.Button("Send to Generate", interactive=False, elem_id="history-send")
+    images = gr.State([])  # the run behind each thumbnail and the image's place in it
+    picked_run = gr.State(None)  # the run of the picked image, for the buttons
+    shown = {"large": large, "picked": picked, "picked_run": picked_run, "reuse": reuse, "send": send}
+    gallery.select(
+        named(handlers["pick_image"], shown), images, list(shown.values()), api_visibility="private"
+    )
+    seed = {"seed": generate["filled"]["seed"], "loaded": generate["loaded_run"], "tabs": tabs}
+    reuse.click(
+        named(handlers["reuse_seed"], seed), picked_run, list(seed.values()), api_visibility="private"
+    )
+    form = {**generate["filled"], "loaded": generate["loaded_run"], "tabs": tabs}
+    send.click(
+        named(handlers["send_picked"], form), picked_run, list(form.values()), api_visibility="private"
+    )
+    return {"gallery": gallery, "images": images, **shown}
 
 
 def speed_over_versions(handlers: dict) -> None:
