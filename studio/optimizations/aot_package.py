@@ -136,13 +136,13 @@ class PackagedModule(PerShapeModule):
         names = [name]  # and, once a package of this key held other values, this module's own beside it
         for root in self._roots:
             for candidate in names:  # `_kept` may add this module's own name, tried next in the same root
-                graph = self._kept(root, candidate, env, what, notes, names)
+                graph = self._kept(root, candidate, env, what=what, notes=notes, names=names)
                 if graph is not None:
                     return graph
         return self._compile(inputs, names[-1], env, what, notes)
 
     def _kept(
-        self, root: Path, name: str, env: dict[str, Any], what: str, notes: list[str], names: list[str]
+        self, root: Path, name: str, env: dict[str, Any], *, what: str, notes: list[str], names: list[str]
     ) -> Any:
         """The package kept as `root/name`, loaded and bound, or None (none there, or one that cannot serve:
         `notes` says why). One that holds other values inside itself than this module's adds the name of
@@ -200,8 +200,10 @@ class PackagedModule(PerShapeModule):
         }
         path, note = packages.save(packages.cache_root(), name, build, meta)
         compile_activity.say(f"loading the package of {what}")
-        graph = self._load(path)
-        compile_activity.clear()
+        try:
+            graph = self._load(path)
+        finally:
+            compile_activity.clear()
         seconds = time.perf_counter() - start
         self._stats["compile_count"] = self._stats.get("compile_count", 0) + 1
         self._stats["compile_seconds"] = self._stats.get("compile_seconds", 0.0) + seconds

@@ -72,9 +72,11 @@ def _backend(options: tuple[tuple[str, Any], ...], technique: str | None, what: 
         stats = _COUNTING_INTO.get()
         number = (stats or {}).get("compile_count", 0) + 1
         compile_activity.say(f"graph {number}: lowering it and compiling its kernels (inductor)")
-        compiled = compile_fx.compile_fx(graph, example_inputs, config_patches=patches)
+        try:
+            compiled = compile_fx.compile_fx(graph, example_inputs, config_patches=patches)
+        finally:
+            compile_activity.clear()  # built (or failed): nothing is being prepared any more
         took = time.perf_counter() - start
-        compile_activity.say(f"graph {number} built in {took:.0f} s; the first call runs it")
         if stats is None:
             return compiled
         stats["compile_count"] = stats.get("compile_count", 0) + 1

@@ -168,7 +168,8 @@ def run_xy(
     except SweepCancelled as exc:  # each measured point (its label names its X) with what it had
         exc.records = records_of(exc.partial)
         raise
-    return XYResult(sweep.group_id, axis, labels, _points(sweep, cells, axis, y_axis), sweep, y_axis)
+    points = _points(sweep, cells, axis, y_axis)
+    return XYResult(sweep.group_id, axis, labels, points, sweep, y_axis=y_axis)
 
 
 def _points(sweep: SweepResult, cells: list[Cell], axis: Axis, y_axis: Axis | None) -> list[Point]:

@@ -55,7 +55,7 @@ def until_first_step(progress: Any, expected_s: float | None) -> contextlib.Abst
 
     def line() -> tuple[Any, str]:
         now = compile_activity.of(worker)
-        what = now[0] if now else "loading / configuring"
+        what = now[0] if now and now[1] >= started else "loading / configuring"  # not an earlier run's
         elapsed = time.monotonic() - started
         if expected_s:
             of = f"{elapsed:.0f} s of about {expected_s:.0f} s"
@@ -68,11 +68,11 @@ def until_first_step(progress: Any, expected_s: float | None) -> contextlib.Abst
 def while_preparing(progress: Any, job: str) -> contextlib.AbstractContextManager:
     """A sweep's line while one of its configurations prepares: 'Compare: preparing a first call: tracing
     the model's code into a graph (dynamo) · 8 s'; nothing while none does (the sweep's own lines show)."""
-    worker = threading.get_ident()
+    worker, started = threading.get_ident(), time.monotonic()
 
     def line() -> tuple[Any, str] | None:
         now = compile_activity.of(worker)
-        if now is None:
+        if now is None or now[1] < started:  # nothing, or what an earlier job left said
             return None
         elapsed = round(time.monotonic() - now[1])
         return (elapsed, None), f"{job}: preparing a first call: {now[0]}"

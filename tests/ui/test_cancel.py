@@ -119,7 +119,7 @@ def test_a_cancelled_compare_shows_the_sentence_and_every_configuration_so_far(s
     assert [c for _, c in gallery][1].endswith("· partial: 2 of 3 rounds") and len(gallery) == 3
     assert gallery[0][0].size == (32, 32) and list(pairs) == ["channels_last", "sdpa"]
     assert slider == pairs["channels_last"] and choice["value"] == "channels_last"
-    assert list(bars["configuration"]) == ["baseline", "channels_last", "sdpa"]
+    assert list(bars["value"]["configuration"]) == bars["sort"] == ["baseline", "channels_last", "sdpa"]
     assert csv.endswith("compare-cancelled.csv") and rows is exc.records
     assert "| sdpa |" in Path(md).read_text() and "partial: 2 of 3 rounds" in Path(md).read_text()
 
