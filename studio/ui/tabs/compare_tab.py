@@ -21,6 +21,21 @@ from studio.ui.widgets import model_inputs, sweep_counts
 AXIS_CHOICES = ("none", *AXES, "deepcache.interval", "cfg_cutoff.after", "token_merging.ratio")
 
 
+def axis_fields(which: str, what: str, example: str) -> tuple[gr.Dropdown, gr.Textbox]:
+    """An axis of Compare (`which`: X or Y) and its values: elem ids cmp-axis / cmp-values for X, cmp-y-axis /
+    cmp-y-values for Y."""
+    tag = "" if which == "X" else f"{which.lower()}-"
+    axis = gr.Dropdown(
+        list(AXIS_CHOICES),
+        value="none",
+        label=f"{which} axis (optional): {what}",
+        allow_custom_value=True,
+        elem_id=f"cmp-{tag}axis",
+    )
+    values = gr.Textbox("", label=f"{which} values", placeholder=example, elem_id=f"cmp-{tag}values")
+    return axis, values
+
+
 def compare_tab(handlers: dict) -> None:
     gr.Markdown(
         "The baseline and each configuration are timed in interleaved rounds (A B C, A B C, …), so a "
@@ -49,31 +64,10 @@ def compare_tab(handlers: dict) -> None:
     )
     with gr.Row():
         batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="cmp-batch")
-        axis = gr.Dropdown(
-            list(AXIS_CHOICES),
-            value="none",
-            label="X axis (optional): a second axis for every configuration",
-            allow_custom_value=True,
-            elem_id="cmp-axis",
-        )
-        values = gr.Textbox(
-            "",
-            label="X values",
-            placeholder="1,2,4,8 · batch: auto · seed: +4 · prompt: circle,square",
-            elem_id="cmp-values",
-        )
-        y_axis = gr.Dropdown(
-            list(AXIS_CHOICES),
-            value="none",
-            label="Y axis (optional): with X, a grid per configuration",
-            allow_custom_value=True,
-            elem_id="cmp-y-axis",
-        )
-        y_values = gr.Textbox(
-            "",
-            label="Y values",
-            placeholder="prompt: circle,square (search, then replace)",
-            elem_id="cmp-y-values",
+        examples = "1,2,4,8 · batch: auto · seed: +4 · prompt: circle,square"
+        axis, values = axis_fields("X", "a second axis for every configuration", examples)
+        y_axis, y_values = axis_fields(
+            "Y", "with X, a grid per configuration", "prompt: circle,square (search, then replace)"
         )
     with gr.Row():
         go = gr.Button("Compare", variant="primary", elem_id="compare-btn", scale=3)
