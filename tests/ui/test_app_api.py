@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -533,3 +534,17 @@ def test_loras_by_keyword_in_the_prompt_and_in_the_png(client, server, tmp_path)
     assert a1111["prompt"] == "a big red circle" and a1111["loras"] == [{"name": "night", "scale": 0.8}]
     with pytest.raises(AppError, match="is a pickle checkpoint"):
         client.predict(**generate_args(loras=["style.ckpt"]), api_name="/generate")
+
+
+def test_a_first_compile_s_progress_reaches_an_api_client_phase_by_phase(client):
+    """`job.status().progress_data` while torch_compile's first call prepares: what it is doing, each
+    second, against the cards' estimate."""
+    job = client.submit(prompt=PROMPT, steps=2, optimizations=["torch_compile"], api_name="/generate")
+    said = set()
+    while not job.done():
+        said.update(p.desc for p in job.status().progress_data or [])
+        time.sleep(0.2)
+    job.result()
+    lines = [s for s in said if s and s.startswith("first call: ")]
+    assert any("(dynamo)" in s or "(inductor)" in s for s in lines), said
+    assert all(re.search(r" · \d+ s of about \d+ s$", s) for s in lines), lines
