@@ -86,7 +86,8 @@ def test_a_run_shows_its_card_and_its_winner_fills_generate(page):
     size = page.evaluate(TABLES, "bench-summary")  # a long configuration's name wraps inside the page
     assert not size["spilled"] and size["widest"] <= size["block"] and size["page"] <= WIDTH, size
     _shot(page, "benchmark-card", "#bench-btn", "#bench-use")
-    winner = re.search(r"best keeping the math: (\S+?):", summary.inner_text())  # whichever was faster here
+    # the winner, whichever was fastest here (on a busy host, "none faster: " and the least slow)
+    winner = re.search(r"best keeping the math: (?:none faster: )?(\S+?):", summary.inner_text())
     assert winner, summary.inner_text()
     page.locator("#bench-use").click()
     expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
