@@ -193,11 +193,12 @@ def details_table(records: list[dict[str, Any]]) -> Styler:
     return styled(pd.DataFrame([{title: cell(r, key) for title, key in DETAILS} for r in records]))
 
 
-def latency_bars(bars: list[tuple[str, float]]) -> Any:
+def latency_bars(bars: list[tuple[str, float]], most: int = 12) -> Any:
     """Compare's bar chart of (configuration, latency) in the table's order (Gradio sorts a bar chart's
-    categories by name unless told the order)."""
+    categories by name unless told the order); hidden past `most` bars, whose names no longer fit under them
+    (the table and an X/Y sweep's heat maps say the same)."""
     frame = pd.DataFrame([{"configuration": c, "latency (s)": s} for c, s in bars])
-    return gr.update(value=frame, sort=[c for c, _ in bars])
+    return gr.update(value=frame, sort=[c for c, _ in bars], visible=len(bars) <= most)
 
 
 def compare_outputs(result) -> tuple:

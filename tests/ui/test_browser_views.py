@@ -150,6 +150,7 @@ def test_an_x_axis_compare_shows_every_caption_and_names_the_x_values(page):
     )
     for table in ("cmp-table", "xy-speedup", "xy-psnr"):
         _fits(page, table)
+    expect(page.locator("#cmp-latency")).to_be_visible()  # 8 bars, named under each
     page.locator("#xy-results").scroll_into_view_if_needed()  # the grid image loads when it comes into view
     page.locator("#xy-grid img").wait_for(timeout=10_000)
     _shot(page, "compare-x-axis", "#cmp-headline", "#cmp-table")
@@ -178,6 +179,7 @@ def test_seeds_by_prompts_draw_a_labelled_grid_for_each_configuration(page):
     expect(headline).to_contain_text("× 2 prompt values (circle, square)", timeout=LONG)
     heat = page.locator("#xy-speedup")
     expect(heat).to_contain_text("prompt=square")
+    expect(page.locator("#cmp-latency")).to_be_hidden()  # 24 bars: their names would not fit under them
     assert "seed=" in heat.inner_text()
     page.locator("#xy-results").scroll_into_view_if_needed()
     page.locator("#xy-grid img").wait_for(timeout=10_000)

@@ -98,6 +98,7 @@ def compare_tab(handlers: dict) -> None:
             y_lim=[0, None],  # from zero: bar lengths compare as the latencies do
             height=220,
             x_label_angle=0,
+            elem_id="cmp-latency",
         )
         with gr.Row(equal_height=False):
             choice = gr.Dropdown([], label="Slider: baseline vs", scale=1)
