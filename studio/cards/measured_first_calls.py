@@ -10,6 +10,7 @@ also gives a first call's progress line its expected seconds (`expected_seconds`
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from studio import phases, report
@@ -22,50 +23,37 @@ if TYPE_CHECKING:
     from studio.request import GenerationRequest
 
 
-def from_cards(cards: list[dict[str, Any]], model: str, config: str) -> list[dict[str, Any]]:
-    """The first calls `cards` measured for `config` on `model`, slowest first: {machine, seconds, later (a
-    later call's seconds per image), width, height, steps} (what Generate says of a configuration this studio
-    has not run yet)."""
-    found = []
+def _first_calls(cards: list[dict[str, Any]], winners: bool = False) -> Iterator[dict[str, Any]]:
+    """Every first call `cards` measured (their rows, and with `winners` their winners' too): {machine, model,
+    config, seconds, later (a later call's seconds per image), width, height, steps}."""
     for card in cards:
         for entry in card.get("models") or []:
-            if entry.get("model") != model:
-                continue
-            for row in [*(entry.get("rows") or []), *(entry.get("winners") or [])]:
-                if row.get("config") == config and row.get("first_call_s") is not None:
-                    found.append(
-                        {
-                            "machine": machine_name(card),
-                            "seconds": row["first_call_s"],
-                            "later": row.get("seconds_per_image"),
-                            **{k: entry.get(k) for k in ("width", "height", "steps")},
-                        }
-                    )
+            rows = [*(entry.get("rows") or []), *((entry.get("winners") or []) if winners else [])]
+            for row in rows:
+                if row.get("first_call_s") is not None:
+                    yield {
+                        "machine": machine_name(card),
+                        "model": entry.get("model"),
+                        "config": row.get("config"),
+                        "seconds": row["first_call_s"],
+                        "later": row.get("seconds_per_image"),
+                        **{k: entry.get(k) for k in ("width", "height", "steps")},
+                    }
+
+
+def from_cards(cards: list[dict[str, Any]], model: str, config: str) -> list[dict[str, Any]]:
+    """The first calls `cards` measured for `config` on `model`, slowest first (what Generate says of a
+    configuration this studio has not run yet)."""
+    found = [f for f in _first_calls(cards, winners=True) if f["model"] == model and f["config"] == config]
     unique = {(f["machine"], f["width"], f["height"], f["steps"]): f for f in found}
     return sorted(unique.values(), key=lambda f: -f["seconds"])
 
 
 def with_technique(cards: list[dict[str, Any]], technique: str) -> list[dict[str, Any]]:
-    """Every first call `cards` measured of a configuration that uses `technique`, on any model: {machine,
-    model, config, seconds, later}."""
+    """Every first call `cards` measured of a configuration that uses `technique`, on any model."""
     from studio.request.configs import parse_config
 
-    found = []
-    for card in cards:
-        for entry in card.get("models") or []:
-            for row in entry.get("rows") or []:
-                if row.get("first_call_s") is None or technique not in parse_config(row["config"])[0]:
-                    continue
-                found.append(
-                    {
-                        "machine": machine_name(card),
-                        "model": entry.get("model"),
-                        "config": row["config"],
-                        "seconds": row["first_call_s"],
-                        "later": row.get("seconds_per_image"),
-                    }
-                )
-    return found
+    return [f for f in _first_calls(cards) if technique in parse_config(f["config"])[0]]
 
 
 def compile_cost(cards: list[dict[str, Any]], request: GenerationRequest) -> tuple[str, float | None] | None:
@@ -149,8 +137,8 @@ def from_parts(studio: Studio, cards: list[dict[str, Any]], request: GenerationR
     estimate from its parts (or that none of them was measured)."""
     parts = [_part(studio, cards, request, name) for name in request.opts]
     known = [more for _, more, _ in parts if more is not None]
-    cost = compile_cost(cards, request)
-    if not known and cost is not None:  # a compile measured nowhere alone: the cards' compiles of the model
+    cost = None if known else compile_cost(cards, request)
+    if cost is not None:  # a compile measured nowhere alone: the cards' compiles of the model
         return cost[0]
     if not known:
         return (
@@ -167,37 +155,35 @@ def from_parts(studio: Studio, cards: list[dict[str, Any]], request: GenerationR
     )
 
 
-def sentence(studio: Studio, request: GenerationRequest) -> str:
-    """The sentence for `request`, or "" when nothing worth saying was measured: its own first calls here,
-    else a card's, else (a combination) an estimate from its parts."""
+def measured(studio: Studio, request: GenerationRequest) -> tuple[str, float | None]:
+    """What `request`'s first call costs, said and in seconds: its own first calls here, else a card's, else
+    (a combination) an estimate from its parts, or a compile's from the cards (`compile_cost`). ("", None)
+    when nothing worth saying was measured (a first call that costs no more than a later one)."""
     found = studio.first_call(request)
     if found is not None:
-        return found.sentence() if found.notable else ""
+        return (found.sentence(), found.cold_s) if found.notable else ("", None)
     cards = load_folder(default_folder(), DOCS_CARDS).cards
     f = _from_card(cards, request)
     if f is None:
-        if len(request.opts) > 1:
-            return from_parts(studio, cards, request)
         cost = compile_cost(cards, request)
-        return cost[0] if cost is not None else ""
+        seconds = cost[1] if cost is not None else None
+        if len(request.opts) > 1:
+            return from_parts(studio, cards, request), seconds
+        return (cost[0], seconds) if cost is not None else ("", None)
     if not notable(f["seconds"], f["later"]):
-        return ""
-    return (
+        return "", None
+    said = (
         f"Not run here yet. A benchmark card measured the first call of {request.config_label} at "
         f"{report.seconds(f['seconds'])} ({f['width']}x{f['height']}, {f['steps']} steps) on {f['machine']}."
     )
+    return said, f["seconds"]
+
+
+def sentence(studio: Studio, request: GenerationRequest) -> str:
+    """The sentence of `measured`, or "" (every face's note before a run)."""
+    return measured(studio, request)[0]
 
 
 def expected_seconds(studio: Studio, request: GenerationRequest) -> float | None:
-    """What `request`'s first call should take, for its progress line: logged here, else a card's, else a
-    compile's estimate (`compile_cost`); None when nothing says (or its first call costs no more than a
-    later one)."""
-    found = studio.first_call(request)
-    if found is not None:
-        return found.cold_s if found.notable else None
-    cards = load_folder(default_folder(), DOCS_CARDS).cards
-    f = _from_card(cards, request)
-    if f is not None:
-        return f["seconds"] if notable(f["seconds"], f["later"]) else None
-    cost = compile_cost(cards, request)
-    return cost[1] if cost is not None else None
+    """The seconds of `measured`, or None: what a first call's progress line counts towards."""
+    return measured(studio, request)[1]

@@ -123,15 +123,22 @@ def test_the_ladder_table_fits_1280_px_in_words_and_rounded_numbers(page):
     _shot(page, "ladder-1280", "#ladder-md", "#ladder-table")
 
 
+def _axis(page, which: str, name: str, values: str | None = None) -> None:
+    """Compare's X axis (`which` ""), or its Y axis ("y-"), set as a user picks it, with its values."""
+    box = page.locator(f"#cmp-{which}axis input")
+    box.fill(name)
+    box.press("Enter")
+    if values is not None:
+        page.locator(f"#cmp-{which}values textarea, #cmp-{which}values input").first.fill(values)
+
+
 def test_an_x_axis_compare_shows_every_caption_and_names_the_x_values(page):
     from playwright.sync_api import expect
 
     tab(page, "Compare")
     small(page, "cmp", steps=2)
     page.get_by_label("More configurations, one per line").fill("deepcache[interval=2]")
-    page.locator("#cmp-axis input").fill("steps")
-    page.locator("#cmp-axis input").press("Enter")
-    page.locator("#cmp-values textarea, #cmp-values input").first.fill("2,4")
+    _axis(page, "", "steps", "2,4")
     page.locator("#cmp-warmup input").fill("0")
     page.locator("#cmp-rounds input").fill("1")
     page.locator("#compare-btn").click()
@@ -154,8 +161,7 @@ def test_an_x_axis_compare_shows_every_caption_and_names_the_x_values(page):
     page.locator("#xy-results").scroll_into_view_if_needed()  # the grid image loads when it comes into view
     page.locator("#xy-grid img").wait_for(timeout=10_000)
     _shot(page, "compare-x-axis", "#cmp-headline", "#cmp-table")
-    page.locator("#cmp-axis input").fill("none")
-    page.locator("#cmp-axis input").press("Enter")
+    _axis(page, "", "none")
 
 
 def test_seeds_by_prompts_draw_a_labelled_grid_for_each_configuration(page):
@@ -167,11 +173,8 @@ def test_seeds_by_prompts_draw_a_labelled_grid_for_each_configuration(page):
     small(page, "cmp", steps=2)
     page.locator("#cmp-prompt textarea").fill("a big red circle in the middle, on a white background")
     page.get_by_label("More configurations, one per line").fill("")
-    for box, value in (("#cmp-axis", "seed"), ("#cmp-y-axis", "prompt")):
-        page.locator(f"{box} input").fill(value)
-        page.locator(f"{box} input").press("Enter")
-    page.locator("#cmp-values textarea, #cmp-values input").first.fill("+4")
-    page.locator("#cmp-y-values textarea, #cmp-y-values input").first.fill("circle,square")
+    _axis(page, "", "seed", "+4")
+    _axis(page, "y-", "prompt", "circle,square")
     page.locator("#cmp-warmup input").fill("0")
     page.locator("#cmp-rounds input").fill("1")
     page.locator("#compare-btn").click()
@@ -184,9 +187,8 @@ def test_seeds_by_prompts_draw_a_labelled_grid_for_each_configuration(page):
     page.locator("#xy-results").scroll_into_view_if_needed()
     page.locator("#xy-grid img").wait_for(timeout=10_000)
     _shot(page, "compare-seed-by-prompt", "#cmp-headline", "#xy-results")
-    for box in ("#cmp-axis", "#cmp-y-axis"):
-        page.locator(f"{box} input").fill("none")
-        page.locator(f"{box} input").press("Enter")
+    for which in ("", "y-"):
+        _axis(page, which, "none")
 
 
 def test_the_autotune_table_fits_1280_px(page):

@@ -17,7 +17,6 @@ import gradio as gr
 from pipelines.spec import PipelineSpec
 from studio import report
 from studio.cards import measured_first_calls
-from studio.cards.measured_first_calls import expected_seconds
 from studio.engine import Studio
 from studio.errors import (
     Cancelled,
@@ -114,7 +113,8 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
         progress(0, desc="loading / configuring")
         memory_advice.pop(session_of(request), None)
         try:
-            with first_call_line.until_first_step(progress, expected_seconds(studio, req)) as preparing:
+            expected = measured_first_calls.expected_seconds(studio, req)
+            with first_call_line.until_first_step(progress, expected) as preparing:
 
                 def on_step(i: int, n: int) -> None:
                     preparing()
