@@ -92,12 +92,12 @@ def judge_part(seeds: int) -> str:
 
     manager = PipelineManager()
     rows = []
-    for label, opts in (("baseline, 20 steps", []), ("few_step", ["few_step"])):
+    for label, optimizations in (("baseline, 20 steps", []), ("few_step", ["few_step"])):
         images, prompts = [], []
         for seed in range(seeds):
             for prompt in eval_prompts():
                 req = build_request(
-                    model="tiny-shapes", prompt=prompt, seed=seed, steps=20, optimizations=opts
+                    model="tiny-shapes", prompt=prompt, seed=seed, steps=20, optimizations=optimizations
                 )
                 images.append(report_image(timed(manager, req)[1]))
                 prompts.append(prompt)
@@ -157,8 +157,10 @@ def overhead_part(rounds: int) -> str:
         for title, (fields, loras) in cases.items():
             manager = PipelineManager()
 
-            def req(opts: list[str], chosen: list[str], fields=fields) -> Any:
-                return build_request(prompt=PROMPT, seed=1, optimizations=opts, loras=chosen, **fields)
+            def req(optimizations: list[str], chosen: list[str], fields=fields) -> Any:
+                return build_request(
+                    prompt=PROMPT, seed=1, optimizations=optimizations, loras=chosen, **fields
+                )
 
             variants = {
                 "no LoRA": req([], []),

@@ -2,11 +2,11 @@
 caches and packages kept), and the steady call they are judged against.
 
     .venv/bin/python -m benchmarks.cold_start [--models tiny-shapes sd15-arch] [--configs baseline ...]
-        [--repeats 3] [--rounds 5] [--warm 1]
+        [--rounds 3] [--rounds 5] [--warm 1]
 
 Each model and configuration gets a studio home of its own (with inductor's cache inside it):
 1. cold: a new process (`python -m studio generate --json`) on the empty home: its first call, the phase that
-   call paid (`first_call_phase`: cold, warm or package) and its steady call (the median of `--repeats` calls
+   call paid (`first_call_phase`: cold, warm or package) and its steady call (the median of `--rounds` calls
    after a warm-up);
 2. warm: `--warm` more new processes on the same home, the configurations taking turns (interleaved): the
    first call again, with what the first process kept; with more than one, the median process and the range.
@@ -57,8 +57,8 @@ def _config_args(config: str) -> list[str]:
     """A configuration ('openvino[mode=full_int8]') as generate's flags."""
     if config == "baseline":
         return []
-    opts, settings = parse_config(config)
-    args = [arg for opt in opts for arg in ("--opt", opt)]
+    optimizations, settings = parse_config(config)
+    args = [arg for opt in optimizations for arg in ("--opt", opt)]
     for technique, values in settings.items():
         args += [arg for key, value in values.items() for arg in ("--setting", f"{technique}.{key}={value}")]
     return args
@@ -81,11 +81,11 @@ def _studio(home: Path, args: list[str]) -> tuple[Any, float]:
     return json.loads(done.stdout), wall
 
 
-def start(home: Path, model: str, config: str, repeats: int) -> dict[str, Any]:
+def start(home: Path, model: str, config: str, rounds: int) -> dict[str, Any]:
     """One new process's first call and steady call of `config` on `model`."""
     record, wall = _studio(
         home,
-        ["generate", *_shape_args(model), *_config_args(config), "--warmup", "1", "--repeats", str(repeats)],
+        ["generate", *_shape_args(model), *_config_args(config), "--warmup", "1", "--rounds", str(rounds)],
     )
     first, steady = record["first_call_s"], record["latency_s"]
     return {
@@ -193,9 +193,13 @@ def openvino_targets(model: str, results: dict[str, dict[str, dict[str, Any]]]) 
         return []
     lines = []
     for config, result in results.items():
-        opts, settings = parse_config(config) if config != "baseline" else ([], {})
+        optimizations, settings = parse_config(config) if config != "baseline" else ([], {})
         warm = result.get("warm")
-        if "openvino" not in opts or settings.get("openvino", {}).get("mode") != "full_int8" or warm is None:
+        if (
+            "openvino" not in optimizations
+            or settings.get("openvino", {}).get("mode") != "full_int8"
+            or warm is None
+        ):
             continue
         met = warm["first_s"] <= TARGET_OPENVINO_S and warm["phase"] != phases.COLD
         spread = f" ({_first_range(warm)})" if _first_range(warm) else ""
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=list(SIZES))
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
-    parser.add_argument("--repeats", type=int, default=3, help="steady calls timed per process")
+    parser.add_argument("--rounds", type=int, default=3, help="steady calls timed per process")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the closing Compare")
     parser.add_argument(
         "--warm", type=int, default=1, help="new processes per configuration on its kept home, interleaved"
@@ -229,12 +233,12 @@ def main(argv: list[str] | None = None) -> None:
         homes = {config: home_of(root, model, config) for config in args.configs}
         results: dict[str, dict[str, Any]] = {}
         for config in args.configs:
-            results[config] = {"cold": start(homes[config], model, config, args.repeats)}
+            results[config] = {"cold": start(homes[config], model, config, args.rounds)}
             print(_line(model, config, "cold", results[config]["cold"]), flush=True)
         warms: dict[str, list[dict[str, Any]]] = {config: [] for config in args.configs}
         for _ in range(args.warm):
             for config in args.configs:
-                warms[config].append(start(homes[config], model, config, args.repeats))
+                warms[config].append(start(homes[config], model, config, args.rounds))
         for config in args.configs:
             results[config]["warm"] = median_start(warms[config])
             print(_line(model, config, "warm", results[config]["warm"]), flush=True)

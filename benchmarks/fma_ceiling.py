@@ -76,8 +76,8 @@ def build(width: int) -> ctypes.CDLL:
     return lib
 
 
-def ceiling(threads: int, seconds: float = 1.0, repeats: int = 3) -> float:
-    """GFLOP/s of `threads` threads each running the FMA loop at once (best of `repeats`, each about
+def ceiling(threads: int, seconds: float = 1.0, rounds: int = 3) -> float:
+    """GFLOP/s of `threads` threads each running the FMA loop at once (best of `rounds`, each about
     `seconds` long; an FMA counts as 2 FLOPs)."""
     lib = build(vector_width())
     per_iteration = ACCUMULATORS * lib.lanes() * 2
@@ -86,7 +86,7 @@ def ceiling(threads: int, seconds: float = 1.0, repeats: int = 3) -> float:
     lib.run(iterations)  # calibrate the length of a timed run
     iterations = max(iterations, int(iterations * seconds / (time.perf_counter() - start)))
     best = 0.0
-    for _ in range(repeats):
+    for _ in range(rounds):
         workers = [threading.Thread(target=lib.run, args=(iterations,)) for _ in range(threads)]
         start = time.perf_counter()
         for worker in workers:

@@ -63,7 +63,7 @@ class Phase:
     lost: int = 0
     unacked: int = 0
     other: Counter = field(default_factory=Counter)
-    gen: float = float("nan")  # server-side: median latency of the runs (the run log's latency_median)
+    gen: float = float("nan")  # server-side: median latency of the runs (the run log's latency_s)
     gap: float = float("nan")  # server-side: median idle time between one run's end and the next one's start
 
     def of(self, outcome: str) -> list[Call]:
@@ -212,11 +212,11 @@ class Rss:
 
 
 def runs_after(db: Path, run_id: int) -> dict[int, tuple]:
-    """Runs logged after `run_id`: id -> (status, image_path, created_at, finished_at, latency_median), by id;
+    """Runs logged after `run_id`: id -> (status, image_path, created_at, finished_at, latency_s), by id;
     the database opened read-only."""
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         rows = conn.execute(
-            "SELECT id, status, image_path, created_at, finished_at, latency_median FROM runs "
+            "SELECT id, status, image_path, created_at, finished_at, latency_s FROM runs "
             "WHERE id > ? ORDER BY id",
             (run_id,),
         )

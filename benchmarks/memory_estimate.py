@@ -24,7 +24,7 @@ CASES = {
 }
 
 
-def one(model: str, side: int, batch: int, opts: list[str]) -> dict:
+def one(model: str, side: int, batch: int, optimizations: list[str]) -> dict:
     """Estimate, then run and measure, in this process; returns both in MB."""
     import torch
 
@@ -41,7 +41,7 @@ def one(model: str, side: int, batch: int, opts: list[str]) -> dict:
             width=side,
             height=side,
             batch=batch,
-            optimizations=opts,
+            optimizations=optimizations,
         )
         before = memory_estimate.estimate(studio.manager, request, studio.runlog)
         measured = studio.generate(request).metrics["peak_memory"]
@@ -64,8 +64,8 @@ def main() -> None:
     for model, cases in CASES.items():
         if args.quick and model != "tiny-shapes":
             continue
-        for side, batch, opts in cases:
-            spec = json.dumps([model, side, batch, list(opts)])
+        for side, batch, optimizations in cases:
+            spec = json.dumps([model, side, batch, list(optimizations)])
             out = subprocess.run(
                 [sys.executable, "-m", "benchmarks.memory_estimate", "--one", spec],
                 capture_output=True,
@@ -74,7 +74,7 @@ def main() -> None:
             )
             r = json.loads(out.stdout.strip().splitlines()[-1])
             ratio = r["estimate_mb"] / r["measured_mb"]
-            techniques = ", ".join(opts) or "-"
+            techniques = ", ".join(optimizations) or "-"
             print(
                 f"| {model} | {side}x{side} | {batch} | {techniques} | {r['estimate_mb']:,.0f} MB "
                 f"| {r['measured_mb']:,.0f} MB | {ratio:.2f} |",

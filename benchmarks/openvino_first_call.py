@@ -131,10 +131,10 @@ def calls(args: argparse.Namespace) -> Iterator[tuple[float, float, dict[str, An
                 height=args.side,
                 steps=args.steps,
                 seed=seed,
-                optimizations=opts,
-                settings=settings if opts else {},
+                optimizations=optimizations,
+                settings=settings if optimizations else {},
             )
-            for opts in ([], ["openvino"])
+            for optimizations in ([], ["openvino"])
         )
         with manager.acquire(plain) as prepared:
             reference = bench.run_once(prepared, plain).images

@@ -26,17 +26,17 @@ PROMPT = "a big red circle on the left, on a white background"
 
 
 def _request(config: str, fixed: bool, steps: int):
-    opts = [] if config == "baseline" else config.split("+")
+    optimizations = [] if config == "baseline" else config.split("+")
     settings = {}
     if fixed:
-        opts.append("threads")
+        optimizations.append("threads")
         settings["threads"] = {"num_threads": physical_cores()}
     return build_request(
         model="tiny-shapes",
         prompt=PROMPT,
         seed=1,
         steps=steps,
-        optimizations=opts,
+        optimizations=optimizations,
         settings=settings,
         device="cpu",
     )
@@ -53,7 +53,7 @@ def measure(studio: Studio, configs: list[str], calls: int, steps: int) -> dict[
             for policy, req in requests.items():
                 run = studio.generate(req)
                 found.setdefault((config, policy), []).append(
-                    (run.metrics["latency_median"], run.metrics["stats"].get("cpu_threads"))
+                    (run.metrics["latency_s"], run.metrics["stats"].get("cpu_threads"))
                 )
     return found
 

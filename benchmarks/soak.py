@@ -120,7 +120,7 @@ def alternating(studio: Studio, technique: str, runs: int) -> Alternating:
     for i in range(runs):
         result = studio.generate(request(optimizations=[technique] if i % 2 == 0 else []))
         if i % 2 == 0:
-            latencies.append(result.metrics["latency_median"])
+            latencies.append(result.metrics["latency_s"])
         if i + 1 == WARMUP_RUNS:
             warm = rss_mb()
     return Alternating(technique, runs, warm, rss_mb(), latencies[0], latencies[1])

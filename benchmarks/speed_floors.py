@@ -57,9 +57,13 @@ def _studio() -> Studio:
 def _request(config: str, model: str, prompt: str, **kw):
     """'deepcache,cfg_cutoff deepcache.interval=4 cfg_cutoff.after=0.3' -> a validated request."""
     names, *settings = config.split()
-    opts = [o for o in names.split(",") if o and o != "baseline"]
+    optimizations = [o for o in names.split(",") if o and o != "baseline"]
     return build_request(
-        model=model, prompt=prompt, optimizations=opts, settings=parse_setting_args(settings) or None, **kw
+        model=model,
+        prompt=prompt,
+        optimizations=optimizations,
+        settings=parse_setting_args(settings) or None,
+        **kw,
     )
 
 
@@ -208,7 +212,7 @@ def sd15(rounds: int, configs: list[str], side: int) -> None:
         def run() -> float:
             m = studios[c].generate(requests[c]).metrics
             step[c].append(m["step_median"])
-            return m["latency_median"]
+            return m["latency_s"]
 
         return run
 

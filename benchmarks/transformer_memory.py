@@ -65,14 +65,14 @@ def measure_one(folder: str, config: str, steps: int) -> dict:
     from studio.request import build_request
     from studio.request.configs import parse_config
 
-    opts, settings = parse_config("" if config == "fp32" else config)
+    optimizations, settings = parse_config("" if config == "fp32" else config)
     request = build_request(
         model=folder,
         prompt="a photo",
         steps=steps,
         width=64,
         height=64,
-        optimizations=opts,
+        optimizations=optimizations,
         settings=settings,
     )
     with PipelineManager(load=loader.load).acquire(request) as prepared:

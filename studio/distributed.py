@@ -106,7 +106,7 @@ def cmd_ladder(args: argparse.Namespace, state: PartialState, where: dict[str, A
     if planned is None:
         return 2
     request, steps = planned
-    jobs = [dataclasses.replace(request, opts=s.opts) for s in steps if not s.skipped]
+    jobs = [dataclasses.replace(request, optimizations=s.optimizations) for s in steps if not s.skipped]
     sweep = spread(
         "ladder",
         state,

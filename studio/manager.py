@@ -87,14 +87,14 @@ def _clone(pipe: Any, share_tensors: bool = False) -> Any:
 
 def _shares_weights(request: GenerationRequest) -> bool:
     """Whether a sweep's copy may share the cached weights: its techniques only read them (shares_weights)."""
-    changing = [get(o) for o in request.opts if get(o).stage == "pipeline"]
+    changing = [get(o) for o in request.optimizations if get(o).stage == "pipeline"]
     return bool(changing) and all(o.shares_weights for o in changing)
 
 
 def _cache_key(request: GenerationRequest) -> tuple:
     """What a loaded pipeline is read with: the model, the load-stage techniques (dtype, device map) and, when
     given, the single-file checkpoint's config folder and the VAE swapped in."""
-    load_opts = tuple(o for o in request.opts if get(o).stage == "load")
+    load_opts = tuple(o for o in request.optimizations if get(o).stage == "load")
     memory = request.settings.get("device_map_balanced", {}).get("max_memory")
     sources = (("single_file_config", request.spec.single_file_config), ("vae", request.vae))
     return (
@@ -139,7 +139,8 @@ class PipelineManager:
         """Whether `request`'s configuration changes its pipeline (modules, layouts, hooks), or, with
         `irreversibly`, changes it beyond an exact revert (trace, compile, int8 build)."""
         return any(
-            get(o).stage == "pipeline" and not (irreversibly and get(o).reversible) for o in request.opts
+            get(o).stage == "pipeline" and not (irreversibly and get(o).reversible)
+            for o in request.optimizations
         )
 
     def model_bytes(self, request: GenerationRequest) -> int:
@@ -149,7 +150,9 @@ class PipelineManager:
         entry, _ = self._entry(request)
         weights = weight_bytes(entry.base)
         own = 0 if _shares_weights(request) else 1
-        return int(weights * (own + sum(get(o).copies(request.settings.get(o, {})) for o in request.opts)))
+        return int(
+            weights * (own + sum(get(o).copies(request.settings.get(o, {})) for o in request.optimizations))
+        )
 
     @contextlib.contextmanager
     def own_pipelines(self, name: str) -> Iterator[None]:
@@ -207,8 +210,8 @@ class PipelineManager:
             return entry, True
 
     def _load_entry(self, key: tuple, request: GenerationRequest) -> LivePipeline:
-        dtype = next((get(o).dtype for o in request.opts if get(o).dtype is not None), torch.float32)
-        device_map = "balanced" if "device_map_balanced" in request.opts else None
+        dtype = next((get(o).dtype for o in request.optimizations if get(o).dtype is not None), torch.float32)
+        device_map = "balanced" if "device_map_balanced" in request.optimizations else None
         memory = request.settings.get("device_map_balanced", {}).get("max_memory")
         start = time.perf_counter()
         vae = {"vae": request.vae} if request.vae else {}  # loaders that know no VAE still serve the rest
@@ -232,7 +235,9 @@ class PipelineManager:
             switch = time.perf_counter() - start
             # call-stage techniques, and pipeline-stage ones that also set something around each call
             call_opts = [
-                get(o) for o in request.opts if get(o).stage == "call" or get(o).call_context is not None
+                get(o)
+                for o in request.optimizations
+                if get(o).stage == "call" or get(o).call_context is not None
             ]
             shape = (request.config_label, request.width, request.height)
             first = shape not in entry.called
@@ -241,7 +246,7 @@ class PipelineManager:
                 pipe=entry.pipe,
                 ctx=ctx,
                 call_opts=call_opts,
-                applied=tuple(o.name for o in ordered(request.opts)),
+                applied=tuple(o.name for o in ordered(request.optimizations)),
                 load_seconds=entry.load_seconds if loaded_now else 0.0,
                 switch_seconds=switch,
                 first_call=first,
@@ -272,7 +277,7 @@ class PipelineManager:
         return copy.deepcopy(templates[name])
 
     def _configure(self, entry: LivePipeline, request: GenerationRequest) -> Context:
-        target = {o for o in request.opts if get(o).stage == "pipeline"}
+        target = {o for o in request.optimizations if get(o).stage == "pipeline"}
         settings = {k: v for k, v in request.settings.items() if k in target}
         changed = {n for n in set(entry.applied) & target if entry.settings.get(n) != settings.get(n)}
         hot = "torch_compile" in target  # a compiled denoiser reads LoRA scales as tensors: set in place
@@ -321,7 +326,7 @@ class PipelineManager:
         log.info("rebuilt %s from the cached components", entry.key[0])
 
     def _place(self, entry: LivePipeline, request: GenerationRequest, target: set[str]) -> None:
-        placed = any(get(o).places_modules for o in request.opts)
+        placed = any(get(o).places_modules for o in request.optimizations)
         if placed or entry.device == request.device:
             if placed:
                 entry.device = request.device

@@ -33,7 +33,7 @@ SHARED = (
     "peak_memory_mb",
     "host_busy_pct",
 )
-OLD = ("latency_median", "peak_memory", "latency")
+OLD = ("peak_memory", "latency")
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -191,17 +191,15 @@ def test_generate_compare_history_share_one_database_and_one_vocabulary(cli):
     assert "| Run | When | Model | Configuration |" in text and "bf16+channels_last" in text
 
 
-def test_old_flags_and_bad_counts_are_refused_before_anything_runs(cli):
-    status, _, err = cli("compare", "--prompt", PROMPT, "--repeats", "2")
-    assert status == 2 and "--repeats" in err, "compare times interleaved rounds: --rounds"
+def test_bad_counts_are_refused_before_anything_runs(cli):
     status, _, err = cli("compare", "--prompt", PROMPT, *SMALL, "--config", "channels_last", "--rounds", "-2")
     assert status == 2 and err.startswith("error: ") and "rounds must be a whole number" in err
     assert json.loads(cli("history", "--json")[1]) == [], "nothing ran, nothing was logged"
 
 
 def test_every_face_speaks_the_requests_words_and_the_old_flags_still_parse():
-    """`--optimizations` and `--rounds` are the words of the request, the API and the records; `--opt` and
-    generate's `--repeats` are kept as aliases, so a script written for them parses to the same request."""
+    """`--optimizations` and `--rounds` are the words of the request, the API and the records; `--opt` is
+    kept as an alias, so a script written for it parses to the same request."""
     from studio.cli import build_parser
 
     parser = build_parser()
@@ -209,7 +207,7 @@ def test_every_face_speaks_the_requests_words_and_the_old_flags_still_parse():
         ["generate", "--prompt", "p", "--optimizations", "bf16", "channels_last", "--rounds", "3"]
     )
     old = parser.parse_args(
-        ["generate", "--prompt", "p", "--opt", "bf16", "--opt", "channels_last", "--repeats", "3"]
+        ["generate", "--prompt", "p", "--opt", "bf16", "--opt", "channels_last", "--rounds", "3"]
     )
     assert vars(new) == vars(old) and new.optimizations == ["bf16", "channels_last"] and new.rounds == 3
     for command in ("profile", "estimate"):
@@ -235,9 +233,9 @@ def test_system_and_optimizations(cli):
     hw = devices.detect()
     assert f"CPU:        {hw.cpu_name}, {hw.cpu_count} cores" in lines, "one readable line per fact"
     assert lines[-1] == f"Run log:    {system['database']}"
-    opts = {r["name"]: r for r in json.loads(cli("optimizations", "--json")[1])}
-    assert opts["bf16"]["unavailable"] is None
-    assert "CUDA" in opts["cudnn_benchmark"]["unavailable"]
+    optimizations = {r["name"]: r for r in json.loads(cli("optimizations", "--json")[1])}
+    assert optimizations["bf16"]["unavailable"] is None
+    assert "CUDA" in optimizations["cudnn_benchmark"]["unavailable"]
 
 
 def test_autotune_prints_the_answer_and_logs_one_group(cli):

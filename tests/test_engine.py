@@ -51,7 +51,7 @@ def test_generate_logs_an_ok_run_with_image_and_metrics(studio):
     row = studio.runlog.get_run(result.run_id)
     assert row["status"] == "ok"
     assert row["requested"] == ["channels_last"] and row["applied"] == ["channels_last"]
-    assert row["latency_median"] > 0 and row["peak_memory"] > 0 and row["steps"] == 3
+    assert row["latency_s"] > 0 and row["peak_memory"] > 0 and row["steps"] == 3
     assert row["image_path"].endswith(".png") and result.images[0].size == (64, 64)
     assert row["fidelity"]["expected"]["shape"] == "square"
     assert row["versions"]["torch"] == torch.__version__.split("+")[0] or row["versions"]["torch"].startswith(
@@ -66,7 +66,7 @@ def test_cancel_is_logged_as_cancelled(studio):
         studio.generate(request(), should_stop=lambda: next(checks, True))
     row = studio.runlog.runs(limit=1)[0]
     assert row["status"] == "cancelled"
-    assert studio.generate(request()).metrics["latency_median"] > 0, "the pipeline must serve after a cancel"
+    assert studio.generate(request()).metrics["latency_s"] > 0, "the pipeline must serve after a cancel"
 
 
 def test_out_of_memory_is_logged_failed_with_a_suggestion_and_next_run_works(studio, monkeypatch):
@@ -187,7 +187,7 @@ def test_a_recompile_storm_is_detected_and_reported(studio):
 def test_pays_off_after_counts_the_images_that_repay_a_first_call_cost():
     def pays(first_call, latency, base_latency):
         return report.pays_off_after(
-            {"first_call_seconds": first_call, "latency_median": latency}, {"latency_median": base_latency}
+            {"first_call_seconds": first_call, "latency_s": latency}, {"latency_s": base_latency}
         )
 
     assert pays(first_call=5.0, latency=1.0, base_latency=2.0) == 4  # 4 s extra, 1 s saved per image
@@ -195,11 +195,11 @@ def test_pays_off_after_counts_the_images_that_repay_a_first_call_cost():
     assert pays(first_call=5.0, latency=2.5, base_latency=2.0) is None, "slower: never repaid"
     assert pays(first_call=None, latency=1.0, base_latency=2.0) is None
     assert pays(first_call=0.9, latency=1.0, base_latency=2.0) is None, "no extra first-call cost to repay"
-    assert report.pays_off_after({"first_call_seconds": 5.0, "latency_median": 1.0}, None) is None
+    assert report.pays_off_after({"first_call_seconds": 5.0, "latency_s": 1.0}, None) is None
 
 
 def test_a_generated_run_in_the_shared_vocabulary(studio):
-    result = studio.generate(request(optimizations=["channels_last"]), warmup=1, repeats=2)
+    result = studio.generate(request(optimizations=["channels_last"]), warmup=1, rounds=2)
     record = report.single_record(result)
     assert record["config"] == "channels_last" and record["rounds"] == 2 and record["status"] == "ok"
     assert record["latency_s"] == pytest.approx(statistics.median(result.metrics["latency_all"]), abs=1e-4)
@@ -209,7 +209,7 @@ def test_a_generated_run_in_the_shared_vocabulary(studio):
     assert record["first_call_s"] == pytest.approx(result.metrics["warmup_seconds"][0], abs=1e-3), (
         "the warm-up"
     )
-    assert "latency_median" not in record and "peak_memory" not in record
+    assert "latency_s" not in record and "peak_memory" not in record
 
 
 def test_step_progress_counts_the_denoisers_calls_and_never_passes_its_total(studio):

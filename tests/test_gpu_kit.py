@@ -270,7 +270,7 @@ def test_techniques_are_measured_against_the_plans_baseline_not_against_no_techn
         ("baseline", "channels_last", "ok"),
         ("sdpa", request.config_label + "+sdpa", "ok"),
     ]
-    # every group repeats the baseline and a speedup is against its own group's: the table shows that time,
+    # every group times its own baseline and a speedup is against its own group's: the table shows that time,
     # or a row reads x1.09 beside a baseline of another group that took as long as it did
     assert rows[1]["baseline_s"] == rows[0]["latency_s"] > 0
     section = {"model": "tiny-shapes", "side": 64, "steps": 2, "baseline": "channels_last", "rows": rows}

@@ -118,8 +118,14 @@ def test_trace_is_reverted_to_the_loaded_unet(manager):
 
 def test_switching_never_rereads_weights(manager, counting, baseline):
     loads = counting.calls
-    for opts in (["channels_last"], ["jit_trace_unet"], [], ["classic_attention", "vae_slicing"], []):
-        run(manager, request(opts))
+    for optimizations in (
+        ["channels_last"],
+        ["jit_trace_unet"],
+        [],
+        ["classic_attention", "vae_slicing"],
+        [],
+    ):
+        run(manager, request(optimizations))
     assert counting.calls == loads, "a configuration switch read the weights from disk again"
     run(manager, request(["bf16"]))
     assert counting.calls == loads or counting.calls == loads + 1  # bf16 is its own (model, dtype) entry

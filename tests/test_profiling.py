@@ -64,11 +64,11 @@ def test_a_run_log_from_before_m006_opens_and_gains_the_profile_column(tmp_path)
     old = Database(path)
     migrations.apply(old, stop_before="m006_profile")
     assert "profile" not in old["runs"].columns_dict
-    old["runs"].insert({"status": "ok", "model": "tiny-shapes", "latency_median": 0.5})
+    old["runs"].insert({"status": "ok", "model": "tiny-shapes", "latency_s": 0.5})
     old.close()
     log = RunLog(path)
     row = log.runs()[0]
-    assert row["profile"] is None and row["latency_median"] == 0.5
+    assert row["profile"] is None and row["latency_s"] == 0.5
     run_id = log.start_run({"model": "tiny-shapes", "requested": []})
     log.finish_run(run_id, "ok", profile={"step_s": 0.01, "kinds": []})
     assert log.get_run(run_id)["profile"] == {"step_s": 0.01, "kinds": []}

@@ -27,7 +27,7 @@ def record(**kw):
 def test_run_lifecycle_and_json_columns(runlog):
     run_id = runlog.start_run(record())
     assert runlog.get_run(run_id)["status"] == "running"
-    runlog.finish_run(run_id, "ok", latency_median=0.5, applied=["bf16"], latency_all=[0.5, 0.6])
+    runlog.finish_run(run_id, "ok", latency_s=0.5, applied=["bf16"], latency_all=[0.5, 0.6])
     row = runlog.get_run(run_id)
     assert row["status"] == "ok" and row["applied"] == ["bf16"] and row["latency_all"] == [0.5, 0.6]
     assert row["opt_bf16"] == 1 and row["opt_fp16"] == 0
@@ -119,7 +119,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         try:
             for _ in range(n):
                 rid = log.start_run(record())
-                log.finish_run(rid, "ok", latency_median=0.1)
+                log.finish_run(rid, "ok", latency_s=0.1)
         except sqlite3.Error as exc:  # recorded, then asserted below
             errors.append(exc)
 
@@ -140,7 +140,7 @@ def test_groups_and_csv(runlog):
         rid,
         "ok",
         applied=["bf16"],
-        latency_median=0.5,
+        latency_s=0.5,
         latency_all=[0.5, 0.6],
         peak_memory=3 * 2**20,
         speedup=1.25,
@@ -163,7 +163,7 @@ def test_groups_and_csv(runlog):
     text = report.to_csv(records)
     header = text.splitlines()[0].split(",")
     assert header[: len(report.KEYS)] == list(report.KEYS) and {"created_at", "model"} <= set(header)
-    assert "latency_median" not in header and "peak_memory" not in header
+    assert "latency_s" not in header and "peak_memory" not in header
     assert '"[""bf16""]"' in text, "lists are JSON in one cell"
 
 

@@ -24,17 +24,19 @@ needs_torchao = pytest.mark.skipif(
 )
 
 
-def request(opts: Any = (), settings: dict | None = None, steps: int = 4, **kw: Any) -> GenerationRequest:
-    """tiny-shapes, seed 3, `steps` steps at the model's 64x64, with `opts` and their `settings`."""
+def request(
+    optimizations: Any = (), settings: dict | None = None, steps: int = 4, **kw: Any
+) -> GenerationRequest:
+    """tiny-shapes, seed 3, `steps` steps at the model's 64x64, with `optimizations` and their `settings`."""
     args = {"model": "tiny-shapes", "prompt": PROMPT, "seed": 3, "steps": steps, **kw}
-    return build_request(optimizations=list(opts), settings=settings, **args)
+    return build_request(optimizations=list(optimizations), settings=settings, **args)
 
 
 def technique_request(
-    opts: Any = (), settings: dict | None = None, steps: int = STEPS, **kw: Any
+    optimizations: Any = (), settings: dict | None = None, steps: int = STEPS, **kw: Any
 ) -> GenerationRequest:
     """`request` at the techniques' tests' STEPS."""
-    return request(opts, settings, steps=steps, **kw)
+    return request(optimizations, settings, steps=steps, **kw)
 
 
 def run(manager: Any, req: GenerationRequest):

@@ -72,7 +72,7 @@ def base_request(plan: Plan, model: ModelPlan, **changes: Any) -> GenerationRequ
 
 def baseline_label(request: GenerationRequest) -> str:
     """The baseline's configuration as the report names it ('fp16'; 'fp32' when it has no technique)."""
-    return request.config_label if request.opts else "fp32"
+    return request.config_label if request.optimizations else "fp32"
 
 
 def cpu_only(name: str) -> str | None:

@@ -48,15 +48,19 @@ def rungs(compile_mode: str = "max-autotune") -> tuple[tuple[Rung, dict[str, dic
     )
 
 
-def _label(opts: list[str], settings: dict[str, dict[str, str]]) -> str:
+def _label(optimizations: list[str], settings: dict[str, dict[str, str]]) -> str:
     """'fp16+torch_compile[mode=max-autotune]': a configuration as Compare and `with_config` take it."""
-    given = {name: ",".join(f"{k}={v}" for k, v in s.items()) for name, s in settings.items() if name in opts}
-    return "+".join(f"{o}[{given[o]}]" if o in given else o for o in opts)
+    given = {
+        name: ",".join(f"{k}={v}" for k, v in s.items())
+        for name, s in settings.items()
+        if name in optimizations
+    }
+    return "+".join(f"{o}[{given[o]}]" if o in given else o for o in optimizations)
 
 
 def plan_rungs(plan: Plan, request: GenerationRequest) -> list[tuple[Step, GenerationRequest | None]]:
     """Every rung with the request it runs (None when skipped), planned as if each one succeeds."""
-    fp32 = dataclasses.replace(request, opts=(), settings={})
+    fp32 = dataclasses.replace(request, optimizations=(), settings={})
     steps, current, settings = [], [], {}
     for rung, rung_settings in rungs(plan.compile_mode):
         names, why = choose(rung, fp32)
@@ -68,7 +72,7 @@ def plan_rungs(plan: Plan, request: GenerationRequest) -> list[tuple[Step, Gener
         settings = {**settings, **rung_settings}
         configured = with_config(fp32, _label(current, settings))
         note = "" if names == rung.add else f"{'+'.join(rung.add)} cannot run here; used {'+'.join(names)}"
-        steps.append((Step(rung, configured.opts, note), configured))
+        steps.append((Step(rung, configured.optimizations, note), configured))
     return steps
 
 
@@ -117,8 +121,8 @@ def measure(plan: Plan, model: ModelPlan, studio: Studio, results: Results) -> l
     planned = plan_rungs(plan, base_request(plan, model))
     section = {"model": model.model, "side": model.side, "steps": model.steps}
     runnable = [p for p in planned if p[1] is not None]
-    eager = [p for p in runnable if "torch_compile" not in p[1].opts]
-    compiled = [p for p in runnable if "torch_compile" in p[1].opts]
+    eager = [p for p in runnable if "torch_compile" not in p[1].optimizations]
+    compiled = [p for p in runnable if "torch_compile" in p[1].optimizations]
     why = {step.rung.label: "not measured: the run ended before this rung" for step, _ in compiled}
     fp32 = eager[0][0].rung.label
     if plan.rungs == "compiled":

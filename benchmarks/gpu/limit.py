@@ -30,13 +30,13 @@ from studio.request import GenerationRequest
 REPEATS = 5
 
 
-def matmul_peak(device: str, dtype: torch.dtype, n: int, repeats: int = REPEATS) -> float:
-    """FLOP/s of the fastest of `repeats` n x n x n matmuls in `dtype` on `device` (after one untimed)."""
+def matmul_peak(device: str, dtype: torch.dtype, n: int, rounds: int = REPEATS) -> float:
+    """FLOP/s of the fastest of `rounds` n x n x n matmuls in `dtype` on `device` (after one untimed)."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     torch.mm(a, b)
     best = float("inf")
-    for _ in range(repeats):
+    for _ in range(rounds):
         bench.synchronize(device)
         start = time.perf_counter()
         torch.mm(a, b)
@@ -73,7 +73,7 @@ def denoiser_flops(studio: Studio, request: GenerationRequest) -> tuple[int, int
 
 def measure_peak(plan: Plan, request: GenerationRequest, results: Results) -> float:
     """The device's matmul peak in the dtype of `request`'s baseline, once per run and dtype."""
-    dtype = next((get(o).dtype for o in request.opts if get(o).dtype is not None), torch.float32)
+    dtype = next((get(o).dtype for o in request.optimizations if get(o).dtype is not None), torch.float32)
     name = str(dtype).removeprefix("torch.")
     known = results.data["compute-limit"].get(f"{PEAK}-{name}", {}).get("tflops")
     if known:

@@ -65,7 +65,7 @@ def measure(plan: Plan, model: ModelPlan, results: Results) -> list[dict[str, An
             continue
         try:
             configured = configure(request, list(names)) if names else request
-            result = studio.generate(configured, warmup=1, repeats=1, baseline=baseline)
+            result = studio.generate(configured, warmup=1, rounds=1, baseline=baseline)
         except Exception as exc:  # recorded with its row; the other configurations still run
             log.exception("memory of %s failed", label)
             why = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"

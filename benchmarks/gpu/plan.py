@@ -116,7 +116,7 @@ class Plan:
     models: tuple[ModelPlan, ...]
     warmup: int
     rounds: int
-    group: int  # configurations per Compare at most (each Compare repeats the baseline)
+    group: int  # configurations per Compare at most (each Compare times the baseline again)
     revert_steps: int
     memory_steps: int
     memory_batch: int

@@ -33,7 +33,9 @@ def _images(studio: Studio, request: GenerationRequest) -> tuple[np.ndarray | No
     (None) when it is not on the request's device (a call on the wrong device can take minutes)."""
     with studio.manager.acquire(request) as prepared:
         where = str(next(denoiser(prepared.pipe).parameters()).device)
-        if where != request.device and not any(o.places_modules for o in map(REGISTRY.get, request.opts)):
+        if where != request.device and not any(
+            o.places_modules for o in map(REGISTRY.get, request.optimizations)
+        ):
             return None, where
         return bench.run_once(prepared, request).images, where
 

@@ -56,16 +56,16 @@ STEP_CACHES = frozenset(
 SCOPES = ("keep-math", "no-step-cache", "any")  # the configurations a target is for
 
 
-def keeps_math(opts: list[str] | tuple[str, ...]) -> bool:
+def keeps_math(optimizations: list[str] | tuple[str, ...]) -> bool:
     """Whether a configuration computes the same function (up to precision and summation order)."""
-    return set(opts) <= KEEPS_MATH
+    return set(optimizations) <= KEEPS_MATH
 
 
-def in_scope(opts: list[str] | tuple[str, ...], scope: str) -> bool:
+def in_scope(optimizations: list[str] | tuple[str, ...], scope: str) -> bool:
     """Whether a configuration is one a target of `scope` is for."""
     if scope == "keep-math":
-        return keeps_math(opts)
-    return scope == "any" or not set(opts) & STEP_CACHES
+        return keeps_math(optimizations)
+    return scope == "any" or not set(optimizations) & STEP_CACHES
 
 
 @dataclass(frozen=True)

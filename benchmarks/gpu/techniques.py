@@ -4,8 +4,8 @@ latency, speedup with its range over interleaved rounds, PSNR against the baseli
 pipeline of its own, whether reverting each one gives back exactly the baseline's image.
 
 Configurations are compared in groups (`Plan.group`, and no more than the device's memory holds: a sweep keeps
-one copy of the model per configuration that changes the pipeline); each group repeats the baseline, and each
-speedup is against the baseline of its own rounds.
+one copy of the model per configuration that changes the pipeline); each group times its own baseline, and
+each speedup is against the baseline of its own rounds.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def configure(request: GenerationRequest, names: list[str]) -> GenerationRequest
     """The baseline with `names` added ('torch_compile[mode=reduce-overhead]' with its settings; a baseline
     technique they conflict with makes way: bf16 for fp16)."""
     clash = set().union(*(conflicts_of(n) for n in parse_config("+".join(names))[0]))
-    kept = [o for o in request.opts if o not in clash]
+    kept = [o for o in request.optimizations if o not in clash]
     return with_config(request, "+".join(dict.fromkeys([*kept, *names])))
 
 
@@ -67,7 +67,7 @@ def candidates(plan: Plan, model: ModelPlan, request: GenerationRequest) -> tupl
     chosen = [t for t in plan.techniques if t not in COMBINATIONS] if plan.techniques else list(REGISTRY)
     for entry in chosen:  # a name, or a name with settings ('torch_compile[regional=true]')
         name = parse_config(entry)[0][0]
-        if entry in request.opts:
+        if entry in request.optimizations:
             continue  # the baseline's own precision
         why = reason(plan, request, name)
         if why:
@@ -117,7 +117,7 @@ def _compare(studio: Studio, plan: Plan, request: GenerationRequest, todo: list)
     entries = [Entry(baseline_label(request), request), *(Entry(r.config_label, r) for _, r in todo)]
     records = records_of(run_sweep(studio, "compare", entries, warmup=plan.warmup, rounds=plan.rounds))
     by_label = {r["config"]: r for r in records}
-    # each group repeats the baseline: a row's speedup is against its own group's, which the table shows
+    # each group times its own baseline: a row's speedup is against its own group's, which the table shows
     own = {"baseline_s": records[0]["latency_s"]}
     rows = [{**records[0], "technique": "baseline", **own}]
     for name, configured in todo:

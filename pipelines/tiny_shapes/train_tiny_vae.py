@@ -175,15 +175,15 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float(10 * np.log10(255.0**2 / max(mse, 1e-12)))
 
 
-def decode_ms(vae: torch.nn.Module, latent: torch.Tensor, rounds: int = 7, repeats: int = 20) -> list[float]:
-    """Per-round median milliseconds of one ``vae.decode`` of a single latent."""
+def decode_ms(vae: torch.nn.Module, latent: torch.Tensor, rounds: int = 7, calls: int = 20) -> list[float]:
+    """Per-round median milliseconds of one ``vae.decode`` of a single latent (`calls` timed per round)."""
     with torch.no_grad():
         for _ in range(5):
             vae.decode(latent / vae.config.scaling_factor)
         out = []
         for _ in range(rounds):
             times = []
-            for _ in range(repeats):
+            for _ in range(calls):
                 t = time.perf_counter()
                 vae.decode(latent / vae.config.scaling_factor)
                 times.append(time.perf_counter() - t)

@@ -84,7 +84,7 @@ def model_entry(
         "height": request.height,
         "steps": request.steps,
         "guidance": request.guidance,
-        "batch": request.num_images,
+        "batch": request.batch,
         "scheduler": request.scheduler,
         "prompt": request.prompt,
         "seed": request.seed,

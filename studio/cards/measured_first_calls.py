@@ -61,7 +61,7 @@ def compile_cost(cards: list[dict[str, Any]], request: GenerationRequest) -> tup
     nowhere: a sentence from the cards' first calls of configurations with the same technique, and the seconds
     to expect (their median on this model; None where only other models were measured). None when no
     technique of the request prepares anything."""
-    name = next((n for n in request.opts if n in phases.PREPARING), None)
+    name = next((n for n in request.optimizations if n in phases.PREPARING), None)
     if name is None:
         return None
     measured = with_technique(cards, name)
@@ -135,7 +135,7 @@ def _part(
 def from_parts(studio: Studio, cards: list[dict[str, Any]], request: GenerationRequest) -> str:
     """For a combination measured neither here nor on a card: each technique's own first call, as an
     estimate from its parts (or that none of them was measured)."""
-    parts = [_part(studio, cards, request, name) for name in request.opts]
+    parts = [_part(studio, cards, request, name) for name in request.optimizations]
     known = [more for _, more, _ in parts if more is not None]
     cost = None if known else compile_cost(cards, request)
     if cost is not None:  # a compile measured nowhere alone: the cards' compiles of the model
@@ -145,7 +145,7 @@ def from_parts(studio: Studio, cards: list[dict[str, Any]], request: GenerationR
             f"Not run here yet as {request.config_label}, and none of its techniques was measured alone "
             "(here or on a benchmark card): what its first call costs is not known."
         )
-    left = [name for name, (_, more, _) in zip(request.opts, parts, strict=True) if more is None]
+    left = [name for name, (_, more, _) in zip(request.optimizations, parts, strict=True) if more is None]
     without = f", not counting {' or '.join(left)}" if left else ""
     bound = "up to" if any(upper for *_, upper in parts) else "about"
     return (
@@ -167,7 +167,7 @@ def measured(studio: Studio, request: GenerationRequest) -> tuple[str, float | N
     if f is None:
         cost = compile_cost(cards, request)
         seconds = cost[1] if cost is not None else None
-        if len(request.opts) > 1:
+        if len(request.optimizations) > 1:
             return from_parts(studio, cards, request), seconds
         return (cost[0], seconds) if cost is not None else ("", None)
     if not notable(f["seconds"], f["later"]):

@@ -105,7 +105,7 @@ def effective(request: GenerationRequest, config: str) -> tuple:
     configured = with_config(request, config)
     return tuple(
         (name, tuple(sorted({**REGISTRY[name].defaults, **configured.settings.get(name, {})}.items())))
-        for name in configured.opts
+        for name in configured.optimizations
     )
 
 

@@ -143,7 +143,7 @@ def lossy_search(
             floor=FLOOR,
             techniques=chosen.techniques,
             warmup=warmup,
-            repeats=screen,
+            rounds=screen,
             confirm_rounds=screen,
             progress=tick,
             should_stop=deadline,

@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen = sub.add_parser("generate", help="one image, timed and logged")
     request_args(gen)
-    rounds_arg(gen, 1, "--repeats")
+    rounds_arg(gen, 1)
     optimizations_arg(gen)
     cmp_ = sub.add_parser("compare", help="baseline vs configurations, side by side")
     request_args(cmp_)
@@ -60,7 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
     request_args(tune)
     rounds_arg(tune, 3)
-    tune.add_argument("--technique", action="append", default=[], help="limit the search to these (repeat)")
+    tune.add_argument(
+        "--technique",
+        dest="techniques",
+        action="append",
+        default=[],
+        help="limit the search to these (repeat)",
+    )
     tune.add_argument(
         "--include-compile", action="store_true", help="also try torch_compile (slow to prepare)"
     )
@@ -130,7 +136,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from studio.request import request_from_args
 
     request = request_from_args(args, args.optimizations)
-    result = Studio().generate(request, warmup=args.warmup or 0, repeats=args.rounds or 1)
+    result = Studio().generate(request, warmup=args.warmup or 0, rounds=args.rounds or 1)
     data = report.single_record(result)
     first = data["first_call_s"] is not None or data["first_call_phase"]
     text = (

@@ -52,12 +52,10 @@ def request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def rounds_arg(p: argparse.ArgumentParser, default: int, *aliases: str) -> None:
-    """`--rounds`: the timed calls of each configuration (`rounds` in every record), `aliases` kept for the
-    flags older releases spoke."""
+def rounds_arg(p: argparse.ArgumentParser, default: int) -> None:
+    """`--rounds`: the timed calls of each configuration (`rounds` in every record)."""
     p.add_argument(
         "--rounds",
-        *aliases,
         dest="rounds",
         type=int,
         default=None,

@@ -47,7 +47,7 @@ def prompt_warnings(request: GenerationRequest) -> list[str]:
     step cache stacked on few_step)."""
     warn = request.spec.hook("prompt_warning")
     sentence = warn(f"{request.prompt} {request.negative_prompt}") if warn else None
-    return [s for s in (sentence, stacked_cache_warning(request.opts)) if s]
+    return [s for s in (sentence, stacked_cache_warning(request.optimizations)) if s]
 
 
 def compute_run(
@@ -70,11 +70,11 @@ def compute_run(
         before = graph_builds(prepared.entry.stats)
         with cpu_threads.using(threads):
             measured = bench.measure(
-                prepared, request, options.warmup, options.repeats, options.on_step, should_stop=should_stop
+                prepared, request, options.warmup, options.rounds, options.on_step, should_stop=should_stop
             )
         stats = dict(prepared.entry.stats)
         stats["first_call_phases"] = phases.since(stats.pop(phases.PHASES, []), started)  # this run's only
-        if threads is not None or "threads" in request.opts:
+        if threads is not None or "threads" in request.optimizations:
             stats["cpu_threads"] = threads or request.settings.get("threads", {}).get("num_threads")
             stats["thread_policy"] = cpu_threads.policy_of(request, threads)
         stats["graph_builds_this_run"] = graph_builds(stats) - before
@@ -147,12 +147,10 @@ class Studio(Profiling, Services):
                 warnings.append(str(exc))
             return None
 
-    def begin(
-        self, request: GenerationRequest, *, warmup: int, repeats: int, group_id: int | None
-    ) -> Pending:
+    def begin(self, request: GenerationRequest, *, warmup: int, rounds: int, group_id: int | None) -> Pending:
         """Log a run as `running` before any compute (a crash leaves a trace); what to warn about it."""
         warnings = prompt_warnings(request)
-        columns = run_columns(request, warmup, repeats, group_id)
+        columns = run_columns(request, warmup, rounds, group_id)
         run_id = self._log(warnings, lambda: self.runlog.start_run(columns))
         return Pending(run_id, request, warnings, columns)
 
@@ -185,7 +183,7 @@ class Studio(Profiling, Services):
         request: GenerationRequest,
         *,
         warmup: int = 0,
-        repeats: int = 1,
+        rounds: int = 1,
         group_id: int | None = None,
         baseline: RunResult | None = None,
         on_step: Callable[[int, int], None] | None = None,
@@ -198,10 +196,10 @@ class Studio(Profiling, Services):
         to fit on a GPU of known size is refused before it is logged (`memory_estimate.check_fits`).
         """
         fit = memory_estimate.check_fits(self.manager, request, self.runlog)
-        pending = self.begin(request, warmup=warmup, repeats=repeats, group_id=group_id)
+        pending = self.begin(request, warmup=warmup, rounds=rounds, group_id=group_id)
         try:
             with HostMonitor() as host:
-                options = RunOptions(warmup=warmup, repeats=repeats, on_step=on_step, should_stop=should_stop)
+                options = RunOptions(warmup=warmup, rounds=rounds, on_step=on_step, should_stop=should_stop)
                 computed = self.compute(request, options)
             computed.host = host.result
             computed.stats["memory_estimate"] = fit.as_json()  # logged: later estimates learn from it
@@ -220,14 +218,14 @@ class Studio(Profiling, Services):
         computed: Computed,
         *,
         warmup: int,
-        repeats: int,
+        rounds: int,
         group_id: int | None,
         baseline: RunResult | None,
         hardware: dict | None = None,
         extra: dict[str, Any] | None = None,
     ) -> RunResult:
         """Log a run computed elsewhere (another process of a distributed sweep) and save its images."""
-        record = run_columns(request, warmup, repeats, group_id)
+        record = run_columns(request, warmup, rounds, group_id)
         columns = {**record, "hardware": hardware or record["hardware"]}
         warnings: list[str] = []
         run_id = self._log(warnings, lambda: self.runlog.start_run(columns))

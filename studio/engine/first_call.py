@@ -74,7 +74,9 @@ def notable(first_s: float, later_s: float | None) -> bool:
 def part_of(request: GenerationRequest, name: str) -> GenerationRequest:
     """`request` with technique `name` alone (its settings kept): one part of a combination, whose own first
     call says what that part adds to the combination's."""
-    return replace(request, opts=(name,), settings={k: v for k, v in request.settings.items() if k == name})
+    return replace(
+        request, optimizations=(name,), settings={k: v for k, v in request.settings.items() if k == name}
+    )
 
 
 def logged(runlog: RunLog, request: GenerationRequest) -> FirstCall | None:
@@ -90,9 +92,9 @@ def logged(runlog: RunLog, request: GenerationRequest) -> FirstCall | None:
         return None
     cold = max(firsts, key=lambda r: r["first_call_seconds"])
     per_step = [  # a Profile run is logged ok without a latency: it timed one step, not a call
-        r["latency_median"] / r["steps"]
+        r["latency_s"] / r["steps"]
         for r in rows
-        if r.get("first_call_seconds") is None and r.get("latency_median") is not None
+        if r.get("first_call_seconds") is None and r.get("latency_s") is not None
     ]
     return FirstCall(
         config=request.config_label,

@@ -47,12 +47,12 @@ def candidates(request: GenerationRequest) -> list[str]:
     hw = devices.detect()
     names = []
     for opt in REGISTRY.values():
-        if opt.group != "memory" or opt.name in request.opts:
+        if opt.group != "memory" or opt.name in request.optimizations:
             continue
         if unavailable_reason(opt, hw, request.device, request.spec.family):
             continue
         try:
-            check_conflicts({*request.opts, opt.name})
+            check_conflicts({*request.optimizations, opt.name})
         except StudioError:
             continue
         names.append(opt.name)

@@ -127,12 +127,12 @@ def _shape(manager: Any, request: GenerationRequest) -> tuple[Shape | None, bool
 
 
 def _bytes_per_param(request: GenerationRequest) -> int:
-    dtype = next((get(o).dtype for o in request.opts if get(o).dtype is not None), torch.float32)
+    dtype = next((get(o).dtype for o in request.optimizations if get(o).dtype is not None), torch.float32)
     return torch.empty((), dtype=dtype).element_size()
 
 
 def _effects(request: GenerationRequest) -> list[MemoryEffect]:
-    return [get(o).memory_effect for o in request.opts]
+    return [get(o).memory_effect for o in request.optimizations]
 
 
 def _on_device(request: GenerationRequest, params: dict[str, int], size: int) -> int:
@@ -153,10 +153,10 @@ def _on_device(request: GenerationRequest, params: dict[str, int], size: int) ->
 
 def _activations(request: GenerationRequest, shape: Shape, size: int) -> int:
     latent = (request.width // shape.latent_factor) * (request.height // shape.latent_factor)
-    unet_batch = request.num_images * (2 if request.guidance > 1 else 1)
+    unet_batch = request.batch * (2 if request.guidance > 1 else 1)
     unet = UNET_TENSORS * unet_batch * latent * shape.unet_channels * size
     decodes = {effect.decodes for effect in _effects(request)}  # `MemoryEffect.decodes`
-    images = 1 if "one_image" in decodes else request.num_images
+    images = 1 if "one_image" in decodes else request.batch
     pixels = request.width * request.height
     if "one_tile" in decodes:
         pixels = min(pixels, TILE_PIXELS)
@@ -202,7 +202,7 @@ def estimate(manager: Any, request: GenerationRequest, runlog: RunLog | None = N
         )
     size = _bytes_per_param(request)
     weights = 0 if loaded and not cuda else _on_device(request, shape.params, size)
-    copies = sum(get(o).copies(request.settings.get(o, {})) for o in request.opts)
+    copies = sum(get(o).copies(request.settings.get(o, {})) for o in request.optimizations)
     copies *= sum(shape.params.values()) * size
     activations = _activations(request, shape, size)
     correction = _correction(runlog, request, kind)
@@ -246,7 +246,7 @@ def remedy(manager: Any, request: GenerationRequest, runlog: RunLog | None = Non
     usable = [
         name
         for name in MEMORY_TECHNIQUES
-        if name not in request.opts
+        if name not in request.optimizations
         and unavailable_reason(REGISTRY[name], hw, request.device, request.spec.family) is None
     ]
     options = [(n,) for n in usable] + [(a, b) for i, a in enumerate(usable) for b in usable[i + 1 :]]
@@ -255,10 +255,10 @@ def remedy(manager: Any, request: GenerationRequest, runlog: RunLog | None = Non
         if any(set(fix) <= set(extra) for fix in fixes):
             continue  # a pair is offered only where neither of its techniques does it alone
         try:
-            check_conflicts({*request.opts, *extra})
+            check_conflicts({*request.optimizations, *extra})
         except ValidationError:
             continue
-        if estimate(manager, replace(request, opts=(*request.opts, *extra)), runlog).fits:
+        if estimate(manager, replace(request, optimizations=(*request.optimizations, *extra)), runlog).fits:
             fixes.append(extra)
     if fixes:
         return f" It would fit with {fix_words(fixes[:4])}."

@@ -47,7 +47,7 @@ class Profiling:
             OutOfMemory, RunFailed: the run is logged as failed first.
         """
         validate_profile(request)
-        pending = self.begin(request, warmup=0, repeats=1, group_id=None)
+        pending = self.begin(request, warmup=0, rounds=1, group_id=None)
         try:
             with HostMonitor() as host:
                 result = self._profile_compute(request)

@@ -46,12 +46,12 @@ class RunResult:
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """How one configuration's compute runs, by name: untimed `warmup` calls, then `repeats` timed ones;
+    """How one configuration's compute runs, by name: untimed `warmup` calls, then `rounds` timed ones;
     `on_step(step, steps)` after each denoising step; `should_stop()` polled between steps (a truthy answer
     cancels); the manager `slot` a sweep keeps its copy in; torch's CPU `threads` (None: chosen per run)."""
 
     warmup: int = 0
-    repeats: int = 1
+    rounds: int = 1
     on_step: Callable[[int, int], None] | None = None
     should_stop: bench.StopFn | None = None
     slot: tuple[str, str] | None = None
@@ -81,9 +81,7 @@ class Pending:
     columns: dict[str, Any] = field(default_factory=dict)  # its run-log columns (`run_columns`)
 
 
-def run_columns(
-    request: GenerationRequest, warmup: int, repeats: int, group_id: int | None
-) -> dict[str, Any]:
+def run_columns(request: GenerationRequest, warmup: int, rounds: int, group_id: int | None) -> dict[str, Any]:
     """The columns of a run known before it starts."""
     return {
         "group_id": group_id,
@@ -95,7 +93,7 @@ def run_columns(
         "device": request.device,
         "hardware": devices.detect().summary(),
         "dtype": request.dtype_name,
-        "requested": list(request.opts),
+        "requested": list(request.optimizations),
         "settings": request.settings,
         "prompt": request.prompt,
         "negative_prompt": request.negative_prompt,
@@ -105,10 +103,10 @@ def run_columns(
         "height": request.height,
         "guidance": request.guidance,
         "scheduler": request.scheduler,
-        "num_images": request.num_images,
+        "batch": request.batch,
         "visitor": visitors.current().id,
         "warmup": warmup,
-        "repeats": repeats,
+        "rounds": rounds,
         "versions": settings.versions(),
     }
 
@@ -130,7 +128,7 @@ def run_metrics(
         load_seconds=computed.load_seconds,
         switch_seconds=computed.switch_seconds,
         step_seconds=measured.step_seconds,
-        steps_per_second=request.steps / metrics["latency_median"],
+        steps_per_second=request.steps / metrics["latency_s"],
         stats=computed.stats,
         host_busy_pct=None if host is None else host.busy_pct,
         host_steal_pct=None if host is None else host.steal_pct,

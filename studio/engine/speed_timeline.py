@@ -60,11 +60,11 @@ class Era:
 def _matches(run: dict[str, Any], request: GenerationRequest, hardware: dict[str, Any]) -> bool:
     same = (
         run.get("status") == "ok"
-        and run.get("latency_median") is not None
+        and run.get("latency_s") is not None
         and run.get("config_label") == request.config_label
         and (run.get("width"), run.get("height"), run.get("steps"))
         == (request.width, request.height, request.steps)
-        and (run.get("num_images") or 1) == request.num_images
+        and (run.get("batch") or 1) == request.batch
         and run.get("device") == request.device
     )
     mine = run.get("hardware") or {}
@@ -76,15 +76,13 @@ def _versions(run: dict[str, Any]) -> dict[str, str]:
 
 
 def _era(runs: list[dict[str, Any]]) -> Era:
-    per_image = [r["latency_median"] / (r.get("num_images") or 1) for r in runs]
+    per_image = [r["latency_s"] / (r.get("batch") or 1) for r in runs]
     if len(runs) > 1:
         spread: float | None = max(per_image) - min(per_image)
     else:
         low, high = runs[0].get("latency_min"), runs[0].get("latency_max")
-        timed = runs[0].get("repeats") or 0
-        spread = (
-            (high - low) / (runs[0].get("num_images") or 1) if None not in (low, high) and timed > 1 else None
-        )
+        timed = runs[0].get("rounds") or 0
+        spread = (high - low) / (runs[0].get("batch") or 1) if None not in (low, high) and timed > 1 else None
     busy = [r["host_busy_pct"] for r in runs if r.get("host_busy_pct") is not None]
     return Era(
         versions=_versions(runs[0]),
@@ -128,7 +126,7 @@ def markdown(request: GenerationRequest, eras: list[Era], machine: str) -> str:
     with its versions (changes in bold), its figures and its verdict, and the caveat."""
     lines = [
         f"**{request.config_label}** on `{request.model}`, {request.width}x{request.height}, "
-        f"{request.steps} steps, batch {request.num_images}, {request.device} — {machine}",
+        f"{request.steps} steps, batch {request.batch}, {request.device} — {machine}",
         "",
         "| runs | when | versions | s / image (spread) | host busy | against the versions before |",
         "|---|---|---|---|---|---|",

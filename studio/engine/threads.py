@@ -46,7 +46,7 @@ def free_threads() -> int:
 def choose(request: GenerationRequest) -> int | None:
     """The threads a run of `request` should use, or None to leave them (not a CPU run, or the request
     fixes them with the `threads` technique)."""
-    if request.device != "cpu" or "threads" in request.opts:
+    if request.device != "cpu" or "threads" in request.optimizations:
         return None
     return free_threads()
 
@@ -77,6 +77,6 @@ def using(threads: int | None) -> Iterator[None]:
 
 def policy_of(request: GenerationRequest, threads: int | None) -> str | None:
     """What decided a run's threads, in words, for its record."""
-    if "threads" in request.opts:
+    if "threads" in request.optimizations:
         return FIXED
     return FREE_CORES if threads is not None else None

@@ -65,11 +65,11 @@ def ensure_spaces() -> ModuleType | None:
 
 
 def estimate_duration(
-    model_id: str, steps: int, width: int, height: int, repeats: int = 1, warmup: int = 0
+    model_id: str, steps: int, width: int, height: int, rounds: int = 1, warmup: int = 0
 ) -> int:
     """Seconds of GPU to ask ZeroGPU for, for one measured request.
 
-    duration = SAFETY * (setup + (warmup + repeats) * steps * step * (width * height) / pixels),
+    duration = SAFETY * (setup + (warmup + rounds) * steps * step * (width * height) / pixels),
     clamped to [MIN_SECONDS, MAX_SECONDS] and rounded up. `setup`, `step` and `pixels` come from
     the model's spec (`pipelines.registry.ModelCost`: assumptions, not measurements). A shorter request
     queues sooner on ZeroGPU; one that overruns is aborted, hence the safety factor.
@@ -79,11 +79,11 @@ def estimate_duration(
         steps: denoising steps per call.
         width: image width in pixels.
         height: image height in pixels.
-        repeats: timed calls.
+        rounds: timed calls.
         warmup: untimed warm-up calls.
     """
     cost = cost_of(model_id)
-    calls = max(1, warmup + repeats)
+    calls = max(1, warmup + rounds)
     scale = (width * height) / cost.pixels
     seconds = SAFETY * (cost.setup + calls * steps * cost.step * scale)
     return min(MAX_SECONDS, max(MIN_SECONDS, math.ceil(seconds)))
@@ -94,15 +94,15 @@ def request_duration(request: Any, options: Any = None, *args: Any, **kwargs: An
 
     Args:
         request: a `GenerationRequest` (model, steps, width, height are read).
-        options: the run's `RunOptions` (its warmup and repeats; none for a profile: one call).
+        options: the run's `RunOptions` (its warmup and rounds; none for a profile: one call).
         *args: further arguments of the wrapped function (ignored).
         **kwargs: further keyword arguments of the wrapped function (ignored).
     """
-    warmup, repeats = getattr(options, "warmup", 0), getattr(options, "repeats", 1)
+    warmup, rounds = getattr(options, "warmup", 0), getattr(options, "rounds", 1)
     seconds = estimate_duration(
-        request.model, request.steps, request.width, request.height, repeats=repeats, warmup=warmup
+        request.model, request.steps, request.width, request.height, rounds=rounds, warmup=warmup
     )
-    if "aot_package" in request.opts and not _package_kept(request.model):
+    if "aot_package" in request.optimizations and not _package_kept(request.model):
         seconds = min(MAX_SECONDS, seconds + COMPILE_SECONDS)  # this request's worker compiles the package
     log.info(
         "asking ZeroGPU for %d s for %s (%d steps, %dx%d)",

@@ -1,4 +1,4 @@
-"""The timing protocol: warm-up, repeats, synchronisation, peak memory, per-step times.
+"""The timing protocol: warm-up, timed rounds, synchronisation, peak memory, per-step times.
 
 Warm-up runs are excluded from the statistics and reported on their own (the first
 call after a trace or compile pays for it there). Each timed run synchronises the
@@ -50,7 +50,7 @@ class Timing:
 
 @dataclass
 class Measurement:
-    """Statistics over the timed repeats; warm-ups are kept apart."""
+    """Statistics over the timed rounds; warm-ups are kept apart."""
 
     runs: list[Timing]
     warmups: list[float] = field(default_factory=list)
@@ -87,7 +87,7 @@ class Measurement:
     def summary(self) -> dict[str, Any]:
         lat = self.latencies
         return {
-            "latency_median": self.median,
+            "latency_s": self.median,
             "latency_min": min(lat),
             "latency_max": max(lat),
             "latency_all": lat,
@@ -120,7 +120,7 @@ def call_kwargs(request: GenerationRequest) -> dict[str, Any]:
         "guidance_scale": request.guidance,
         "width": request.width,
         "height": request.height,
-        "num_images_per_prompt": request.num_images,
+        "num_images_per_prompt": request.batch,
         "generator": torch.Generator("cpu").manual_seed(request.seed),
         "output_type": "np",
         **request.spec.call_kwargs,
@@ -234,12 +234,12 @@ def measure(
     prepared: Prepared,
     request: GenerationRequest,
     warmup: int = 0,
-    repeats: int = 1,
+    rounds: int = 1,
     on_step: StepFn | None = None,
     should_stop: StopFn | None = None,
 ) -> Measurement:
-    """Run `warmup` untimed calls, then `repeats` timed ones (at least one)."""
+    """Run `warmup` untimed calls, then `rounds` timed ones (at least one)."""
     warm = [run_once(prepared, request, should_stop=should_stop).seconds for _ in range(warmup)]
-    runs = [run_once(prepared, request, on_step, should_stop) for _ in range(max(1, repeats))]
+    runs = [run_once(prepared, request, on_step, should_stop) for _ in range(max(1, rounds))]
     kind = "cuda_allocated" if prepared.ctx.device.startswith("cuda") else "cpu_rss"
     return Measurement(runs=runs, warmups=warm, memory_kind=kind)

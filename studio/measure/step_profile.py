@@ -154,8 +154,8 @@ def _round(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.4g}")
 
 
-def matmul_peak(device: str, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float | None:
-    """The FLOP/s of a square matmul big enough to saturate `device` (best of `repeats`, synchronised),
+def matmul_peak(device: str, dtype: torch.dtype, size: int | None = None, rounds: int = 3) -> float | None:
+    """The FLOP/s of a square matmul big enough to saturate `device` (best of `rounds`, synchronised),
     measured once per process, device, dtype and CPU thread count; None when the device cannot do it."""
     key = (device, dtype, torch.get_num_threads() if device == "cpu" else None, size)
     if key not in _peaks:
@@ -165,7 +165,7 @@ def matmul_peak(device: str, dtype: torch.dtype, size: int | None = None, repeat
             b = torch.randn(n, n, device=device).to(dtype)
             a @ b  # warm: kernel selection, allocator
             best = math.inf
-            for _ in range(repeats):
+            for _ in range(rounds):
                 bench.synchronize(device)
                 start = time.perf_counter()
                 a @ b
@@ -306,7 +306,7 @@ def profile_step(manager: Any, request: GenerationRequest) -> ProfileResult:
         dtype=request.dtype_name,
         width=request.width,
         height=request.height,
-        batch=request.num_images,
+        batch=request.batch,
         steps=request.steps,
         step_s=window.wall_s,
         unprofiled_step_s=window.plain_s,

@@ -321,10 +321,10 @@ def check_conflicts(names: set[str] | frozenset[str]) -> None:
 
 
 @contextlib.contextmanager
-def call_contexts(opts: list[Optimization], ctx: Context) -> Iterator[None]:
-    """Enter the call-stage contexts of `opts` around a pipeline call."""
+def call_contexts(optimizations: list[Optimization], ctx: Context) -> Iterator[None]:
+    """Enter the call-stage contexts of `optimizations` around a pipeline call."""
     with contextlib.ExitStack() as stack:
-        for opt in opts:
+        for opt in optimizations:
             if opt.call_context is not None:
                 stack.enter_context(opt.call_context(ctx))
         yield

@@ -49,12 +49,12 @@ class FewStepSettings(Settings):
         self._set("steps", checks.whole("few_step steps", self.steps, 0, MAX_FEW_STEPS))
 
 
-def stacked_cache_warning(opts: tuple[str, ...]) -> str | None:
+def stacked_cache_warning(optimizations: tuple[str, ...]) -> str | None:
     """A sentence when a step cache rides on few_step: with a handful of steps there is little to reuse
     (x1.04-x1.22 on a distilled 4-step model in cache-dit's own table), and each reuse costs more of the
     image."""
-    caches = [name for name in opts if name in STEP_CACHES]
-    if "few_step" not in opts or not caches:
+    caches = [name for name in optimizations if name in STEP_CACHES]
+    if "few_step" not in optimizations or not caches:
         return None
     return (
         f"{', '.join(caches)} reuses denoiser steps on top of few_step's few: little left to save, and each "

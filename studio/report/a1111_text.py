@@ -35,7 +35,7 @@ def parameters_text(meta: dict[str, Any]) -> str:
         "Size": f"{meta.get('width')}x{meta.get('height')}",
         "Model": meta.get("model"),
         "VAE": Path(meta["vae"]).name if meta.get("vae") else None,  # as A1111 writes it: the file's name
-        "Batch size": meta.get("num_images") if (meta.get("num_images") or 1) > 1 else None,
+        "Batch size": meta.get("batch") if (meta.get("batch") or 1) > 1 else None,
         "Precision": meta.get("dtype"),
         "Optimizations": meta.get("config"),
         "Device": meta.get("device"),

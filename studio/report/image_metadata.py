@@ -26,6 +26,7 @@ from PIL import PngImagePlugin
 from studio import checks
 from studio.errors import ValidationError
 from studio.report.a1111_text import parameters_text, parse_parameters
+from studio.runlog.migrations import current_names
 
 JSON_CHUNK = "diffusion-studio"
 TEXT_CHUNK = "parameters"
@@ -44,8 +45,8 @@ MAX_DEPTH = 8  # the studio's JSON nests 3 deep (a GPU inside the hardware)
 MAX_CHUNKS = 100_000  # chunks walked at most: a PNG's pixels come in a few dozen
 _TEXT_KINDS = (b"tEXt", b"zTXt", b"iTXt")
 _AS_REQUEST = ("prompt", "negative_prompt", "seed", "steps", "guidance", "width", "height", "scheduler")
-# the run-log columns `fields_from_settings` gives as a request's fields (num_images as batch)
-_AS_REQUEST += ("settings", "num_images", "vae", "single_file_config", "loras")
+# the run-log columns `fields_from_settings` gives as a request's fields
+_AS_REQUEST += ("settings", "batch", "vae", "single_file_config", "loras")
 
 
 def embedded(columns: dict[str, Any], record: dict[str, Any], index: int = 0) -> dict[str, Any]:
@@ -161,10 +162,13 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _from_json(text: str) -> tuple[dict[str, Any] | None, str]:
-    """The studio's JSON chunk, as run-log columns, or None and why not."""
+    """The studio's JSON chunk, as run-log columns in today's names (an earlier release's included), or None
+    and why not."""
     name = f"The image's {JSON_CHUNK} text"
     meta = checks.parse_json(name, text, MAX_TEXT, MAX_DEPTH, _FIX)
-    return (meta, "") if isinstance(meta, dict) else (None, f"{name} is not a JSON object. {_FIX}")
+    if not isinstance(meta, dict):
+        return None, f"{name} is not a JSON object. {_FIX}"
+    return current_names(meta), ""
 
 
 def read(source: str | Path | IO[bytes]) -> ImageSettings:
@@ -213,9 +217,7 @@ def fields_from_settings(settings: dict[str, Any], model: str) -> dict[str, Any]
         settings: `read(...).settings` (run-log column names).
         model: the model to check them with when the image names none (another tool's `parameters`).
     """
-    fields = {
-        "batch" if c == "num_images" else c: settings[c] for c in _AS_REQUEST if settings.get(c) is not None
-    }
+    fields = {c: settings[c] for c in _AS_REQUEST if settings.get(c) is not None}
     requested = settings.get("requested")  # weights precision (bf16, fp16) is among the techniques
     return {**fields, "model": settings.get("model") or model, "precision": None, "optimizations": requested}
 

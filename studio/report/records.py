@@ -79,10 +79,10 @@ def _reused_pct(counts: list[int] | None) -> float | None:
 def _figures(m: dict[str, Any]) -> dict[str, Any]:
     """The measured figures in the shared vocabulary, from a run's metrics and quality, or from its run-log
     row (both name them as the run log's columns)."""
-    lat = m.get("latency_all") or ([m["latency_median"]] if m.get("latency_median") is not None else [])
+    lat = m.get("latency_all") or ([m["latency_s"]] if m.get("latency_s") is not None else [])
     stats, psnr = m.get("stats") or {}, m.get("psnr")
     return {
-        "latency_s": _num(m.get("latency_median"), 4),
+        "latency_s": _num(m.get("latency_s"), 4),
         "latency_spread_s": _num(max(lat) - min(lat), 4) if lat else None,
         "rounds": len(lat) or None,
         "speedup": _num(m.get("speedup"), 3),
@@ -90,7 +90,7 @@ def _figures(m: dict[str, Any]) -> dict[str, Any]:
         "speedup_max": _num(m.get("speedup_max"), 3),
         "verdict": m.get("verdict"),
         "steps_per_s": _num(m.get("steps_per_second"), 2),
-        **_throughput(m.get("latency_median"), m.get("num_images") or 1),
+        **_throughput(m.get("latency_s"), m.get("batch") or 1),
         "first_call_s": _num(m.get("first_call_seconds"), 3),
         "first_call_phase": m.get("first_call_phase"),
         "prepare_s": _num(m.get("prepare_seconds"), 3),
@@ -127,7 +127,7 @@ def run_record(result: Any, baseline: Any = None) -> dict[str, Any]:
         "lora_switch_s": _num((m.get("stats") or {}).get("lora_switch_seconds"), 4),
         "status": "ok",
         "applied": list(result.applied),
-        **_figures({**m, **result.quality, "num_images": result.request.num_images}),
+        **_figures({**m, **result.quality, "batch": result.request.batch}),
         "pays_off_after": pays_off_after(m, base),
         "memory_change_mb": change,
         "memory_note": note,
@@ -169,10 +169,10 @@ def failed_record(config: str, error: str, status: str = "failed") -> dict[str, 
 
 def pays_off_after(m: dict[str, Any], base: dict[str, Any] | None) -> int | None:
     """After how many images a configuration's one-off first-call cost is repaid by its per-image saving."""
-    first, latency = m.get("first_call_seconds"), m["latency_median"]
-    if base is None or first is None or first <= latency or latency >= base["latency_median"]:
+    first, latency = m.get("first_call_seconds"), m["latency_s"]
+    if base is None or first is None or first <= latency or latency >= base["latency_s"]:
         return None
-    return math.ceil((first - latency) / (base["latency_median"] - latency))
+    return math.ceil((first - latency) / (base["latency_s"] - latency))
 
 
 def log_record(row: dict[str, Any]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def parse_axis(name: Any, values: Any, request: GenerationRequest) -> Axis | Non
     if not written:
         raise ValidationError(f"Give the values of the {name} axis, e.g. '2,4,8'.")
     if len(set(written)) != len(written):
-        raise ValidationError(f"The {name} axis repeats a value: {', '.join(written)}.")
+        raise ValidationError(f"The {name} axis has a value twice: {', '.join(written)}.")
     if len(written) > MAX_VALUES:
         raise ValidationError(f"The {name} axis has {len(written)} values; the limit is {MAX_VALUES}.")
     axis = Axis(name, tuple(written), auto)
@@ -118,7 +118,7 @@ def at(request: GenerationRequest, axis: Axis, value: str) -> GenerationRequest:
     if axis.name == "steps":
         return dataclasses.replace(request, steps=checks.whole("steps", value, 1, MAX_STEPS))
     if axis.name == "batch":
-        return dataclasses.replace(request, num_images=checks.whole("batch", value, 1, MAX_IMAGES))
+        return dataclasses.replace(request, batch=checks.whole("batch", value, 1, MAX_IMAGES))
     if axis.name == "seed":
         return dataclasses.replace(request, seed=checks.whole("seed", value, 0, MAX_SEED))
     if axis.name == "prompt":  # Prompt S/R: every occurrence of the first value
@@ -140,13 +140,13 @@ def at(request: GenerationRequest, axis: Axis, value: str) -> GenerationRequest:
         width = _side("width", match[1])
         return dataclasses.replace(request, width=width, height=_side("height", match[2] or width))
     technique, setting = SETTING_AXIS.fullmatch(axis.name).groups()
-    if technique not in request.opts:
+    if technique not in request.optimizations:
         return request
     if setting not in get(technique).defaults:
         known = ", ".join(get(technique).defaults) or "none"
         raise ValidationError(f"{technique} has no setting {setting!r} (its settings: {known}).")
     given = {**request.settings, technique: {**request.settings.get(technique, {}), setting: value}}
-    return dataclasses.replace(request, settings=_check_settings(list(request.opts), given))
+    return dataclasses.replace(request, settings=_check_settings(list(request.optimizations), given))
 
 
 def parse_axes(

@@ -112,7 +112,7 @@ def build_request(**fields: Any) -> GenerationRequest:
     keyword-only function. `precision` is a technique like the others, put first among `optimizations` (a
     list of names, or a string of names joined by commas or "+", as `bf16+channels_last`; a precision may
     also stay among them); `settings` is a mapping or a JSON object string; `batch` is the images per prompt
-    (the request's `num_images`); the others are checked as given, empty for their defaults.
+    (the request's `batch`); the others are checked as given, empty for their defaults.
     """
     bound = SIGNATURE.bind(**fields)
     bound.apply_defaults()
@@ -120,18 +120,18 @@ def build_request(**fields: Any) -> GenerationRequest:
     precision, names, batch = given.pop("precision"), given.pop("optimizations"), given.pop("batch")
     if precision not in (None, "", *PRECISIONS):
         raise ValidationError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}.")
-    opts = parse_opts(names) if isinstance(names, str) else list(names or [])
+    optimizations = parse_opts(names) if isinstance(names, str) else list(names or [])
     if precision in ("bf16", "fp16"):
-        opts.insert(0, precision)
+        optimizations.insert(0, precision)
     given.update(device=given["device"] or "auto", settings=parse_settings(given["settings"]))
-    return _validated(**given, opts=opts, num_images=1 if batch in (None, "") else batch)
+    return _validated(**given, optimizations=optimizations, batch=1 if batch in (None, "") else batch)
 
 
 SIGNATURE = _signature()
 build_request.__signature__ = SIGNATURE  # help() and inspect show the table's fields
 
 
-def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> GenerationRequest:
+def request_from_args(args: Any, optimizations: Any = (), device: str | None = None) -> GenerationRequest:
     """A request from the command line's arguments (`studio.cli.arguments.request_args`), for the CLI and the
     distributed launcher alike, through `build_request`."""
     return build_request(
@@ -145,7 +145,7 @@ def request_from_args(args: Any, opts: Any = (), device: str | None = None) -> G
         height=args.height,
         scheduler=args.scheduler,
         device=device or args.device,
-        optimizations=list(opts),
+        optimizations=list(optimizations),
         settings=parse_setting_args(args.setting),
         batch=getattr(args, "batch", 1),
         vae=getattr(args, "vae", None),

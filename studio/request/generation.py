@@ -45,9 +45,9 @@ class GenerationRequest:
     height: int
     scheduler: str
     device: str
-    opts: tuple[str, ...] = ()
+    optimizations: tuple[str, ...] = ()
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
-    num_images: int = 1
+    batch: int = 1
     vae: str | None = None  # a VAE swapped in: a local folder or .safetensors file, or a hub id
     loras: tuple[Adapter, ...] = ()  # LoRAs loaded onto the pipeline for the run, each with its scale
 
@@ -57,7 +57,7 @@ class GenerationRequest:
 
     @property
     def dtype_name(self) -> str:
-        return next((o for o in self.opts if get(o).dtype is not None), "fp32")
+        return next((o for o in self.optimizations if get(o).dtype is not None), "fp32")
 
     @property
     def config_label(self) -> str:
@@ -69,7 +69,7 @@ class GenerationRequest:
                 f"{o}[{','.join(f'{k}={checks.typed(v)}' for k, v in sorted(given.items()))}]" if given else o
             )
 
-        return "+".join(named(o) for o in self.opts) or "baseline"
+        return "+".join(named(o) for o in self.optimizations) or "baseline"
 
 
 def _text(name: str, value: Any, required: bool) -> str:
@@ -126,9 +126,9 @@ def with_few_step(request: GenerationRequest) -> GenerationRequest:
     at the scale it was trained for, with its scheduler, steps (or the setting's) and guidance. A model with
     no tiny decoder registered is refused `tiny_vae` here, before anything runs."""
     base = request.spec.adapter_base
-    if "tiny_vae" in request.opts and base not in TINY_VAES:
+    if "tiny_vae" in request.optimizations and base not in TINY_VAES:
         raise ValidationError(f"tiny_vae has no tiny decoder registered for {request.model}; remove it.")
-    if "few_step" not in request.opts:
+    if "few_step" not in request.optimizations:
         return request
     chosen = get("few_step").settings(**request.settings.get("few_step", {}))
     adapter = few_step_adapter(base, None if chosen.adapter == "auto" else chosen.adapter)
@@ -149,7 +149,7 @@ def with_few_step(request: GenerationRequest) -> GenerationRequest:
     )
 
 
-def _check_settings(opts: list[str], settings: Any) -> dict[str, dict[str, Any]]:
+def _check_settings(optimizations: list[str], settings: Any) -> dict[str, dict[str, Any]]:
     """Each technique's settings, built into its settings object (which checks them); only for
     requested ones."""
     if settings in (None, ""):
@@ -157,7 +157,7 @@ def _check_settings(opts: list[str], settings: Any) -> dict[str, dict[str, Any]]
     if not isinstance(settings, dict):
         raise ValidationError("settings must be a mapping of optimization name to its settings.")
     checked = {name: get(name).settings.checked(name, given) for name, given in settings.items()}
-    return {name: given for name, given in checked.items() if name in opts}
+    return {name: given for name, given in checked.items() if name in optimizations}
 
 
 def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, ...]:
@@ -181,7 +181,7 @@ def check_opts(names: list[str], spec: PipelineSpec, device: str) -> tuple[str, 
 def check_settings_here(request: GenerationRequest) -> GenerationRequest:
     """`request`, once no technique's settings pick hardware its device does not have (an attention
     backend); otherwise the technique's sentence (`Optimization.settings_unavailable`)."""
-    for name in request.opts:
+    for name in request.optimizations:
         reason = get(name).settings_unavailable(
             request.settings.get(name, {}), request.device, request.dtype_name
         )
@@ -194,10 +194,12 @@ def with_config(request: GenerationRequest, config: Any) -> GenerationRequest:
     """`request` with another configuration (see `parse_config`): its techniques, checked for this model
     and device, and their settings (the configuration's own over the request's)."""
     names, given = parse_config(config)
-    opts = check_opts(names, request.spec, request.device)
+    optimizations = check_opts(names, request.spec, request.device)
     merged = {name: {**request.settings.get(name, {}), **given.get(name, {})} for name in names}
     settings = _check_settings(names, {k: v for k, v in merged.items() if v})
-    return with_few_step(check_settings_here(dataclasses.replace(request, opts=opts, settings=settings)))
+    return with_few_step(
+        check_settings_here(dataclasses.replace(request, optimizations=optimizations, settings=settings))
+    )
 
 
 def _validated(
@@ -212,9 +214,9 @@ def _validated(
     height: Any = None,
     scheduler: Any = None,
     device: Any = "auto",
-    opts: Any = None,
+    optimizations: Any = None,
     settings: Any = None,
-    num_images: Any = 1,
+    batch: Any = 1,
     vae: Any = None,
     single_file_config: Any = None,
     loras: Any = None,
@@ -241,7 +243,7 @@ def _validated(
     if not isinstance(device, str):
         raise ValidationError("device must be text such as 'auto', 'cpu' or 'cuda:0'.")
     resolved = devices.resolve(device)
-    names = parse_opts(opts)
+    names = parse_opts(optimizations)
     seed = random.randint(0, MAX_SEED) if seed in (-1, "-1") else checks.whole("seed", seed, 0, MAX_SEED)
     prompt, adapters = check_loras(spec, _text("prompt", prompt, required=True), loras)
     checked = check_settings_here(
@@ -258,9 +260,9 @@ def _validated(
             height=_side("height", spec.height if height in (None, "") else height),
             scheduler=scheduler,
             device=resolved,
-            opts=check_opts(names, spec, resolved),
+            optimizations=check_opts(names, spec, resolved),
             settings=_check_settings(names, settings),
-            num_images=checks.whole("batch", num_images, 1, MAX_IMAGES),
+            batch=checks.whole("batch", batch, 1, MAX_IMAGES),
             vae=resolve_vae(vae),
             loras=adapters,
         )

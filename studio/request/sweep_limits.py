@@ -17,7 +17,6 @@ from studio.request.generation import GenerationRequest
 MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
 MAX_WARMUP = 10
 MAX_ROUNDS = 50
-FACE_WORDS = {"rounds": "repeats", "technique": "techniques"}  # the faces' words for two auto-tune settings
 
 
 def max_request_seconds() -> float:
@@ -35,7 +34,7 @@ class AutotuneSettings:
     min_ssim: float = 0.95
     fidelity_drop: float = 0.03
     warmup: int = 1
-    repeats: int = 3
+    rounds: int = 3
     confirm_rounds: int = 5
     techniques: tuple[str, ...] | None = None
     include_compile: bool = False
@@ -47,7 +46,7 @@ class AutotuneSettings:
         }
         checked.update(
             warmup=checks.whole("warm-up calls", self.warmup, 0, MAX_WARMUP),
-            repeats=checks.whole("rounds", self.repeats, 1, MAX_ROUNDS),
+            rounds=checks.whole("rounds", self.rounds, 1, MAX_ROUNDS),
             confirm_rounds=checks.whole("confirmation rounds", self.confirm_rounds, 1, MAX_ROUNDS),
             techniques=tuple(parse_opts(self.techniques)) or None,
             include_compile=checks.boolean("include_compile", self.include_compile or False),
@@ -58,9 +57,8 @@ class AutotuneSettings:
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> AutotuneSettings:
         """The settings from whatever a face holds (a handler's or a tool's arguments, argparse's namespace
-        as a dict), by name, in the faces' words (`rounds` for the search's timed calls); a setting left empty
-        (None) keeps its default, and the other names are left."""
-        named = {FACE_WORDS.get(k, k): v for k, v in values.items() if v is not None}
+        as a dict), by name; a setting left empty (None) keeps its default, and the other names are left."""
+        named = {k: v for k, v in values.items() if v is not None}
         return cls(**{f.name: named[f.name] for f in fields(cls) if f.name in named})
 
 
@@ -83,7 +81,7 @@ def estimated_seconds(request: GenerationRequest, calls: int) -> float:
     """A rough time for `calls` pipeline calls of `request`: its model's assumed step time, scaled by image
     size and, on a CPU, by the model's CPU factor."""
     cost = registry.cost_of(request.spec)
-    step = cost.step * (request.width * request.height) / cost.pixels * request.num_images
+    step = cost.step * (request.width * request.height) / cost.pixels * request.batch
     if request.device == "cpu":
         step *= cost.cpu_factor
     return calls * request.steps * step

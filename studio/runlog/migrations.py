@@ -6,6 +6,8 @@ its name and place once released; a change to the schema is a new migration at t
 
 from __future__ import annotations
 
+import json
+
 from sqlite_utils import Database, Migrations
 
 migrations = Migrations("diffusion-studio")
@@ -175,3 +177,23 @@ def m011_run_loras(db: Database) -> None:
     """The LoRAs a run was drawn with, as JSON: a list of {"name", "scale", "hash"} (the hash as AUTOMATIC1111
     writes it); empty for runs without any and for every run logged before."""
     db["runs"].add_column("loras", str)
+
+
+# The runs' columns the faces name otherwise, as m012 renames them: earlier names -> the faces' words.
+RENAMED = {"num_images": "batch", "repeats": "rounds", "latency_median": "latency_s"}
+
+
+def current_names(columns: dict) -> dict:
+    """`columns` (a run's, as an image saved by an earlier release carries them) in today's names."""
+    return {RENAMED.get(name, name): value for name, value in columns.items()}
+
+
+@migrations()
+def m012_face_words(db: Database) -> None:
+    """A run's images per call, timed calls and median latency are called `batch`, `rounds` and `latency_s`,
+    as in the form, the API and the records; an auto-tune's settings (a group's JSON) say `rounds` too."""
+    for old, new in RENAMED.items():
+        db.execute(f"ALTER TABLE runs RENAME COLUMN {old} TO {new}")
+    for row in list(db.query("SELECT id, settings FROM groups WHERE settings LIKE '%\"repeats\"%'")):
+        settings = current_names(json.loads(row["settings"]))
+        db.execute("UPDATE groups SET settings = ? WHERE id = ?", [json.dumps(settings), row["id"]])

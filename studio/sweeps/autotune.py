@@ -151,7 +151,7 @@ def run_autotune(
     techniques: list[str] | None = None,
     include_compile: bool = False,
     warmup: int = 1,
-    repeats: int = 3,
+    rounds: int = 3,
     confirm_rounds: int = 5,
     progress: Progress | None = None,
     should_stop: StopFn | None = None,
@@ -168,7 +168,7 @@ def run_autotune(
         "grid": {k: v for k, v in GRID.items() if k in pool},
         "floor": vars(floor),
     }
-    settings.update(warmup=warmup, repeats=repeats, confirm_rounds=confirm_rounds)
+    settings.update(warmup=warmup, rounds=rounds, confirm_rounds=confirm_rounds)
     group_id = studio.runlog.start_group(
         "autotune", model=request.model, prompt=request.prompt, seed=request.seed, settings=settings
     )
@@ -177,7 +177,7 @@ def run_autotune(
         request,
         floor,
         warmup=warmup,
-        rounds=repeats,
+        rounds=rounds,
         group_id=group_id,
         progress=progress,
         should_stop=should_stop,
@@ -220,7 +220,7 @@ def run_with(
         techniques=list(settings.techniques) if settings.techniques else None,
         include_compile=settings.include_compile,
         warmup=settings.warmup,
-        repeats=settings.repeats,
+        rounds=settings.rounds,
         confirm_rounds=settings.confirm_rounds,
         progress=progress,
         should_stop=should_stop,
@@ -240,8 +240,8 @@ def _search(search: _Search, pool: list[str], confirm_rounds: int) -> tuple[Cand
     _, records = search.sweep("single", singles, search.rounds)
     best_of: dict[str, tuple[float, Candidate]] = {}
     for cand, rec in zip(singles, records, strict=True):
-        if search.ok(rec) and rec["speedup"] > best_of.get(cand.opts[0], (0.0, cand))[0]:
-            best_of[cand.opts[0]] = (rec["speedup"], cand)
+        if search.ok(rec) and rec["speedup"] > best_of.get(cand.optimizations[0], (0.0, cand))[0]:
+            best_of[cand.optimizations[0]] = (rec["speedup"], cand)
     survivors = [c for _, c in sorted(best_of.values(), key=lambda sc: -sc[0])]
     if not survivors:
         return None, None
@@ -302,7 +302,7 @@ def as_json(result: AutotuneResult) -> dict[str, Any]:
     winner = (
         None
         if result.winner is None
-        else {"techniques": list(result.winner.opts), "settings": result.winner.settings}
+        else {"techniques": list(result.winner.optimizations), "settings": result.winner.settings}
     )
     return {
         "group_id": result.group_id,

@@ -65,7 +65,7 @@ class Floor:
 
 @dataclass(frozen=True)
 class Candidate:
-    opts: tuple[str, ...]
+    optimizations: tuple[str, ...]
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def request(self, base: GenerationRequest) -> GenerationRequest:
@@ -73,13 +73,15 @@ class Candidate:
         return with_few_step(
             dataclasses.replace(
                 base,
-                opts=tuple(sorted(self.opts, key=lambda o: (REGISTRY[o].order, o))),
+                optimizations=tuple(sorted(self.optimizations, key=lambda o: (REGISTRY[o].order, o))),
                 settings=self.settings,
             )
         )
 
     def plus(self, other: Candidate) -> Candidate:
-        return Candidate(tuple(sorted({*self.opts, *other.opts})), {**self.settings, **other.settings})
+        return Candidate(
+            tuple(sorted({*self.optimizations, *other.optimizations})), {**self.settings, **other.settings}
+        )
 
 
 def grid(name: str, request: GenerationRequest) -> list[dict[str, Any]]:
@@ -131,7 +133,7 @@ def check_pool(request: GenerationRequest, techniques: list[str] | None, include
 
 def combinable(c: Candidate) -> bool:
     try:
-        check_conflicts(set(c.opts))
+        check_conflicts(set(c.optimizations))
     except StudioError:
         return False
     return True

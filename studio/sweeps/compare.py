@@ -27,7 +27,7 @@ class CompareResult:
 def parse_configs(configs: list[Any], request: GenerationRequest) -> list[GenerationRequest]:
     """Validate every configuration before anything runs ('openvino[mode=hybrid_int8]+cfg_cutoff' carries
     its own settings); the baseline comes first, once."""
-    parsed = [dataclasses.replace(request, opts=(), settings={})]
+    parsed = [dataclasses.replace(request, optimizations=(), settings={})]
     for config in configs:
         configured = with_config(request, config)
         if all(configured.config_label != p.config_label for p in parsed):

@@ -54,7 +54,7 @@ class Step:
     """A planned rung: the configuration it runs, a note, or why it is skipped."""
 
     rung: Rung
-    opts: tuple[str, ...]
+    optimizations: tuple[str, ...]
     note: str = ""
     skipped: bool = False
     ran: tuple[str, ...] = ()  # what it adds here: the rung's own techniques, or its fallback
@@ -125,7 +125,7 @@ def ladder_records(steps: list[Step], records: list[dict[str, Any]]) -> list[dic
         if step.skipped:
             rows.append(
                 {
-                    **report.failed_record("+".join(step.opts) or "baseline", step.note, "skipped"),
+                    **report.failed_record("+".join(step.optimizations) or "baseline", step.note, "skipped"),
                     "step": step.rung.label,
                     "note": step.note,
                 }
@@ -147,7 +147,11 @@ def run_ladder(
     """Every runnable rung in interleaved rounds, speedups against the first; the group id and one record per
     rung (a cancelled ladder raises `SweepCancelled` with the records so far)."""
     steps = plan(request)
-    entries = [Entry(s.label, dataclasses.replace(request, opts=s.opts)) for s in steps if not s.skipped]
+    entries = [
+        Entry(s.label, dataclasses.replace(request, optimizations=s.optimizations))
+        for s in steps
+        if not s.skipped
+    ]
     try:
         sweep = run_sweep(
             studio,

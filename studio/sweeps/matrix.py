@@ -153,7 +153,7 @@ def cell_seconds(cell: Cell, calls: int, known: Known) -> float:
     each technique that prepares something (logged for the cell or the technique alone, else assumed)."""
     request = cell.request
     seconds = estimated_seconds(request, calls)
-    slow = [o for o in request.opts if prepares(o)]
+    slow = [o for o in request.optimizations if prepares(o)]
     if not slow:
         return seconds
     if (logged := known(request)) is not None:
@@ -184,7 +184,7 @@ def plan_matrix(
         max_cells: the most cells measured (the diagonal's included), None for no cap.
         known: a configuration's logged first call in seconds (`Studio.first_call`), for the estimate.
     """
-    base = dataclasses.replace(request, opts=(), settings={})
+    base = dataclasses.replace(request, optimizations=(), settings={})
     counts = validate_counts(warmup, rounds)
     options = MatrixOptions(include_compile=include_compile, max_cells=max_cells)
     include, cap = options.include_compile, options.max_cells
@@ -203,7 +203,7 @@ def plan_matrix(
     total = sum(cost.get(c.config, 0.0) for c in cells if c.outcome == "planned") + cost["baseline"]
     if total > max_request_seconds():
         planned = [c for c in cells if c.outcome == "planned"]
-        slow = sum(1 for c in planned if any(prepares(o) for o in c.request.opts))
+        slow = sum(1 for c in planned if any(prepares(o) for o in c.request.optimizations))
         raise ValidationError(
             f"This matrix would take about {total / 60:.0f} min ({len(planned)} cells measured, {slow} of "
             f"them building on their first call; {calls} calls each, {base.steps} steps at {base.width}x"

@@ -253,7 +253,7 @@ def _measure(
     should_stop: StopFn | None,
 ) -> SweepResult:
     for entry in entries:
-        entry.pending = studio.begin(entry.request, warmup=warmup, repeats=rounds, group_id=group_id)
+        entry.pending = studio.begin(entry.request, warmup=warmup, rounds=rounds, group_id=group_id)
     name = f"sweep-{next(_sweep_ids)}"
     threads = cpu_threads.choose(entries[0].request)  # one thread policy for every configuration: a fair race
     rounds = max(1, rounds)

@@ -138,7 +138,7 @@ def write_runs(
     jobs: list[GenerationRequest],
     outcomes: list[Outcome],
     warmup: int,
-    repeats: int,
+    rounds: int,
     *,
     baseline_first_only: bool,
 ) -> list[RunResult | None]:
@@ -154,7 +154,7 @@ def write_runs(
         request = dataclasses.replace(jobs[outcome.index], device=outcome.where["device"])
         if outcome.computed is None:
             run_id = studio.runlog.start_run(
-                {**run_columns(request, warmup, repeats, group_id), "hardware": outcome.hardware}
+                {**run_columns(request, warmup, rounds, group_id), "hardware": outcome.hardware}
             )
             studio.runlog.finish_run(run_id, "failed", error=outcome.error)
             results.append(None)
@@ -166,7 +166,7 @@ def write_runs(
             request,
             outcome.computed,
             warmup=warmup,
-            repeats=repeats,
+            rounds=rounds,
             group_id=group_id,
             baseline=baseline,
             hardware=outcome.hardware,
@@ -203,10 +203,8 @@ def spread(
 ) -> WrittenSweep | None:
     """Compute `jobs` spread over the processes, gather, and (main process only) write one group to the
     run log `db`; None elsewhere. `warmup` and `rounds` default to a compare's."""
-    warmup, repeats = 1 if warmup is None else warmup, rounds or compare.DEFAULT_ROUNDS
-    outcomes = sorted(
-        gather_object(compute_share(state, jobs, where, warmup, repeats)), key=lambda o: o.index
-    )
+    warmup, rounds = 1 if warmup is None else warmup, rounds or compare.DEFAULT_ROUNDS
+    outcomes = sorted(gather_object(compute_share(state, jobs, where, warmup, rounds)), key=lambda o: o.index)
     if not state.is_main_process:
         return None
     studio = Studio(db_path=db)
@@ -216,7 +214,7 @@ def spread(
         model=request.model,
         prompt=request.prompt,
         seed=request.seed,
-        settings={**settings, "warmup": warmup, "repeats": repeats, "processes": processes},
+        settings={**settings, "warmup": warmup, "rounds": rounds, "processes": processes},
     )
     try:
         results = write_runs(
@@ -225,7 +223,7 @@ def spread(
             jobs,
             outcomes,
             warmup=warmup,
-            repeats=repeats,
+            rounds=rounds,
             baseline_first_only=baseline_first_only,
         )
     except Exception as exc:

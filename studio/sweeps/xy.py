@@ -82,7 +82,11 @@ def plan(
     several cells (the baseline on a setting axis) is measured once."""
     parsed = parse_configs(configs, request)
     for one in (axis, y_axis):
-        if one is not None and one.technique is not None and not any(one.technique in r.opts for r in parsed):
+        if (
+            one is not None
+            and one.technique is not None
+            and not any(one.technique in r.optimizations for r in parsed)
+        ):
             raise ValidationError(
                 f"No configuration uses {one.technique}, so the axis {one.name!r} changes nothing: add one."
             )
@@ -124,7 +128,7 @@ def key(request: GenerationRequest) -> tuple:
         request.width,
         request.height,
         request.scheduler,
-        request.num_images,
+        request.batch,
         request.seed,
         request.prompt,
         tuple((str(a.file.path), a.scale) for a in request.loras),

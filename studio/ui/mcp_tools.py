@@ -121,9 +121,7 @@ def build_mcp_tools(studio: Studio) -> dict[str, Any]:
         req = build_request(**pick_fields(locals()))  # first, while locals() are only the arguments
         counts = validate_counts(warmup, rounds)
         with cancellable_run(cancels, request, "generate") as should_stop:
-            result = studio.generate(
-                req, warmup=counts.warmup, repeats=counts.rounds, should_stop=should_stop
-            )
+            result = studio.generate(req, warmup=counts.warmup, rounds=counts.rounds, should_stop=should_stop)
         record = {**report.single_record(result), "warnings": list(result.warnings)}
         return _plain(record), _png(views.batch_image(result.images))
 

@@ -35,8 +35,8 @@ def likely_to_pay(preset: str, device: str = "auto") -> bool:
     slower than its fp32 even with AMX (×0.5–0.9 at 8 steps on an Intel Xeon with AMX: `python -m studio
     compare --prompt "a red circle" --steps 8 --rounds 3 --config bf16`)."""
     on_gpu = devices.resolve(device).startswith("cuda")
-    opts = [REGISTRY[name] for name in preset.split(",")]
-    return all(o.autotune == "candidate" and (on_gpu or o.group != "precision") for o in opts)
+    optimizations = [REGISTRY[name] for name in preset.split(",")]
+    return all(o.autotune == "candidate" and (on_gpu or o.group != "precision") for o in optimizations)
 
 
 def preselected(presets: list[str], device: str = "auto") -> list[str]:

@@ -102,7 +102,7 @@ def technique_groups() -> tuple[list[gr.CheckboxGroup], list[gr.Accordion], list
         for group in GROUPS:
             choices, missing = group_boxes(groups[group])
             with gr.Column(min_width=260, elem_id=f"group-{group}"):
-                boxes.append(gr.CheckboxGroup(choices, label=group.title(), elem_id=f"opts-{group}"))
+                boxes.append(gr.CheckboxGroup(choices, label=group.title(), elem_id=f"optimizations-{group}"))
                 label = f"Not available here ({len(missing)})"
                 with gr.Accordion(label, open=False, visible=bool(missing)) as fold:
                     lists.append(gr.Markdown(unavailable_list(missing), elem_id=f"unavailable-{group}"))

@@ -13,14 +13,14 @@ def test_a_configuration_first_called_on_a_warm_pipeline_logs_its_own_first_call
     assert studio.first_call(tiny.request(["openvino"], steps=2)) is None, "nothing logged for it yet"
     converted = studio.generate(tiny.request(["openvino"], steps=2))
     again = studio.generate(tiny.request(["openvino"], steps=2))
-    assert converted.metrics["first_call_seconds"] == converted.metrics["latency_median"]
+    assert converted.metrics["first_call_seconds"] == converted.metrics["latency_s"]
     assert again.metrics.get("first_call_seconds") is None, "the second call is not a first call"
     found = studio.first_call(tiny.request(["openvino"], steps=2))
     assert found is not None and found.count == 1
     assert found.cold_s == converted.metrics["first_call_seconds"] and found.cold_steps == 2
     assert found.sentence().startswith("The first call of openvino took ")
     # the conversion makes it worth saying: later calls are a small part of it, and the sentence gives them
-    assert found.notable and found.warm_s == again.metrics["latency_median"]
+    assert found.notable and found.warm_s == again.metrics["latency_s"]
     assert "; later calls " in found.sentence()
     # another size is another first call (a compile, a conversion, per shape); another model, none logged
     assert studio.first_call(tiny.request(["openvino"], steps=2, width=96, height=96)) is None
@@ -30,8 +30,8 @@ def test_a_configuration_first_called_on_a_warm_pipeline_logs_its_own_first_call
 def test_the_slowest_first_call_is_the_cold_one_and_the_newest_is_said_beside_it(studio):
     # going back to no technique rebuilds the pipeline from its components, so openvino converts again (its
     # model cache on disk makes that one quicker)
-    for opts in (["openvino"], [], ["openvino"]):
-        studio.generate(tiny.request(opts, steps=2))
+    for optimizations in (["openvino"], [], ["openvino"]):
+        studio.generate(tiny.request(optimizations, steps=2))
     rows = [
         r
         for r in studio.runlog.runs()
@@ -59,7 +59,7 @@ def test_a_profile_run_logged_without_a_latency_leaves_the_first_call_note_worki
     studio.profile(tiny.request(["openvino"], steps=2))
     again = studio.generate(tiny.request(["openvino"], steps=2))
     found = studio.first_call(tiny.request(["openvino"], steps=2))
-    assert found is not None and found.warm_s == again.metrics["latency_median"]
+    assert found is not None and found.warm_s == again.metrics["latency_s"]
     studio.profile(tiny.request(steps=2))  # the only run of the baseline: no latency, no first call
     assert studio.first_call(tiny.request(steps=2)) is None
 

@@ -20,19 +20,19 @@ def request(**kw):
     return build_request(**{"model": "tiny-shapes", "prompt": PROMPT, "seed": 1, "steps": 2, **kw})
 
 
-def log_run(runlog: RunLog, opts: list[str], peak: int, device: str = "cpu", size: int = 64) -> None:
+def log_run(runlog: RunLog, optimizations: list[str], peak: int, device: str = "cpu", size: int = 64) -> None:
     req = build_request(
         model="tiny-shapes",
         prompt=PROMPT,
         seed=1,
         steps=2,
-        optimizations=opts,
+        optimizations=optimizations,
         device=device,
         width=size,
         height=size,
     )
     run_id = runlog.start_run(run_columns(req, 0, 1, None))
-    runlog.finish_run(run_id, "ok", peak_memory=peak, latency_median=1.0)
+    runlog.finish_run(run_id, "ok", peak_memory=peak, latency_s=1.0)
 
 
 def test_advice_ranks_measured_savings_first_and_knows_what_fits_a_gpu(runlog, fake_gpus):

@@ -85,8 +85,8 @@ def test_techniques_change_the_estimate_the_way_they_change_memory():
     def activations(**kw):
         return memory_estimate._activations(request.__class__(**{**request.__dict__, **kw}), shape, 4)
 
-    assert activations(opts=("vae_slicing",)) == activations(num_images=1) < activations()
-    assert activations(opts=("vae_tiling",)) < activations(opts=("vae_slicing",))
+    assert activations(optimizations=("vae_slicing",)) == activations(batch=1) < activations()
+    assert activations(optimizations=("vae_tiling",)) < activations(optimizations=("vae_slicing",))
 
 
 def test_a_run_that_would_not_fit_a_gpu_is_refused_with_what_would_make_it_fit(studio, fake_gpus):
@@ -98,9 +98,7 @@ def test_a_run_that_would_not_fit_a_gpu_is_refused_with_what_would_make_it_fit(s
     assert studio.runlog.runs() == [], "a refused run is not logged"
     said = studio.will_it_fit(request)  # what /estimate, Generate's "Will it fit?" and the CLI answer
     assert said["fits"] is False and said["sentence"] == str(info.value), "the words the run is refused with"
-    fits = memory_estimate.estimate(
-        studio.manager, request.__class__(**{**request.__dict__, "num_images": 1})
-    )
+    fits = memory_estimate.estimate(studio.manager, request.__class__(**{**request.__dict__, "batch": 1}))
     assert fits.fits is True and fits.now == 0
 
 

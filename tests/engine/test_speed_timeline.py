@@ -22,14 +22,14 @@ def _upgrade(studio, run_ids, torch_version, latency=None, low=None, high=None):
         row = studio.runlog.get_run(run_id)
         fields = {"versions": json.dumps({**row["versions"], "torch": torch_version})}
         if latency is not None:
-            fields.update(latency_median=latency, latency_min=low, latency_max=high)
+            fields.update(latency_s=latency, latency_min=low, latency_max=high)
         studio.runlog.db["runs"].update(run_id, fields)
 
 
 def test_an_upgrade_is_marked_and_a_change_beyond_both_spreads_is_called_slower(studio):
     request = build_request(**SMALL, optimizations=["channels_last"])
-    ids = [studio.generate(request, repeats=2).run_id for _ in range(4)]
-    studio.generate(build_request(**SMALL), repeats=2)  # another configuration: not on this timeline
+    ids = [studio.generate(request, rounds=2).run_id for _ in range(4)]
+    studio.generate(build_request(**SMALL), rounds=2)  # another configuration: not on this timeline
     _upgrade(studio, ids[:2], "2.12.0", latency=0.10, low=0.09, high=0.11)
     _upgrade(studio, ids[2:], "2.13.0", latency=0.30, low=0.29, high=0.31)
     hardware = devices.detect().summary()
@@ -45,7 +45,7 @@ def test_an_upgrade_is_marked_and_a_change_beyond_both_spreads_is_called_slower(
 
 def test_a_change_inside_the_spreads_is_within_noise_and_another_machines_runs_are_left_out(studio):
     request = build_request(**SMALL)
-    ids = [studio.generate(request, repeats=2).run_id for _ in range(3)]
+    ids = [studio.generate(request, rounds=2).run_id for _ in range(3)]
     _upgrade(studio, ids[:1], "2.12.0", latency=0.20, low=0.10, high=0.30)
     _upgrade(studio, ids[1:], "2.13.0", latency=0.22, low=0.21, high=0.23)
     other = {**devices.detect().summary(), "cpu_name": "AMD EPYC (family 25 model 1)"}

@@ -30,7 +30,7 @@ class Req:
     steps: int = 30
     width: int = 512
     height: int = 512
-    opts: tuple[str, ...] = ()
+    optimizations: tuple[str, ...] = ()
 
 
 class StandInSpaces(types.ModuleType):
@@ -76,7 +76,7 @@ def zero(monkeypatch, standin) -> StandInSpaces:
 
 
 def compute(request: Req, options: RunOptions = RunOptions()) -> dict:
-    return {"model": request.model, "calls": options.warmup + options.repeats, "pid": os.getpid()}
+    return {"model": request.model, "calls": options.warmup + options.rounds, "pid": os.getpid()}
 
 
 @pytest.mark.parametrize(
@@ -95,19 +95,19 @@ def test_off_spaces_nothing_is_wrapped(monkeypatch, standin):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     assert zerogpu.gpu_wrapper(compute, zerogpu.request_duration) is compute
     assert zerogpu.ensure_spaces() is None
-    assert compute(Req(), RunOptions(warmup=1, repeats=2))["calls"] == 3 and standin.calls == []
+    assert compute(Req(), RunOptions(warmup=1, rounds=2))["calls"] == 3 and standin.calls == []
 
 
 def test_on_zerogpu_the_function_is_wrapped_and_duration_sees_the_request(zero):
     wrapped = zerogpu.gpu_wrapper(compute, zerogpu.request_duration)
     assert wrapped is not compute and wrapped.zerogpu is True
     request = Req(model="sdxl", steps=30, width=1024, height=1024)
-    options = RunOptions(warmup=1, repeats=3)
+    options = RunOptions(warmup=1, rounds=3)
     result = wrapped(request, options)
     assert result["model"] == "sdxl" and result["calls"] == 4
     [call] = zero.calls
     assert call["args"] == (request, options) and call["kwargs"] == {}
-    assert call["duration"] == zerogpu.estimate_duration("sdxl", 30, 1024, 1024, repeats=3, warmup=1)
+    assert call["duration"] == zerogpu.estimate_duration("sdxl", 30, 1024, 1024, rounds=3, warmup=1)
 
 
 def test_a_worker_error_comes_back_as_the_same_sentence(zero):
@@ -135,7 +135,7 @@ def test_logging_happens_in_the_caller_not_in_the_wrapped_function(zero):
     runlog = RunLog(zero)
     wrapped = zerogpu.gpu_wrapper(compute, zerogpu.request_duration)
     runlog.write("running")
-    result = wrapped(Req(), RunOptions(repeats=2))
+    result = wrapped(Req(), RunOptions(rounds=2))
     runlog.write("ok", result)
     assert [status for status, _ in runlog.rows] == ["running", "ok"] and zero.calls
 
@@ -147,12 +147,12 @@ def test_logging_happens_in_the_caller_not_in_the_wrapped_function(zero):
 
 
 def test_estimate_formula_and_clamping():
-    assert zerogpu.estimate_duration("sd15", 50, 512, 512, repeats=1) == 21  # 1.5 * (10 + 50 * 0.08)
+    assert zerogpu.estimate_duration("sd15", 50, 512, 512, rounds=1) == 21  # 1.5 * (10 + 50 * 0.08)
     assert zerogpu.estimate_duration("tiny-shapes", 20, 64, 64) == zerogpu.MIN_SECONDS
-    assert zerogpu.estimate_duration("sdxl", 200, 2048, 2048, repeats=10, warmup=2) == zerogpu.MAX_SECONDS
+    assert zerogpu.estimate_duration("sdxl", 200, 2048, 2048, rounds=10, warmup=2) == zerogpu.MAX_SECONDS
     base = zerogpu.estimate_duration("sdxl", 20, 1024, 1024)
     assert zerogpu.estimate_duration("sdxl", 40, 1024, 1024) > base
-    assert zerogpu.estimate_duration("sdxl", 20, 1024, 1024, repeats=3) > base
+    assert zerogpu.estimate_duration("sdxl", 20, 1024, 1024, rounds=3) > base
     assert zerogpu.estimate_duration("sdxl", 20, 512, 512) < base
     assert zerogpu.estimate_duration("someone/unknown-model", 20, 1024, 1024) >= base
 

@@ -79,8 +79,8 @@ def gpu_bound(name: str) -> Bound:
 
 def configured(name: str | None = None, steps: int = STEPS):
     """The fp16 baseline on the GPU, with `name` added (replacing the baseline's precision if they clash)."""
-    opts = [o for o in [BASELINE] if name is None or o not in conflicts_of(name)]
-    return request([*opts, *([name] if name else [])], steps=steps, device=DEVICE)
+    optimizations = [o for o in [BASELINE] if name is None or o not in conflicts_of(name)]
+    return request([*optimizations, *([name] if name else [])], steps=steps, device=DEVICE)
 
 
 def test_every_cuda_technique_has_a_gpu_bound():

@@ -200,6 +200,6 @@ def test_the_cuda_peak_synchronises_around_each_timed_matmul(monkeypatch):
     monkeypatch.setattr(step_profile, "_peaks", {})
     monkeypatch.setattr(torch, "randn", lambda *size, device=None: real(*size))  # no GPU here: CPU tensors
     monkeypatch.setattr(bench, "synchronize", lambda device: calls.append(device))
-    peak = step_profile.matmul_peak("cuda:0", torch.float32, size=64, repeats=2)
+    peak = step_profile.matmul_peak("cuda:0", torch.float32, size=64, rounds=2)
     assert peak > 0 and calls == ["cuda:0"] * 4
     assert list(step_profile._peaks) == [("cuda:0", torch.float32, None, 64)]  # not per CPU thread count

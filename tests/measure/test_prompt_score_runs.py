@@ -84,7 +84,7 @@ def test_the_score_is_taken_after_the_timed_calls(studio, clip_folder, monkeypat
         return score(*args, **kwargs)
 
     monkeypatch.setattr(prompt_score, "clip_score", slow)
-    result = studio.generate(request(str(ASSETS / "tiny-shapes")), warmup=1, repeats=2)
+    result = studio.generate(request(str(ASSETS / "tiny-shapes")), warmup=1, rounds=2)
     record = report.single_record(result)
     assert record["prompt_score"] is not None and record["latency_s"] < 2.0
     assert max(result.metrics["latency_all"]) < 2.0 and max(result.metrics["warmup_seconds"]) < 2.0

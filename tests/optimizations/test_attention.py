@@ -24,4 +24,4 @@ def test_fused_qkv_switches_processors_and_removes_the_fused_layers(manager):
 
 
 def test_fused_qkv_combines_with_sdpa():
-    assert request(["fused_qkv", "sdpa"]).opts == ("sdpa", "fused_qkv")
+    assert request(["fused_qkv", "sdpa"]).optimizations == ("sdpa", "fused_qkv")

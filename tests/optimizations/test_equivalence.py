@@ -112,10 +112,12 @@ def manager():
     return PipelineManager()
 
 
-def run(manager: PipelineManager, opts: tuple[str, ...] = ()) -> np.ndarray:
-    request = build_request(model="tiny-shapes", prompt=PROMPT, seed=3, steps=STEPS, optimizations=list(opts))
+def run(manager: PipelineManager, optimizations: tuple[str, ...] = ()) -> np.ndarray:
+    request = build_request(
+        model="tiny-shapes", prompt=PROMPT, seed=3, steps=STEPS, optimizations=list(optimizations)
+    )
     with manager.acquire(request) as prepared:
-        assert prepared.applied == request.opts
+        assert prepared.applied == request.optimizations
         return bench.run_once(prepared, request).images
 
 

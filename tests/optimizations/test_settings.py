@@ -54,9 +54,9 @@ from tests.tiny import technique_request as request
     ],
 )
 def test_bad_settings_are_refused_with_a_sentence(settings, message):
-    opts = [n for n in settings if importlib.util.find_spec(MODULES.get(n, "torch")) is not None]
+    optimizations = [n for n in settings if importlib.util.find_spec(MODULES.get(n, "torch")) is not None]
     with pytest.raises(ValidationError, match=message):
-        request(opts, settings=settings)
+        request(optimizations, settings=settings)
 
 
 def test_good_settings_are_normalised():

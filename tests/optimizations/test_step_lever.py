@@ -30,8 +30,10 @@ def manager():
     return PipelineManager()
 
 
-def draw(manager: PipelineManager, opts=(), steps: int = 8, prompt: str = PROMPTS[0], **kw) -> np.ndarray:
-    req = request(opts, steps=steps, prompt=prompt, **kw)
+def draw(
+    manager: PipelineManager, optimizations=(), steps: int = 8, prompt: str = PROMPTS[0], **kw
+) -> np.ndarray:
+    req = request(optimizations, steps=steps, prompt=prompt, **kw)
     with manager.acquire(req) as prepared:
         return bench.run_once(prepared, req).images
 
@@ -53,12 +55,12 @@ def test_night_darkens_the_background_with_its_scale_and_at_zero_is_the_baseline
     assert fidelity(at[1])["detected"]["shape"] == "circle", "the shape stays"
 
 
-@pytest.mark.parametrize("opts", [(), ("channels_last",), ("sdpa", "vae_slicing"), ("fuse_lora",)])
-def test_a_run_without_loras_after_lora_runs_is_the_one_before_bit_for_bit(manager, opts):
-    before = draw(manager, opts)
-    draw(manager, opts, loras=["night:1"])
-    draw(manager, opts, loras=["night:0.5", "tiny-shapes-lcm:0.3"])
-    assert np.array_equal(draw(manager, opts), before)
+@pytest.mark.parametrize("optimizations", [(), ("channels_last",), ("sdpa", "vae_slicing"), ("fuse_lora",)])
+def test_a_run_without_loras_after_lora_runs_is_the_one_before_bit_for_bit(manager, optimizations):
+    before = draw(manager, optimizations)
+    draw(manager, optimizations, loras=["night:1"])
+    draw(manager, optimizations, loras=["night:0.5", "tiny-shapes-lcm:0.3"])
+    assert np.array_equal(draw(manager, optimizations), before)
 
 
 def test_fuse_lora_draws_the_unfused_lora_and_restores_the_weights_exactly(manager):
@@ -105,9 +107,9 @@ def test_few_step_runs_the_adapters_steps_and_draws_the_prompt():
     assert request(["few_step"], settings={"few_step": {"steps": 6}}).steps == 6
     manager, prompts = PipelineManager(), eval_prompts()[:12]
     judged = {}
-    for opts in ((), ("few_step",)):
-        images = [draw(manager, opts, steps=20, prompt=prompt)[0] for prompt in prompts]
-        judged[opts] = score(
+    for optimizations in ((), ("few_step",)):
+        images = [draw(manager, optimizations, steps=20, prompt=prompt)[0] for prompt in prompts]
+        judged[optimizations] = score(
             [Image.fromarray((i.clip(0, 1) * 255).round().astype(np.uint8)) for i in images], prompts
         )
     few, base = judged[("few_step",)], judged[()]

@@ -70,13 +70,13 @@ ELSEWHERE = {
 SETTINGS = {**CACHED, "attention_backend": {"backend": "_native_math"}}
 
 
-def _request(model: str, opts=(), settings=None, **kw):
+def _request(model: str, optimizations=(), settings=None, **kw):
     return build_request(
         model=model,
         prompt="a red circle",
         seed=3,
         steps=STEPS,
-        optimizations=list(opts),
+        optimizations=list(optimizations),
         settings=settings,
         **kw,
     )
@@ -87,8 +87,8 @@ def manager():
     return PipelineManager()
 
 
-def _run(manager, model: str, opts=(), settings=None):
-    req = _request(model, opts, settings)
+def _run(manager, model: str, optimizations=(), settings=None):
+    req = _request(model, optimizations, settings)
     with manager.acquire(req) as prepared:
         return bench.run_once(prepared, req).images, prepared
 
@@ -161,7 +161,7 @@ def test_first_block_cache_counts_the_steps_it_reused_and_the_record_says_what_s
         _, prepared = _run(manager, "flux-tiny", ("first_block_cache",), settings)
         reused, calls = prepared.entry.stats["steps_reused"]
         assert calls == STEPS, "one count per denoiser call of the last pipeline call"
-        row = {"id": 1, "status": "ok", "config_label": f"fbc{threshold:g}", "latency_median": 0.1}
+        row = {"id": 1, "status": "ok", "config_label": f"fbc{threshold:g}", "latency_s": 0.1}
         shares[threshold] = report.log_record({**row, "stats": {"steps_reused": [reused, calls]}})
     assert 0 < shares[2.0]["steps_reused_pct"] < 100 and shares[0.001]["steps_reused_pct"] == 0.0
     table = report.markdown([shares[2.0], shares[0.001]])

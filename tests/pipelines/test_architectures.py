@@ -15,16 +15,16 @@ def test_sd15_arch_runs_through_the_engine_in_the_cpus_own_precision(studio):
     one step on an AVX2-only AMD EPYC, fp32 5.0 s."""
     spec = SPECS["sd15-arch"]
     assert "speed measurement only" in spec.label and "noise" in spec.note
-    opts = ["bf16"] if devices.detect().cpu_bf16 else []
+    optimizations = ["bf16"] if devices.detect().cpu_bf16 else []
     req = build_request(
-        model="sd15-arch", prompt="a red circle", steps=1, width=64, height=64, optimizations=opts
+        model="sd15-arch", prompt="a red circle", steps=1, width=64, height=64, optimizations=optimizations
     )
     result = studio.generate(req)
     pipe = studio.manager._entries[next(iter(studio.manager._entries))].base
     assert pipe.unet.config.block_out_channels == (320, 640, 1280, 1280)
     assert pipe.unet.config.cross_attention_dim == 768 and pipe.vae.config.scaling_factor == 0.18215
     assert sum(p.numel() for p in pipe.unet.parameters()) > 800e6, "not the full SD 1.5 UNet"
-    assert result.images[0].size == (64, 64) and result.applied == tuple(opts)
+    assert result.images[0].size == (64, 64) and result.applied == tuple(optimizations)
 
 
 @pytest.mark.parametrize("model", ["sd15-arch", "sdxl-arch", "flux-tiny"])

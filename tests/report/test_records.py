@@ -12,7 +12,7 @@ MB = 2**20
 
 def row(**figures):
     """A run-log row of an ok run with the given figures."""
-    base = {"id": 7, "status": "ok", "config_label": "baseline", "latency_median": 0.5, "latency_all": [0.5]}
+    base = {"id": 7, "status": "ok", "config_label": "baseline", "latency_s": 0.5, "latency_all": [0.5]}
     return {**base, **figures}
 
 

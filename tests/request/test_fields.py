@@ -25,7 +25,14 @@ def test_build_request_takes_the_tables_fields_by_name_only_with_their_defaults(
 def test_a_caller_passes_only_what_it_cares_about():
     r = build_request(model="tiny-shapes", prompt=PROMPT)
     assert (r.steps, r.guidance, r.width, r.height) == (20, 6.0, 64, 64), "the model's own"
-    assert (r.device, r.opts, r.seed, r.negative_prompt, r.num_images, r.vae) == ("cpu", (), 0, "", 1, None)
+    assert (r.device, r.optimizations, r.seed, r.negative_prompt, r.batch, r.vae) == (
+        "cpu",
+        (),
+        0,
+        "",
+        1,
+        None,
+    )
     with pytest.raises(TypeError, match="positional"):
         build_request("tiny-shapes", "auto", "fp32", [], PROMPT)
     with pytest.raises(TypeError, match="'stpes'"):
@@ -36,14 +43,14 @@ def test_a_caller_passes_only_what_it_cares_about():
 
 def test_precision_is_a_technique_put_first_and_empty_values_mean_the_default():
     r = build_request(model="tiny-shapes", prompt=PROMPT, precision="bf16", optimizations=["channels_last"])
-    assert r.opts == ("bf16", "channels_last") and r.config_label == "bf16+channels_last"
-    assert build_request(model="tiny-shapes", prompt=PROMPT, optimizations="channels_last").opts == (
+    assert r.optimizations == ("bf16", "channels_last") and r.config_label == "bf16+channels_last"
+    assert build_request(model="tiny-shapes", prompt=PROMPT, optimizations="channels_last").optimizations == (
         "channels_last",
     )
     blank = build_request(
         model="tiny-shapes", prompt=PROMPT, device="", scheduler="", batch="", vae="", single_file_config=""
     )
-    assert (blank.device, blank.num_images, blank.vae) == ("cpu", 1, None)
+    assert (blank.device, blank.batch, blank.vae) == ("cpu", 1, None)
     with pytest.raises(ValidationError, match="precision must be one of fp32, bf16, fp16, not 'int4'"):
         build_request(model="tiny-shapes", prompt=PROMPT, precision="int4")
 

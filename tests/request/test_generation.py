@@ -15,7 +15,14 @@ def ok(**kw):
 
 def test_defaults_come_from_the_model_spec():
     r = ok()
-    assert (r.width, r.height, r.steps, r.device, r.opts, r.dtype_name) == (64, 64, 20, "cpu", (), "fp32")
+    assert (r.width, r.height, r.steps, r.device, r.optimizations, r.dtype_name) == (
+        64,
+        64,
+        20,
+        "cpu",
+        (),
+        "fp32",
+    )
     assert r.config_label == "baseline"
 
 
@@ -39,7 +46,7 @@ def test_config_label_names_the_techniques_in_order_with_the_settings_given():
 
 def test_opts_are_ordered_and_deduplicated():
     r = ok(optimizations="jit_trace_unet,bf16+channels_last bf16")
-    assert r.opts == ("bf16", "channels_last", "jit_trace_unet")
+    assert r.optimizations == ("bf16", "channels_last", "jit_trace_unet")
     assert r.dtype_name == "bf16"
 
 

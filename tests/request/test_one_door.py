@@ -68,7 +68,7 @@ def test_the_command_line_goes_through_the_door():
         batch=2,
     )
     request = request_from_args(args, ["bf16", "deepcache"])
-    assert request.config_label == "bf16+deepcache[interval=2]" and request.num_images == 2
+    assert request.config_label == "bf16+deepcache[interval=2]" and request.batch == 2
     assert request == studio.request.build_request(
         model="tiny-shapes",
         prompt="a red circle",

@@ -36,7 +36,7 @@ def test_nothing_below_the_quality_floor_can_win(studio):
         floor=Floor(min_psnr=99.0),
         techniques=["bf16", "deepcache"],
         warmup=0,
-        repeats=1,
+        rounds=1,
         confirm_rounds=2,
     )
     rows = {r["config"]: r for r in result.rows}
@@ -63,7 +63,7 @@ def test_winner_is_confirmed_interleaved_and_only_combines_survivors(studio):
         floor=ANY_IMAGE,
         techniques=["channels_last", "bf16"],
         warmup=0,
-        repeats=2,
+        rounds=2,
         confirm_rounds=2,
     )
     survivors = {
@@ -75,7 +75,7 @@ def test_winner_is_confirmed_interleaved_and_only_combines_survivors(studio):
     if result.winner is None:
         assert c is None or c["verdict"] != "faster"
     else:
-        assert set(result.winner.opts) <= survivors
+        assert set(result.winner.optimizations) <= survivors
         assert c["rounds"] == 2 and c["verdict"] == "faster" and c["speedup_min"] > 1.0
         assert c["speedup_min"] <= c["speedup"] <= c["speedup_max"]
         assert result.winner_label == c["config"] and c["config"] in summary(result)
@@ -134,7 +134,7 @@ def test_pareto_front_keeps_only_undominated_points():
         ({"min_ssim": 2}, "min_ssim must be a finite number between 0 and 1"),
         ({"min_psnr": float("nan")}, "min_psnr must be a finite number between 0 and 200"),
         ({"warmup": float("nan")}, "warm-up calls must be a whole number between 0 and 10"),
-        ({"repeats": 0}, "rounds must be a whole number between 1 and 50"),
+        ({"rounds": 0}, "rounds must be a whole number between 1 and 50"),
         ({"confirm_rounds": "x"}, "confirmation rounds must be a whole number between 1 and 50"),
     ],
 )
@@ -204,7 +204,7 @@ class Sweeps:
 def test_a_slower_technique_is_never_offered(stub_studio):
     studio = stub_studio(stub("stub_slow", fast=lambda: False))
     result = run_autotune(
-        studio, request(), floor=ANY_IMAGE, techniques=["stub_slow"], warmup=1, repeats=3, confirm_rounds=3
+        studio, request(), floor=ANY_IMAGE, techniques=["stub_slow"], warmup=1, rounds=3, confirm_rounds=3
     )
     assert [(r["config"], r["stage"]) for r in result.rows] == [
         ("baseline", "baseline"),
@@ -227,7 +227,7 @@ def test_a_technique_fast_in_the_singles_but_slow_in_its_confirmation_is_not_off
         floor=ANY_IMAGE,
         techniques=["stub_fickle"],
         warmup=1,
-        repeats=5,
+        rounds=5,
         confirm_rounds=5,
         progress=sweeps,
     )
@@ -254,7 +254,7 @@ def test_a_technique_fast_in_the_singles_but_slow_in_its_confirmation_is_not_off
 def test_a_technique_that_does_less_work_is_offered_after_its_confirmation(stub_studio):
     studio = stub_studio(stub("stub_fast", fast=lambda: True))
     result = run_autotune(
-        studio, request(), floor=ANY_IMAGE, techniques=["stub_fast"], warmup=1, repeats=5, confirm_rounds=5
+        studio, request(), floor=ANY_IMAGE, techniques=["stub_fast"], warmup=1, rounds=5, confirm_rounds=5
     )
     assert result.winner == Candidate(("stub_fast",), {})
     c = result.confirmation
@@ -283,7 +283,7 @@ def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypat
         floor=ANY_IMAGE,
         techniques=["channels_last", "sdpa", "stub_fast", "stub_fast_too"],
         warmup=warmup,
-        repeats=rounds,
+        rounds=rounds,
         confirm_rounds=confirm,
         progress=lambda done, total, msg: events.append(("start",) if done == 0 else ("next",)),
     )
@@ -332,7 +332,7 @@ def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_ro
         floor=ANY_IMAGE,
         techniques=["stub_fast", "stub_fast_too"],
         warmup=0,
-        repeats=3,
+        rounds=3,
         confirm_rounds=3,
         progress=sweeps,
     )
@@ -377,7 +377,7 @@ def test_a_search_over_every_candidate_here_runs(studio, monkeypatch):
     singles = sum(len(GRID.get(name, [{}])) for name in pool)
     assert singles + 1 > MAX_CONFIGS
     assert any(name not in GRID for name in pool) and any(len(GRID.get(name, [])) > 1 for name in pool)
-    result = run_autotune(studio, request, warmup=0, repeats=1, confirm_rounds=1)
+    result = run_autotune(studio, request, warmup=0, rounds=1, confirm_rounds=1)
     assert len([r for r in result.rows if r.get("stage") == "single"]) == singles
 
 

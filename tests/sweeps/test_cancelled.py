@@ -70,7 +70,7 @@ def test_a_compare_cancelled_after_the_baselines_rounds_keeps_it_and_the_rounds_
     group = studio.runlog.get_group(exc.partial.group_id)
     assert group["status"] == "cancelled" and STOP in group["error"]
     runs = logged(studio, exc.partial.group_id)
-    assert runs["baseline"]["status"] == "ok" and runs["baseline"]["latency_median"] is not None
+    assert runs["baseline"]["status"] == "ok" and runs["baseline"]["latency_s"] is not None
     assert runs["channels_last"]["status"] == runs["sdpa"]["status"] == "cancelled"
     assert (cl["run_id"], sdpa["run_id"]) == (runs["channels_last"]["id"], runs["sdpa"]["id"])
     assert exc.where.text() == "configuration 2 of 3 (channels_last), round 3 of 3"
@@ -144,7 +144,7 @@ def test_a_cancelled_autotune_returns_the_rows_of_its_stages_so_far(studio, monk
             floor=Floor(min_psnr=0, min_ssim=-1, fidelity_drop=1),
             techniques=["channels_last"],
             warmup=1,
-            repeats=2,
+            rounds=2,
             should_stop=should_stop,
             progress=lambda done, calls, where: told.append(where),
         )

@@ -39,8 +39,8 @@ def test_three_techniques_make_three_cells_alone_and_three_pairs_in_registry_ord
     ]
     assert plan.cells[-1].config == "channels_last+deepcache", "labelled as Compare labels it: apply order"
     assert {c.outcome for c in plan.cells} == {"planned"}
-    assert all(c.request.opts for c in plan.cells), "each cell carries its checked request"
-    assert plan.request.opts == (), "the baseline runs no technique"
+    assert all(c.request.optimizations for c in plan.cells), "each cell carries its checked request"
+    assert plan.request.optimizations == (), "the baseline runs no technique"
 
 
 def test_a_declared_conflict_is_refused_with_the_registrys_sentence_and_who_declares_it(request_):
@@ -115,7 +115,7 @@ def test_of_every_technique_the_long_first_calls_are_left_out_when_the_time_does
 def test_first_calls_this_studio_logged_replace_the_assumed_cost(request_):
     names = ["torch_compile", "sdpa"]
     assumed = plan_matrix(request_, names).estimate_s
-    logged = plan_matrix(request_, names, known=lambda r: 1.0 if "torch_compile" in r.opts else None)
+    logged = plan_matrix(request_, names, known=lambda r: 1.0 if "torch_compile" in r.optimizations else None)
     assert logged.estimate_s < assumed - 2 * matrix.PREPARE_SETUPS  # two compiling cells, 1 s each now
 
 

@@ -35,7 +35,7 @@ SHARED = (
     "peak_memory_mb",
     "host_busy_pct",
 )
-OLD = ("latency_median", "peak_memory", "latency")
+OLD = ("peak_memory", "latency")
 
 
 def request(**kw):
@@ -140,7 +140,7 @@ def test_ladder_runs_every_rung_interleaved(studio, monkeypatch):
     record_calls(studio, monkeypatch, events)
     req = request()
     steps = plan(req)
-    labels = ["+".join(s.opts) or "baseline" for s in steps if not s.skipped]
+    labels = ["+".join(s.optimizations) or "baseline" for s in steps if not s.skipped]
     assert len(labels) >= 3, steps
     group_id, rows = run_ladder(studio, req, warmup=1, rounds=2)  # two rounds show the interleaving
     assert [label for _, label in events] == expected_order(labels, 1, 2)
@@ -247,8 +247,8 @@ def test_on_a_gpu_the_sweeps_copies_are_bounded_by_its_free_memory(studio, fake_
 
     fake_gpus(1)
     entries = [
-        Entry(label, request(optimizations=opts, device="cuda:0"))
-        for label, opts in (("baseline", ()), ("jit_trace_unet", ("jit_trace_unet",)))
+        Entry(label, request(optimizations=optimizations, device="cuda:0"))
+        for label, optimizations in (("baseline", ()), ("jit_trace_unet", ("jit_trace_unet",)))
     ]
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (24 * 2**30, 24 * 2**30))
     assert own_pipelines(studio, entries) == {"jit_trace_unet"}

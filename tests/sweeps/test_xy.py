@@ -73,7 +73,7 @@ def test_a_setting_axis_measures_what_it_does_not_change_once(studio):
     [
         ("colour", "1,2", "Unknown axis 'colour'"),
         ("steps", "", "Give the values of the steps axis"),
-        ("steps", "2,2", "repeats a value"),
+        ("steps", "2,2", "has a value twice"),
         ("steps", "0,4", "steps must be a whole number between 1 and 200"),
         ("size", "64x60", "height must be a multiple of 8"),
         ("scheduler", "euler,fast", "Unknown scheduler 'fast'"),

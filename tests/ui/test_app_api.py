@@ -164,7 +164,7 @@ SHARED = {
     "host_busy",
     "run_id",
 }
-OLD_NAMES = {"latency_median", "peak_memory", "latency", "latency_median_s", "memory_added"}
+OLD_NAMES = {"peak_memory", "latency", "memory_added"}
 
 
 def compare_out(client, configs, rounds=3, **xy):

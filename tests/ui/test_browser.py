@@ -49,7 +49,7 @@ def test_what_you_tick_is_what_runs_on_a_loaded_host(page):
     try:
         page.locator("#gen-prompt textarea").fill("a big blue square at the top, on a white background")
         small(page, "gen")
-        page.locator("#opts-speed").get_by_label("channels_last", exact=False).check()
+        page.locator("#optimizations-speed").get_by_label("channels_last", exact=False).check()
         page.locator("#generate-btn").click()
         card = page.locator("#metrics-card")
         card.get_by_text("per image").wait_for(timeout=LONG)
@@ -73,7 +73,7 @@ def test_the_technique_lists_follow_the_model(page):
     back on the bundled UNet model, the UNet ones are offered again."""
     from playwright.sync_api import expect
 
-    model, offered = page.locator("#gen-model input"), page.locator("#opts-speed")
+    model, offered = page.locator("#gen-model input"), page.locator("#optimizations-speed")
     model.fill("flux-tiny")
     model.press("Enter")
     expect(offered).to_contain_text("first block cache", timeout=30_000)
@@ -112,7 +112,7 @@ def test_load_from_image_fills_the_form_and_says_what_it_found(page, server, tmp
         "a big blue square at the top, on a white background"
     )
     expect(page.locator("#gen-seed input")).to_have_value("1")
-    assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()
+    assert page.locator("#optimizations-speed").get_by_label("channels_last", exact=False).is_checked()
     page.locator("#load-image").scroll_into_view_if_needed()
     shot(page, "load-from-image")
     plain = tmp_path / "plain.png"
@@ -243,7 +243,7 @@ def test_autotune_offers_only_what_its_confirmation_measured_and_applies_it(page
     page.locator("#generate-btn").wait_for(state="visible", timeout=30_000)
     page.wait_for_timeout(1500)
     for name in ("cfg_cutoff", "channels_last"):
-        box = page.locator("[id^=opts-]").get_by_label(name, exact=False)
+        box = page.locator("[id^=optimizations-]").get_by_label(name, exact=False)
         assert box.is_checked() == (name in winner), f"{name}: Generate shows the winner ({winner})"
 
 
@@ -264,7 +264,7 @@ def test_history_loads_when_opened_and_a_row_click_loads_generate(page):
     table.locator("[role=gridcell]:visible").filter(has_text="channels_last").first.click()
     page.locator("#generate-btn").wait_for(state="visible", timeout=30_000)
     page.wait_for_timeout(1500)
-    assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()
+    assert page.locator("#optimizations-speed").get_by_label("channels_last", exact=False).is_checked()
 
 
 def test_system_is_short_tables(page):
@@ -355,7 +355,7 @@ def test_out_of_memory_offers_a_retry_with_memory_techniques(page, studio, monke
         expect(page.locator("#metrics-card")).to_contain_text(
             "attention_slicing, vae_slicing", timeout=120_000
         )
-        expect(page.locator("#opts-memory").get_by_label("vae_slicing", exact=False)).to_be_checked()
+        expect(page.locator("#optimizations-memory").get_by_label("vae_slicing", exact=False)).to_be_checked()
         expect(retry).to_be_hidden()
     finally:
         demo.close()

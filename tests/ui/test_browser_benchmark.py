@@ -66,7 +66,7 @@ def test_the_machines_view_shows_every_machine_in_tables_that_fit_the_page(page)
     expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
     page.wait_for_timeout(1500)  # any event the load set off has run
     assert [page.locator(f"#gen-{f} input").input_value() for f in ("steps", "width")] == ["10", "256"]
-    assert page.locator("#opts-speed").get_by_label("(openvino)", exact=False).is_checked()
+    assert page.locator("#optimizations-speed").get_by_label("(openvino)", exact=False).is_checked()
 
 
 def test_a_run_shows_its_card_and_its_winner_fills_generate(page):
@@ -124,4 +124,4 @@ def test_a_run_of_another_model_loads_with_its_own_steps_and_size(page, server):
     assert page.locator("#gen-steps input").input_value() == "2"
     assert page.locator("#gen-width input").input_value() == "64"
     assert page.locator("#gen-prompt textarea").input_value() == "a lighthouse at dusk"
-    assert page.locator("#opts-speed").get_by_label("channels_last", exact=False).is_checked()
+    assert page.locator("#optimizations-speed").get_by_label("channels_last", exact=False).is_checked()

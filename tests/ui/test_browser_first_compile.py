@@ -30,7 +30,7 @@ def test_a_first_compile_says_its_estimate_before_and_moves_while_it_compiles(pa
     from playwright.sync_api import expect
 
     small(page, "gen")
-    page.locator("#opts-speed").get_by_label("(torch_compile)", exact=False).check()
+    page.locator("#optimizations-speed").get_by_label("(torch_compile)", exact=False).check()
     note = page.locator("#first-call-note")
     expect(note).to_contain_text("its first call compiles the denoiser (torch.compile)", timeout=30_000)
     expect(note).to_contain_text("expect about")

@@ -30,7 +30,7 @@ def page(server):
 
 
 def box(page, name: str):
-    return page.locator("[id^=opts-]").get_by_label(f"({name})", exact=False)
+    return page.locator("[id^=optimizations-]").get_by_label(f"({name})", exact=False)
 
 
 def no_error_badge(page, *where: str) -> None:

@@ -46,7 +46,7 @@ def test_the_first_call_note_after_a_profile_run_says_nothing_wrong(page, server
     expect(page.locator("#prof-summary")).to_contain_text("Step 2 of 3", timeout=LONG)
     tab(page, "Generate")
     small(page, "gen")
-    box = page.locator("#opts-speed").get_by_label("channels_last", exact=False)
+    box = page.locator("#optimizations-speed").get_by_label("channels_last", exact=False)
     box.check()
     settled(page, "#first-call-note")
     box.uncheck()
@@ -75,7 +75,7 @@ def test_history_filters_apply_when_picked(page):
     from playwright.sync_api import expect
 
     tab(page, "Generate")
-    page.locator("#opts-speed").get_by_label("channels_last", exact=False).check()
+    page.locator("#optimizations-speed").get_by_label("channels_last", exact=False).check()
     page.locator("#generate-btn").click()
     page.locator("#metrics-card").get_by_text("per image").wait_for(timeout=LONG)
     tab(page, "History")

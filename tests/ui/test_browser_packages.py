@@ -17,7 +17,7 @@ pytestmark = MARKS
 def _generate_with_the_package(page) -> str:
     page.locator("#gen-prompt textarea").fill(GENERATE_PROMPT)
     small(page, "gen")
-    page.locator("#opts-speed").get_by_label("aot_package", exact=False).check()
+    page.locator("#optimizations-speed").get_by_label("aot_package", exact=False).check()
     page.locator("#generate-btn").click()
     card = page.locator("#metrics-card")
     card.get_by_text("per image").wait_for(timeout=LONG)
@@ -70,7 +70,7 @@ def test_a_restarted_studio_says_what_the_first_call_cost_and_loads_the_package(
         page = next(page_iter)
         page.locator("#gen-prompt textarea").fill(GENERATE_PROMPT)
         small(page, "gen")
-        page.locator("#opts-speed").get_by_label("aot_package", exact=False).check()
+        page.locator("#optimizations-speed").get_by_label("aot_package", exact=False).check()
         note = page.locator("#first-call-note")
         note.get_by_text("By phase").wait_for(timeout=60_000)
         assert "cold (compiled, converted or calibrated now)" in note.inner_text(), note.inner_text()

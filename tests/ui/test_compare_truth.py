@@ -94,18 +94,18 @@ def test_the_ladder_names_a_rung_for_what_runs_and_leaves_out_emulated_bf16(monk
     monkeypatch.setattr(devices, "detect", lambda: dataclasses.replace(real, cpu_flags=frozenset(flags)))
     steps = {s.rung.label: s for s in ladder.plan(tiny.request(steps=2, device="cpu"))}
     if bf16_instructions:
-        assert steps["fp16"].label == "bf16 in place of fp16" and "bf16" in steps["fp16"].opts
-        assert not steps["autocast"].skipped and "autocast" in steps["channels last"].opts
+        assert steps["fp16"].label == "bf16 in place of fp16" and "bf16" in steps["fp16"].optimizations
+        assert not steps["autocast"].skipped and "autocast" in steps["channels last"].optimizations
         return
     for rung in ("autocast", "fp16"):
         assert steps[rung].skipped and "this CPU has no bf16 instructions" in steps[rung].note, rung
     later = [s for s in steps.values() if not s.skipped]
-    assert later and not any({"bf16", "autocast"} & set(s.opts) for s in later)
+    assert later and not any({"bf16", "autocast"} & set(s.optimizations) for s in later)
 
 
 def test_auto_tune_options_are_built_by_name_and_checked():
-    settings = AutotuneSettings(min_psnr="25", repeats="2", techniques="channels_last,cfg_cutoff")
-    assert (settings.min_psnr, settings.repeats, settings.techniques) == (
+    settings = AutotuneSettings(min_psnr="25", rounds="2", techniques="channels_last,cfg_cutoff")
+    assert (settings.min_psnr, settings.rounds, settings.techniques) == (
         25.0,
         2,
         ("channels_last", "cfg_cutoff"),
@@ -114,7 +114,7 @@ def test_auto_tune_options_are_built_by_name_and_checked():
         AutotuneSettings(30, 0.95)  # by name only
     face = {"rounds": "2", "technique": ["channels_last"], "warmup": None, "prompt": "not a setting"}
     from_face = AutotuneSettings.of(face)  # what the CLI's namespace, a handler's or a tool's arguments hold
-    assert (from_face.repeats, from_face.techniques, from_face.warmup) == (2, ("channels_last",), 1)
+    assert (from_face.rounds, from_face.techniques, from_face.warmup) == (2, ("channels_last",), 1)
 
 
 def test_the_benchmark_says_what_its_budget_covers_and_what_the_run_takes_before_it_starts(studio):

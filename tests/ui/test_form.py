@@ -42,7 +42,7 @@ def test_a_custom_model_is_used_over_the_menus():
 def test_generates_ticked_boxes_are_the_techniques_and_the_rest_of_a_form_is_left_out():
     ticked = dict(zip(TECHNIQUE_BOXES, (["channels_last"], ["vae_slicing"], None), strict=True))
     req = form_request({"model": "tiny-shapes", "prompt": PROMPT, "precision": "bf16", **ticked, "rounds": 3})
-    assert req.opts == ("bf16", "channels_last", "vae_slicing")
+    assert req.optimizations == ("bf16", "channels_last", "vae_slicing")
 
 
 def test_a_sweeps_fields_give_its_baseline():

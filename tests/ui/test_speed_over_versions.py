@@ -30,7 +30,7 @@ def upgrade(log: RunLog, run_ids: list[int], torch: str, latencies: list[float],
             {
                 "versions": json.dumps({**row["versions"], "torch": torch}),
                 "created_at": f"{day}T09:0{i}:00+00:00",
-                "latency_median": latency,
+                "latency_s": latency,
                 "latency_min": latency - 0.01,
                 "latency_max": latency + 0.01,
             },

@@ -15,7 +15,7 @@ is about to compile (`install` wraps NNCF's OpenVINO engine):
   its convolutions.
 - `drop_repeated_results`: NNCF gives each reducer that reads a tensor out of the model its own Result, so
   quantile ranges copied each activation out twice per sample (SD 1.5's UNet at 256x256: 895 MB a sample,
-  half of it repeats); the repeat goes, and its readers find the tensor under the same name.
+  half of it a copy); the copy goes, and its readers find the tensor under the same name.
 
 And one inference per calibration sample instead of two: a UNet's calibration samples are its inputs along
 denoising runs, each input made from the prediction for the last, so they used to be made by running the
@@ -91,7 +91,7 @@ def fold_weight_reductions(model: Any) -> int:
 
 
 def drop_repeated_results(model: Any) -> int:
-    """Remove each Result of `model` that repeats an earlier one: the same node output under the same name.
+    """Remove each Result of `model` that copies an earlier one: the same node output under the same name.
     NNCF adds a Result per reducer that reads a tensor out of the model, both named by the tensor, so the
     two quantiles of an activation (`activation_ranges=quantile`) copied it out twice per sample, where
     its readers look it up by that one name. Returns how many were removed."""

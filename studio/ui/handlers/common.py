@@ -140,10 +140,10 @@ def techniques_for_model(model: str, custom: str, *ticked: list[str]) -> list:
     return [*boxes, *folds, *lists]
 
 
-def ticked_by_group(opts: list[str]) -> list[list[str]]:
-    """Which of `opts` to tick in each of Generate's technique groups, in the order of GROUPS."""
+def ticked_by_group(optimizations: list[str]) -> list[list[str]]:
+    """Which of `optimizations` to tick in each of Generate's technique groups, in the order of GROUPS."""
     groups = techniques_by_group("auto")
-    return [[t["name"] for t in groups[g] if t["name"] in opts] for g in GROUPS]
+    return [[t["name"] for t in groups[g] if t["name"] in optimizations] for g in GROUPS]
 
 
 def form_values(columns: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def form_values(columns: dict[str, Any]) -> dict[str, Any]:
     sources = [columns.get(c) or "" if c in columns else keep for c in ("vae", "single_file_config")]
     given = columns.get("loras") or ()
     loras = keep if "loras" not in columns else [f"{x['name']}:{x['scale']:g}" for x in given]
-    values = (model, custom, get("dtype"), *boxes, *map(get, fields), settings, get("num_images"), *sources)
+    values = (model, custom, get("dtype"), *boxes, *map(get, fields), settings, get("batch"), *sources)
     values += (loras,)
     return dict(zip(FILLED, values, strict=True))
 

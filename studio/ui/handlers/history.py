@@ -82,7 +82,7 @@ def era_points(studio: Studio, eras: list[speed_timeline.Era]) -> pd.DataFrame:
     for name, era in zip(era_names(eras), eras, strict=True):
         for run_id in era.runs:
             run = studio.runlog.get_run(run_id)
-            per_image = run["latency_median"] / (run.get("num_images") or 1)
+            per_image = run["latency_s"] / (run.get("batch") or 1)
             points.append((pd.Timestamp(run["created_at"]), per_image, name, run_id))
     frame = pd.DataFrame(points, columns=["time", "s / image", "era", "run"])
     frame["time"] = pd.to_datetime(frame["time"], utc=True)
@@ -200,7 +200,7 @@ def build_history_handlers(studio: Studio) -> dict[str, Callable]:
         if not eras:
             said = (
                 f"No finished run of {request.config_label} on {request.model} at {request.width}x"
-                f"{request.height}, {request.steps} steps, batch {request.num_images} on {request.device} "
+                f"{request.height}, {request.steps} steps, batch {request.batch} on {request.device} "
                 "of this machine is in the run log yet: run it in Generate (or Compare) first, then again "
                 "after an upgrade."
             )

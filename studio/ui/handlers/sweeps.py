@@ -97,7 +97,7 @@ def measured_at(winner: dict[str, Any] | None, request: GenerationRequest) -> di
     if winner is None:
         return None
     shape = {"steps": request.steps, "width": request.width, "height": request.height}
-    return {**winner, **shape, "batch": request.num_images}
+    return {**winner, **shape, "batch": request.batch}
 
 
 def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
@@ -202,11 +202,11 @@ def build_sweep_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Ca
         """The whole winner in Generate: precision, techniques by group and their settings, and the steps,
         size and batch it was measured at; Generate shown."""
         winner = winner or {}
-        opts = winner.get("techniques", [])
+        optimizations = winner.get("techniques", [])
         keep = gr.update()
         return {
-            "precision": next((o for o in opts if o in PRECISIONS), "fp32"),
-            **dict(zip(TECHNIQUE_BOXES, ticked_by_group(opts), strict=True)),
+            "precision": next((o for o in optimizations if o in PRECISIONS), "fp32"),
+            **dict(zip(TECHNIQUE_BOXES, ticked_by_group(optimizations), strict=True)),
             "settings": json.dumps(winner["settings"]) if winner.get("settings") else "",
             **{name: winner.get(name, keep) for name in ("steps", "width", "height", "batch")},
             "tabs": gr.update(selected="generate"),
