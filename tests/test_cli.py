@@ -273,7 +273,7 @@ def test_autotune_prints_the_answer_and_logs_one_group(cli):
     runs = json.loads(out)
     assert len(runs) == len(data["rows"]) + sweeps - 1 and {r["status"] for r in runs} == {"ok"}
     status, _, err = cli("autotune", "--prompt", PROMPT, "--min-ssim", "2")
-    assert status == 2 and "min_ssim must be a finite number between 0 and 1" in err
+    assert status == 2 and "min_ssim must be a finite number between -1 and 1" in err
 
 
 def test_show_prints_what_a_png_carries_and_says_when_it_carries_nothing(cli, tmp_path):
@@ -327,12 +327,12 @@ def test_estimate_says_the_peak_before_anything_runs(cli):
 
 
 def test_estimate_says_what_the_first_call_cost_as_the_api_does(cli):
-    """`estimate` answers `first_call` as /estimate does: a benchmark card's before a run of it here, then
+    """`estimate` answers `first_call` as /estimate does: a machine's card's before a run of it here, then
     this studio's own; the plain output says it after the memory sentence."""
     ask = ("estimate", "--prompt", PROMPT, "--steps", "2", "--opt", "openvino")
     status, out, err = cli(*ask, "--json")
     assert status == 0, err
-    assert json.loads(out)["first_call"].startswith("Not run here yet. A benchmark card measured")
+    assert json.loads(out)["first_call"].startswith("Not run here yet. A machine's card measured")
     assert cli("generate", "--prompt", PROMPT, "--steps", "2", "--opt", "openvino")[0] == 0
     status, out, err = cli(*ask)
     assert status == 0 and "Estimated peak" in out and "The first call of openvino took " in out, out

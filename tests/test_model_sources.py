@@ -87,7 +87,7 @@ def shifted_vae(tmp_path_factory):
     from diffusers import AutoencoderKL
     from safetensors.torch import save_file
 
-    from pipelines.single_file import vae_key
+    from tests.pipelines.single_file import vae_key
 
     root = tmp_path_factory.mktemp("vaes")
     vae = AutoencoderKL.from_pretrained(ASSETS / "tiny-shapes", subfolder="vae", use_safetensors=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from studio import report
-from studio.engine import profile_run as profiling
 from studio.errors import RunFailed, ValidationError
+from studio.measure import step_profile
 from studio.report import profile_text
 from studio.request import build_request
 from studio.runlog import RunLog
@@ -45,7 +45,7 @@ def test_a_failed_profile_is_logged_failed_and_a_refused_one_not_at_all(tmp_path
     def broken(manager, req):
         raise RunFailed("The output contains NaN.")
 
-    monkeypatch.setattr(profiling, "profile_step", broken)
+    monkeypatch.setattr(step_profile, "profile_step", broken)
     studio = Studio(db_path=tmp_path / "runs.db", outputs=tmp_path / "out")
     with pytest.raises(RunFailed):
         studio.profile(request())
@@ -64,7 +64,7 @@ def test_a_run_log_from_before_m006_opens_and_gains_the_profile_column(tmp_path)
     old = Database(path)
     migrations.apply(old, stop_before="m006_profile")
     assert "profile" not in old["runs"].columns_dict
-    old["runs"].insert({"status": "ok", "model": "tiny-shapes", "latency_s": 0.5})
+    old["runs"].insert({"status": "ok", "model": "tiny-shapes", "latency_median": 0.5})  # m012 renames it
     old.close()
     log = RunLog(path)
     row = log.runs()[0]

@@ -18,6 +18,8 @@ def test_a_run_log_of_the_previous_release_reads_the_same_runs(tmp_path):
     path = tmp_path / "runs.db"
     shutil.copy(FIXTURES / "runs-previous-release.db", path)
     before = json.loads((FIXTURES / "runs-previous-release.json").read_text())
+    with sqlite3.connect(path) as db:  # a Combinations group as the previous release named it
+        db.execute("INSERT INTO groups (id, kind, status) VALUES (2, 'matrix', 'ok')")
     log = RunLog(path)
     after = [records.log_record(run) for run in log.runs()]
     assert after == before, (
@@ -26,6 +28,8 @@ def test_a_run_log_of_the_previous_release_reads_the_same_runs(tmp_path):
     columns = {c[1] for c in sqlite3.connect(path).execute("PRAGMA table_info(runs)")}
     assert {"batch", "rounds", "latency_s"} <= columns
     assert not columns & {"num_images", "repeats", "latency_median"}, "the columns keep one name each"
+    kinds = dict(sqlite3.connect(path).execute("SELECT id, kind FROM groups"))
+    assert kinds == {1: "compare", 2: "combinations"}
     first = log.get_run(1)
     assert (first["batch"], first["rounds"]) == (2, 3)
     assert abs(first["latency_s"] - before[-1]["latency_s"]) < 1e-4

@@ -53,7 +53,6 @@ KEEPS_MATH = frozenset(
 STEP_CACHES = frozenset(
     {"deepcache", "first_block_cache", "pyramid_attention_broadcast", "faster_cache", "taylorseer_cache"}
 )
-SCOPES = ("keep-math", "no-step-cache", "any")  # the configurations a target is for
 
 
 def keeps_math(optimizations: list[str] | tuple[str, ...]) -> bool:
@@ -62,7 +61,7 @@ def keeps_math(optimizations: list[str] | tuple[str, ...]) -> bool:
 
 
 def in_scope(optimizations: list[str] | tuple[str, ...], scope: str) -> bool:
-    """Whether a configuration is one a target of `scope` is for."""
+    """Whether a configuration is one a target of `scope` ("keep-math", "no-step-cache" or "any") is for."""
     if scope == "keep-math":
         return keeps_math(optimizations)
     return scope == "any" or not set(optimizations) & STEP_CACHES

@@ -1,13 +1,13 @@
-"""The benchmark card: a fixed, versioned suite measured on this machine, written as a card that compares
+"""The cards: a fixed, versioned suite measured on this machine, written as a card that compares
 with the cards of other machines.
 
 - `studio.cards.suite`: the suite (`SUITE_VERSION`), the models it measures on each device and the
   configurations it tries;
-- `studio.cards.options`: the options of a benchmark, checked before anything runs;
+- `studio.cards.options`: the options of a card run, checked before anything runs;
 - `studio.cards.machine`: this machine as a card names it, and its fingerprint;
 - `studio.cards.picks`: which measured configurations keep the math and which change the image, and the
   best of each;
-- `studio.cards.run_suite`: `run_benchmark`, the suite measured through Compare and the auto-tuner;
+- `studio.cards.run_suite`: `run_cards`, the suite measured through Compare and the auto-tuner;
 - `studio.cards.card`: the card (`SCHEMA`) and its Markdown summary, written all at once (`save`);
 - `studio.cards.sheet`: the contact sheet, each model's baseline and winners side by side;
 - `studio.cards.collection`: cards read back (older schemas migrated), one table per model across machines;

@@ -1,5 +1,5 @@
-"""The card: one machine's benchmark as JSON (versioned by `SCHEMA`), with a Markdown summary and a contact
-sheet beside it, written all at once.
+"""The card: one machine's run of the suite as JSON (versioned by `SCHEMA`), with a Markdown summary and a
+contact sheet beside it, written all at once.
 
 A card (schema 1) holds `schema`, `suite` (`studio.cards.suite.SUITE_VERSION`), `created_at`, `source`,
 `system` (`studio.cards.machine.snapshot`, with its `fingerprint`), `device`, `options`, `seconds` and
@@ -134,7 +134,7 @@ def summary(card: dict[str, Any]) -> str:
     system = card["system"]
     versions = ", ".join(f"{k} {v}" for k, v in (system.get("versions") or {}).items() if v != ABSENT)
     lines = [
-        f"# Benchmark card: {display_name(system)}",
+        f"# Card: {display_name(system)}",
         "",
         f"Suite {card.get('suite') or '–'}, card schema {card['schema']}, "
         f"{card.get('created_at') or 'undated'}, on {card.get('device')}"
@@ -188,7 +188,7 @@ def rows_markdown(entry: dict[str, Any]) -> str:
     return "\n".join(lines + [f"\n{n}" for n in notes])
 
 
-def save(benchmark: Any, out: str | Path | None = None) -> dict[str, Path]:
+def save(run: Any, out: str | Path | None = None) -> dict[str, Path]:
     """Write the card (`<stem>.json`), its summary (`.md`) and contact sheet (`.png`) into `out` (default:
     `default_folder()`). Each file is written under a temporary name and renamed once all three are
     written: a failure leaves none of them."""
@@ -196,15 +196,15 @@ def save(benchmark: Any, out: str | Path | None = None) -> dict[str, Path]:
 
     folder = Path(out) if out else default_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    name = stem(benchmark.card)
+    name = stem(run.card)
     targets = {ext: folder / f"{name}.{ext}" for ext in ("png", "md", "json")}
-    benchmark.card["files"] = {"summary": targets["md"].name, "sheet": targets["png"].name}
+    run.card["files"] = {"summary": targets["md"].name, "sheet": targets["png"].name}
     temps = {ext: path.with_name(f".{path.name}.{os.getpid()}.tmp") for ext, path in targets.items()}
     done: list[Path] = []
     try:
-        contact_sheet(benchmark.runs).save(temps["png"], format="PNG")
-        temps["md"].write_text(summary(benchmark.card))
-        temps["json"].write_text(json.dumps(benchmark.card, indent=1, default=str) + "\n")
+        contact_sheet(run.runs).save(temps["png"], format="PNG")
+        temps["md"].write_text(summary(run.card))
+        temps["json"].write_text(json.dumps(run.card, indent=1, default=str) + "\n")
         for ext in ("png", "md", "json"):  # the card last: a folder of cards never shows one half-written
             os.replace(temps[ext], targets[ext])
             done.append(targets[ext])

@@ -90,10 +90,10 @@ MIGRATIONS = {0: _from_v0}  # schema N -> schema N + 1
 def migrate(data: Any, name: str) -> dict[str, Any]:
     """`data` (a parsed card from `name`) in the current schema, or a `ValidationError` naming its version."""
     if not isinstance(data, dict):
-        raise ValidationError(f"{name} is not a benchmark card: it holds no JSON object.")
+        raise ValidationError(f"{name} is not a card: it holds no JSON object.")
     version = data.get("schema", data.get("version"))
     if not isinstance(version, int) or isinstance(version, bool):
-        raise ValidationError(f"{name} is not a benchmark card: it names no schema version.")
+        raise ValidationError(f"{name} is not a card: it names no schema version.")
     if version > SCHEMA:
         raise ValidationError(
             f"{name} is a card of schema version {version}; this studio reads versions up to {SCHEMA}. "
@@ -112,7 +112,7 @@ def load_card(path: str | Path) -> dict[str, Any]:
     """One card file, in the current schema (see `migrate`)."""
     path = Path(path)
     raw = path.read_bytes()
-    fix = "Leave only benchmark cards in the folder."
+    fix = "Leave only cards in the folder."
     card = migrate(checks.parse_json(f"The card {path.name}", raw, MAX_CARD_BYTES, fix=fix), path.name)
     for entry in card["models"]:  # a row written before a record key existed reads it as null
         entry["rows"] = [{**dict.fromkeys(report.KEYS), **row} for row in entry.get("rows") or []]

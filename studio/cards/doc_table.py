@@ -1,7 +1,7 @@
 """docs/benchmarks.md's "What is fastest where" table, rendered from the cards in docs/cards/.
 
 The cards are the source: a figure changes in its card, then `python -m studio.cards.doc_table` writes the
-table into docs/benchmarks.md again (tests/cards/test_benchmark_doc_table.py fails while the two differ).
+table into docs/benchmarks.md again (tests/cards/test_cards_doc_table.py fails while the two differ).
 One row per card that measured sd15-arch, GPUs first, then by the baseline's seconds per image.
 """
 

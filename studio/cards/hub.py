@@ -94,7 +94,7 @@ def publish(paths: list[Path], repo_id: str, package_files: list[Path] = ()) -> 
                 path_in_repo=target,
                 repo_id=repo_id,
                 repo_type="dataset",
-                commit_message=f"benchmark card {Path(path).name}"
+                commit_message=f"card {Path(path).name}"
                 if target.startswith(FOLDER)
                 else f"compiled package {Path(path).parent.name}",
             )
@@ -145,9 +145,9 @@ class Machines:
     cards: list[dict[str, Any]] = field(default_factory=list)  # whole cards: rows, searches, commands
 
     def data(self) -> dict[str, Any]:
-        """The tables, the refused files and the note: what `/machines` answers and `python -m studio
-        benchmark --machines --json` prints (the cards stay out: their rows and searches would make it
-        many times larger)."""
+        """The tables, the refused files and the note: what `/machines` answers and `python -m studio cards
+        --machines --json` prints (the cards stay out: their rows and searches would make it many times
+        larger)."""
         return {"tables": self.tables, "refused": self.refused, "note": self.note}
 
 

@@ -1,6 +1,6 @@
 """What the first call of a configuration costs, said before it runs, for every face (Generate's note,
 `/estimate`, `python -m studio estimate`): the first calls this studio logged (`studio.engine.first_call`),
-else the slowest a benchmark card measured (this studio's cards and docs/cards), with its machine; said only
+else the slowest a machine's card measured (this studio's cards and docs/cards), with its machine; said only
 where the first call costs clearly more than a later one. A combination measured nowhere is estimated from
 its parts: what each technique's own first call costs beyond a later call, here or on a card's machine. A
 configuration whose first call compiles or converts (`studio.phases.PREPARING`) and that was measured nowhere
@@ -72,8 +72,8 @@ def compile_cost(cards: list[dict[str, Any]], request: GenerationRequest) -> tup
         later = [f["later"] for f in here if f["later"]]
         after = f"; later calls {rough(min(later))}–{rough(max(later))}" if later else ""
         return (
-            f"Not run here yet, and its first call {phases.PREPARING[name]}. On benchmark cards, first calls "
-            f"with {name} on {request.model} took {rough(here[0]['seconds'])}–"
+            f"Not run here yet, and its first call {phases.PREPARING[name]}. On the machines' cards, first "
+            f"calls with {name} on {request.model} took {rough(here[0]['seconds'])}–"
             f"{rough(here[-1]['seconds'])} ({each}){after}: expect about {rough(expect)} "
             "here, more or less with this CPU's speed.",
             expect,
@@ -81,14 +81,14 @@ def compile_cost(cards: list[dict[str, Any]], request: GenerationRequest) -> tup
     if measured:
         other = max(measured, key=lambda f: f["seconds"])
         return (
-            f"Not run here yet, and its first call {phases.PREPARING[name]}. No benchmark card measured "
+            f"Not run here yet, and its first call {phases.PREPARING[name]}. No machine's card measured "
             f"{name} on {request.model}; on {other['model']} its first call took "
             f"{rough(other['seconds'])} ({short(other['machine'])}), and it grows with the model.",
             None,
         )
     return (
         f"Not run here yet, and its first call {phases.PREPARING[name]}: nothing measured how long that "
-        "takes, here or on a benchmark card.",
+        "takes, here or on a machine's card.",
         None,
     )
 
@@ -127,7 +127,7 @@ def _part(
         more, where, big = here.one_off_s, "here", here.notable
     else:
         more = max(0.0, card["seconds"] - (card["later"] or 0.0))
-        where, big = f"on {card['machine']}, a benchmark card", notable(card["seconds"], card["later"])
+        where, big = f"on the card of {card['machine']}", notable(card["seconds"], card["later"])
     cost = f"{report.seconds(more)} more than a later call" if big else "no more than a later call"
     return f"{label} costs {cost} ({where})", more, False
 
@@ -143,7 +143,7 @@ def from_parts(studio: Studio, cards: list[dict[str, Any]], request: GenerationR
     if not known:
         return (
             f"Not run here yet as {request.config_label}, and none of its techniques was measured alone "
-            "(here or on a benchmark card): what its first call costs is not known."
+            "(here or on a machine's card): what its first call costs is not known."
         )
     left = [name for name, (_, more, _) in zip(request.optimizations, parts, strict=True) if more is None]
     without = f", not counting {' or '.join(left)}" if left else ""
@@ -173,7 +173,7 @@ def measured(studio: Studio, request: GenerationRequest) -> tuple[str, float | N
     if not notable(f["seconds"], f["later"]):
         return "", None
     said = (
-        f"Not run here yet. A benchmark card measured the first call of {request.config_label} at "
+        f"Not run here yet. A machine's card measured the first call of {request.config_label} at "
         f"{report.seconds(f['seconds'])} ({f['width']}x{f['height']}, {f['steps']} steps) on {f['machine']}."
     )
     return said, f["seconds"]

@@ -1,4 +1,4 @@
-"""A benchmark's options from the command line, a form or a client, checked before anything runs."""
+"""A card run's options from the command line, a form or a client, checked before anything runs."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Options:
 
     def command(self) -> str:
         """The command line that measures the same again."""
-        parts = ["python -m studio benchmark"]
+        parts = ["python -m studio cards"]
         if self.models:
             parts.append("--models " + " ".join(self.models))
         if self.configs:
@@ -68,7 +68,7 @@ def _names(value: Any, what: str) -> tuple[str, ...] | None:
 
 def _configs(value: Any) -> tuple[str, ...] | None:
     """Configurations as Compare writes them ('openvino[mode=full_int8]', 'bf16+channels_last'), each one
-    checked for its form here and for the model and device when the benchmark starts."""
+    checked for its form here and for the model and device when the run starts."""
     from studio.request.configs import parse_config
 
     if value in (None, "", [], ()):
@@ -90,7 +90,7 @@ def validate_options(
     warmup: Any = 1,
     device: Any = "auto",
 ) -> Options:
-    """Check a benchmark's options (numbers may arrive as text); the budget is bounded like any request's
+    """Check a card run's options (numbers may arrive as text); the budget is bounded like any request's
     work (`STUDIO_MAX_REQUEST_S`), the counts like a sweep's."""
     from studio.request.sweep_limits import max_request_seconds, validate_counts
 
@@ -109,7 +109,7 @@ def validate_options(
 
 @dataclass(frozen=True)
 class Expected:
-    """What a benchmark is expected to take before it starts, per model and in all, and the words for it."""
+    """What a card run is expected to take before it starts, per model and in all, and the words for it."""
 
     seconds: float
     words: str

@@ -41,14 +41,14 @@ def check_comparable(old: dict[str, Any], new: dict[str, Any]) -> None:
     if old["system"].get("fingerprint") != new["system"].get("fingerprint"):
         raise ValidationError(
             f"{a} and {b} measured different machines ({machine_name(old)}; {machine_name(new)}): a "
-            "regression report compares two cards of one machine. `python -m studio benchmark --machines` "
+            "regression report compares two cards of one machine. `python -m studio cards --machines` "
             "puts machines side by side."
         )
     if old.get("suite") != new.get("suite"):
         raise ValidationError(
             f"{a} was measured with suite version {old.get('suite') or 'none (transcribed)'} and {b} with "
             f"{new.get('suite') or 'none (transcribed)'}: cards compare only within one suite version. "
-            "Measure both with the same studio's `python -m studio benchmark`."
+            "Measure both with the same studio's `python -m studio cards`."
         )
 
 
@@ -200,7 +200,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"### Speed before and after: {report['machine']}",
         "",
-        f"Two benchmark cards of this machine (fingerprint `{report['fingerprint']}`, suite "
+        f"Two cards of this machine (fingerprint `{report['fingerprint']}`, suite "
         f"{report['suite'] or '–'}): before `{before['card']}` ({before['created_at'] or 'undated'}), after "
         f"`{after['card']}` ({after['created_at'] or 'undated'}). Verdicts: {counts}.",
         "",
@@ -250,7 +250,7 @@ def newest_of_this_machine(folder: str | Path, fingerprint: str) -> dict[str, An
     mine = [c for c in load_folder(folder).cards if c["system"].get("fingerprint") == fingerprint]
     if not mine:
         raise ValidationError(
-            f"No card of this machine in {folder} to compare against: run `python -m studio benchmark` "
+            f"No card of this machine in {folder} to compare against: run `python -m studio cards` "
             "once first, or name a card with --against CARD."
         )
     return max(mine, key=lambda c: c.get("created_at") or "")

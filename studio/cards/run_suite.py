@@ -1,4 +1,4 @@
-"""`run_benchmark`: the suite measured on this machine, each model through Compare's interleaved rounds.
+"""`run_cards`: the suite measured on this machine, each model through Compare's interleaved rounds.
 
 For each model of the suite:
 
@@ -11,7 +11,7 @@ For each model of the suite:
    winner in the same rounds: the card's rows.
 
 Nothing is written here: `studio.cards.card.save` writes the card once everything is measured, so a
-cancelled or failed benchmark leaves no card behind.
+cancelled or failed run leaves no card behind.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ Progress = Callable[[float, str], None]  # (fraction done 0-1, what runs now): g
 
 @dataclass
 class ModelRun:
-    """One model's part of a benchmark: its card entry and the images of its baseline and winners."""
+    """One model's part of a card run: its card entry and the images of its baseline and winners."""
 
     case: Case
     entry: dict[str, Any]
@@ -49,8 +49,8 @@ class ModelRun:
 
 
 @dataclass
-class Benchmark:
-    """A finished benchmark: the card (`studio.cards.card`) and each model's images."""
+class CardRun:
+    """A finished run of the suite: the card (`studio.cards.card`) and each model's images."""
 
     card: dict[str, Any]
     runs: list[ModelRun]
@@ -270,21 +270,21 @@ def give_back_memory(device: str) -> None:
         trim(0)
 
 
-def run_benchmark(
+def run_cards(
     options: Options | None = None,
     *,
     studio: Any = None,
     cases: list[Case] | None = None,
     progress: Progress | None = None,
     should_stop: StopFn | None = None,
-) -> Benchmark:
+) -> CardRun:
     """Measure the suite (or `cases`) on this machine; the card is returned, not written (see `card.save`).
 
     Args:
         options: what to measure (`studio.cards.options.validate_options`); default: the whole suite.
         studio: the engine (`studio.engine.Studio`); default: a new one on the studio's home.
         cases: the cases to measure instead of the suite's (tests shorten them).
-        progress: told (fraction done, what runs now) as the benchmark goes.
+        progress: told (fraction done, what runs now) as the run goes.
         should_stop: asked between steps; truthy cancels (`Cancelled`), and nothing is written.
 
     Every model's request and every configuration given in `options.configs` is checked before anything
@@ -310,4 +310,4 @@ def run_benchmark(
     card = new_card(snapshot(), options, device, [r.entry for r in runs], time.monotonic() - started)
     if progress:
         progress(1.0, "done")
-    return Benchmark(card, runs)
+    return CardRun(card, runs)

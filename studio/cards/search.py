@@ -1,4 +1,4 @@
-"""The lossy search: the auto-tuner within the benchmark's time budget for one model.
+"""The lossy search: the auto-tuner within a card run's time budget for one model.
 
 The budget per model covers the fixed configurations' first calls (a compile of a minute on a CPU, in the
 Compare before the search: `spent_s`) and the search: the search gets what is left. It bounds the search
@@ -6,7 +6,7 @@ twice. Before it starts, the suite's techniques are taken in order while the
 planned work fits: each grid point's warm-up and screening calls at the baseline's measured seconds per call,
 plus what converting or calibrating is assumed to cost (`PREP_CALLS`, in baseline calls), a combination trial
 per technique after the first and the confirmation. While it runs, a deadline stops it: then the search
-ends with a sentence and no winner, and the benchmark goes on with what it measured.
+ends with a sentence and no winner, and the card run goes on with what it measured.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Any
 from studio.errors import Cancelled, StudioError
 from studio.measure.bench import StopFn
 from studio.request import GenerationRequest
+from studio.request.quality_floor import Floor
 from studio.sweeps import autotune
-from studio.sweeps.autotune_search_space import Floor, check_pool, grid
+from studio.sweeps.autotune_search_space import check_pool, grid
 
-FLOOR = Floor(min_psnr=30.0, min_ssim=0.95, fidelity_drop=0.03)  # the auto-tuner's own default floor
+FLOOR = Floor()  # the auto-tuner's own default floor
 PREP_CALLS = {"openvino": 4}  # assumed first-call cost per grid point (conversion, calibration), in calls
-SCREEN_ROUNDS = 2  # the auto-tuner's screening and confirmation rounds (at most the benchmark's rounds)
+SCREEN_ROUNDS = 2  # the auto-tuner's screening and confirmation rounds (at most the card run's rounds)
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Deadline:
             return stop
         if self.elapsed() > self.budget_s:
             self.expired = True
-            return f"the benchmark's budget of {self.budget_s:g} s for the auto-tuner ran out"
+            return f"the card run's budget of {self.budget_s:g} s for the auto-tuner ran out"
         return None
 
 
@@ -164,7 +165,7 @@ def lossy_search(
 
 
 def to_confirm(found: autotune.AutotuneResult, keep_db: float) -> list[str]:
-    """What the benchmark measures again of an auto-tune: its winner, and unless the winner changes the
+    """What the card run measures again of an auto-tune: its winner, and unless the winner changes the
     image, the fastest configuration that does, measured faster than the baseline and within the floor (the
     auto-tuner looks for the fastest within its floor, which may keep the math)."""
     winner = found.winner_label if found.winner is not None else None

@@ -1,4 +1,4 @@
-"""The contact sheet: for each model of a benchmark, its baseline's image and its winners' side by side, each
+"""The contact sheet: for each model of a card, its baseline's image and its winners' side by side, each
 with a caption (what it is, the configuration, its figures), one row per model."""
 
 from __future__ import annotations

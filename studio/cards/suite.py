@@ -1,4 +1,4 @@
-"""The benchmark's suite: which models it measures on a device, at which shape, and what it tries on each.
+"""The cards' suite: which models it measures on a device, at which shape, and what it tries on each.
 
 The suite is fixed and versioned: a card records `SUITE_VERSION`, and figures compare across machines only
 between cards of the same suite version. Change anything below (a shape, a step count, a candidate, a
@@ -165,7 +165,7 @@ def pick_cases(cases: list[Case], models: list[str] | None) -> list[Case]:
     unknown = [m for m in models or () if m not in known]
     if unknown:
         raise ValidationError(
-            f"{', '.join(unknown)} is not in this device's benchmark suite (version {SUITE_VERSION}); "
+            f"{', '.join(unknown)} is not in this device's suite of cards (version {SUITE_VERSION}); "
             f"choose from {', '.join(known)}."
         )
     return [c for c in cases if models is None or c.model in models]

@@ -10,14 +10,15 @@ import sys
 
 from studio import settings
 from studio.cli.arguments import optimizations_arg, request_args, rounds_arg
-from studio.cli.benchmark_command import add_benchmark_parser, cmd_benchmark
+from studio.cli.cards_command import add_cards_parser, cmd_cards
+from studio.cli.combinations_command import add_combinations_parser, cmd_combinations
 from studio.cli.loras_command import add_loras_parser, cmd_loras
-from studio.cli.matrix_command import add_matrix_parser, cmd_matrix
 from studio.cli.output import emit, results_only_on_stdout
 from studio.cli.packages_command import add_packages_parser, cmd_packages
 from studio.cli.shard_command import add_shard_parser, cmd_shard
 from studio.cli.timeline_command import add_timeline_parser, cmd_timeline
 from studio.errors import StudioError, describe
+from studio.request.quality_floor import Floor
 
 log = logging.getLogger("studio")
 
@@ -70,13 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--include-compile", action="store_true", help="also try torch_compile (slow to prepare)"
     )
-    tune.add_argument(
-        "--min-psnr", type=float, default=30.0, help="dB against the baseline image (default 30)"
-    )
-    tune.add_argument("--min-ssim", type=float, default=0.95)
-    tune.add_argument(
-        "--fidelity-drop", type=float, default=0.03, help="tiny-shapes: max prompt-fidelity loss"
-    )
+    floor = Floor()  # the floor's defaults: empty flags keep them
+    for flag, words in (
+        ("--min-psnr", f"dB against the baseline image (default {floor.min_psnr:g})"),
+        ("--min-ssim", f"against the baseline image (default {floor.min_ssim:g})"),
+        ("--fidelity-drop", f"tiny-shapes: max prompt-fidelity loss (default {floor.fidelity_drop:g})"),
+    ):
+        tune.add_argument(flag, type=float, help=words)
     tune.add_argument("--confirm-rounds", type=int, default=5, help="interleaved baseline/winner rounds")
     for name, text in (
         ("profile", "where the time of one denoising step goes (logged as a run)"),
@@ -95,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     add_shard_parser(sub)
     add_packages_parser(sub)
-    add_benchmark_parser(sub)
-    add_matrix_parser(sub)
+    add_cards_parser(sub)
+    add_combinations_parser(sub)
     add_timeline_parser(sub)
     add_loras_parser(sub)
     return parser
@@ -256,8 +257,8 @@ COMMANDS = {
     "estimate": cmd_estimate,
     "shard": cmd_shard,
     "packages": cmd_packages,
-    "benchmark": cmd_benchmark,
-    "matrix": cmd_matrix,
+    "cards": cmd_cards,
+    "combinations": cmd_combinations,
     "timeline": cmd_timeline,
     "loras": cmd_loras,
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,10 @@ def format_report(report: dict[str, Any]) -> str:
 def cmd_shard(args: argparse.Namespace) -> int:
     """Run `shard`: load on the CPU, save in shards, print the listing (StudioError exits 2 in cli.main)."""
     from studio.cli.output import emit
-    from studio.engine.shard import shard_model
+    from studio.engine import Studio
 
-    report = shard_model(args.model, args.out, args.max_shard_size)
+    out = str(Path(args.out).expanduser().resolve())  # --out is the user's path, not a name under the home
+    report = Studio().shard(args.model, out, args.max_shard_size)
     if not report["loadable"]:
         log.warning("%s is outside the allowed model roots; set STUDIO_MODEL_ROOTS to load it", report["out"])
     emit(report, args.json, format_report(report))

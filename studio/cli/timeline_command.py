@@ -49,7 +49,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         device=args.device,
     )
     hardware = devices.detect().summary()
-    eras = speed_timeline.timeline(Studio().runlog, request, hardware)
+    eras = Studio().timeline(request, hardware)
     machine = speed_timeline.machine_words(hardware)
     if not eras:
         text = (

@@ -1,17 +1,18 @@
 """The engine: one run of a request, from a checked request to a logged result.
 
-`Studio` (in `core`) is the one door the faces use: generate, profile, estimate, history, the database copy
-and sharding all go through it. Its parts: `run_data` (the values a run carries and its run-log columns),
-`profile_run` (`Studio.profile`), `memory_estimate` (will it fit, before a run), `memory_advice` (what to try
-after an out-of-memory), `zerogpu` (the GPU allocation on a ZeroGPU Space) and `shard` (a sharded copy of a
-model's weights).
+`Studio` (in `core`) is the one door the faces use: generate, profile, estimate, history, the speed timeline,
+the database copy and sharding all go through it. Its parts: `run_data` (the values a run and a profile carry
+and their run-log columns), `run_history` (what a visitor may read and take of the run log), `memory_estimate`
+(will it fit, before a run), `memory_advice` (what to try after an out-of-memory), `first_call` (a first
+call's cost, from the run log), `speed_timeline` (a configuration's speed across library versions), `zerogpu`
+(the GPU allocation on a ZeroGPU Space) and `shard` (a sharded copy of a model's weights).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Studio", "compute_run", "prompt_warnings"]
+__all__ = ["Studio", "compute_run"]
 
 
 def __getattr__(name: str) -> Any:

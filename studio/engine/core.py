@@ -1,9 +1,11 @@
 """The engine's front door: validate -> manager -> bench -> quality -> runlog.
 
-The UI, the API and the CLI all call `Studio`; none of them talks to the lower
-layers directly, so they validate, run, measure and log the same way. The values a run
-carries and its run-log columns are in `studio.engine.run_data`, recompile storms in
-`studio.recompiles`.
+The UI, the API and the CLI all call `Studio`; none of them talks to the lower layers directly, so they
+validate, run, measure and log the same way. This file is long because it is that one door: a run and a
+profile are its own methods (logged as `running`, computed, finished or failed), and every other question a
+face asks is a method here too, most of them one line calling the module that does the work (`run_history`,
+`memory_estimate`, `first_call`, `speed_timeline`, `shard`, `retention`). The values a run carries and its
+run-log columns are in `studio.engine.run_data`, recompile storms in `studio.recompiles`.
 """
 
 from __future__ import annotations
@@ -18,21 +20,40 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from studio import phases, report, settings
-from studio.engine import memory_advice, memory_estimate, retention, turns, zerogpu
+from studio import devices, phases, report, settings
+from studio.engine import (
+    first_call,
+    memory_advice,
+    memory_estimate,
+    retention,
+    run_history,
+    shard,
+    speed_timeline,
+    turns,
+    zerogpu,
+)
 from studio.engine import threads as cpu_threads
-from studio.engine.profile_run import Profiling
-from studio.engine.run_data import Computed, Pending, RunOptions, RunResult, run_columns, run_metrics
-from studio.engine.services import Services
+from studio.engine.run_data import (
+    Computed,
+    Pending,
+    ProfileRun,
+    RunOptions,
+    RunResult,
+    profile_metrics,
+    run_columns,
+    run_metrics,
+)
 from studio.errors import Cancelled, OutOfMemory, RunLogError, StudioError
 from studio.manager import PipelineManager
-from studio.measure import bench, prompt_score, quality
+from studio.measure import bench, prompt_score, quality, step_profile
 from studio.measure.host import HostMonitor
-from studio.optimizations import REGISTRY
+from studio.measure.step_profile import ProfileResult
+from studio.optimizations import REGISTRY, availability, kept
 from studio.optimizations.step_lever import stacked_cache_warning
 from studio.recompiles import graph_builds, lora_warnings, storm_warnings
 from studio.report import image_metadata
-from studio.request import GenerationRequest
+from studio.request import GenerationRequest, HistoryFilter
+from studio.request.profile_request import validate_profile
 from studio.runlog import RunLog
 
 log = logging.getLogger(__name__)
@@ -85,9 +106,9 @@ def compute_run(
         return Computed(measured, prepared.applied, first_call=prepared.first_call, stats=stats, **times)
 
 
-class Studio(Profiling, Services):
-    """Runs requests and logs them, profiles one step of a request (`Profiling.profile`) and answers what the
-    faces ask besides runs (`Services`: history, estimates, the database copy, sharding).
+class Studio:
+    """Runs requests and logs them, profiles one step of a request, and answers what the faces ask besides
+    runs: history, estimates, the first call's cost, the speed timeline, the database copy, sharding.
 
     Args:
         db_path: the SQLite run log (default: `settings.db_path()`).
@@ -111,6 +132,7 @@ class Studio(Profiling, Services):
             )
         self.manager = manager or PipelineManager()
         self._compute = zerogpu.gpu_wrapper(self._compute_run, zerogpu.request_duration)
+        self._profile_compute = zerogpu.gpu_wrapper(self._profile_step, zerogpu.request_duration)
         interrupted = self.runlog.mark_interrupted()
         if interrupted:
             log.warning("marked %d unfinished run(s) from a previous process as interrupted", interrupted)
@@ -212,6 +234,34 @@ class Studio(Profiling, Services):
         """The compute of a run (on ZeroGPU this runs under `spaces.GPU` in a forked worker)."""
         return compute_run(self.manager, request, options)
 
+    def profile(self, request: GenerationRequest) -> ProfileRun:
+        """Profile step 2 of `request` under torch.profiler (techniques applied as for a generate) and log it
+        as a run: `ok` with the profile's JSON in its `profile` column, or `failed` with the reason.
+
+        Raises:
+            ValidationError: fewer than 2 steps (nothing is logged).
+            OutOfMemory, RunFailed: the run is logged as failed first.
+        """
+        validate_profile(request)
+        pending = self.begin(request, warmup=0, rounds=1, group_id=None)
+        try:
+            with HostMonitor() as host:
+                result = self._profile_compute(request)
+        except Exception as exc:
+            self.fail(pending, exc)
+            raise
+        warnings = pending.warnings
+        if host.result.note():
+            warnings.append(host.result.note())
+        figures = profile_metrics(result, host.result)
+        if pending.run_id is not None:
+            self._log(warnings, lambda: self.runlog.finish_run(pending.run_id, "ok", **figures))
+        return ProfileRun(pending.run_id, result, warnings)
+
+    def _profile_step(self, request: GenerationRequest) -> ProfileResult:
+        """The compute of a profile (on ZeroGPU under `spaces.GPU`, as a run's)."""
+        return step_profile.profile_step(self.manager, request)
+
     def log_computed(
         self,
         request: GenerationRequest,
@@ -310,3 +360,62 @@ class Studio(Profiling, Services):
             qual["fidelity"] = quality.prompt_fidelity(arrays[0], request.prompt, fidelity)
         base = baseline.quality if baseline is not None else None
         return {**qual, **prompt_score.fields(arrays[0], request.prompt, qual.get("fidelity"), base)}
+
+    def history(self, query: HistoryFilter) -> list[dict[str, Any]]:
+        """Logged runs matching a checked History filter, newest first (`run_history.history`)."""
+        return run_history.history(self.runlog, query)
+
+    def logged_run(self, run_id: int) -> dict[str, Any]:
+        """One logged run's columns, the current visitor's alone on a public studio (`run_history`)."""
+        return run_history.logged_run(self.runlog, run_id)
+
+    def backup(self, destination: str | Path) -> Path:
+        """A consistent copy of the run log at `destination` (`run_history.backup`)."""
+        return run_history.backup(self.runlog, destination)
+
+    def my_history(self, destination: str | Path) -> Path:
+        """The current visitor's runs and images as one zip at `destination` (`run_history.my_history`)."""
+        return run_history.my_history(self.runlog, self.outputs, destination)
+
+    def forget_my_history(self) -> int:
+        """Delete the current visitor's runs and images; how many runs went (`run_history`)."""
+        return run_history.forget_my_history(self.runlog, self.outputs)
+
+    def retention_words(self) -> str:
+        """How long runs and images are kept here, in words (`studio.engine.retention`)."""
+        return retention.policy().words
+
+    def estimate(self, request: GenerationRequest) -> memory_estimate.Estimate:
+        """The peak memory `request` should reach, before it runs, and whether it fits."""
+        return memory_estimate.estimate(self.manager, request, self.runlog)
+
+    def will_it_fit(self, request: GenerationRequest) -> dict[str, Any]:
+        """The estimate as every face answers it: where it would not fit, its sentence names the memory
+        techniques that would bring it under (what a run of it would be refused with)."""
+        return memory_estimate.answer(self.manager, request, self.runlog)
+
+    def first_call(self, request: GenerationRequest) -> first_call.FirstCall | None:
+        """What the first call of `request`'s configuration cost here before (`studio.engine.first_call`)."""
+        return first_call.logged(self.runlog, request)
+
+    def timeline(self, request: GenerationRequest, hardware: dict[str, Any]) -> list[speed_timeline.Era]:
+        """`request`'s configuration's logged runs on the machine `hardware` describes, grouped by the library
+        versions they ran under, each change of versions judged (`studio.engine.speed_timeline`)."""
+        return speed_timeline.timeline(self.runlog, request, hardware)
+
+    def shard(self, model: str, name: str, max_shard_size: int | str) -> dict[str, Any]:
+        """`model` saved as sharded safetensors under the studio's home, `sharded/<name>` (an absolute `name`,
+        the CLI's `--out`, as given): the report (`studio.engine.shard.shard_into_home`)."""
+        return shard.shard_into_home(model, name, max_shard_size)
+
+    def system_facts(self) -> dict[str, Any]:
+        """Devices, capabilities, versions, techniques, loaded pipelines and the run log (System's view)."""
+        return {
+            "hardware": devices.detect().summary(),
+            "versions": settings.versions(),
+            "techniques": availability(),
+            "loaded_pipelines": [list(map(str, k)) for k in self.manager.loaded()],
+            "kept_builds": {"configurations": kept.configurations_kept(), "per_pipeline": kept.capacity()},
+            "retention": retention.policy().words,
+            "database": str(self.runlog.path),
+        }

@@ -1,15 +1,16 @@
 """The values a run carries through the engine, and the run-log columns built from them.
 
 `Computed` is the compute-only part of a run (plain picklable values: it crosses processes on ZeroGPU and
-in a distributed sweep), `Pending` a run logged as `running`, `RunResult` a finished run. `run_columns` is
-what the run log knows of a run before it starts, `run_metrics` the figures it is finished with.
+in a distributed sweep), `Pending` a run logged as `running`, `RunResult` a finished run, `ProfileRun` a
+finished profile of one step. `run_columns` is what the run log knows of a run before it starts, `run_metrics`
+the figures it is finished with, `profile_metrics` a profile's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -18,6 +19,9 @@ from studio import devices, phases, settings, visitors
 from studio.measure import bench
 from studio.measure.host import HostLoad
 from studio.request import GenerationRequest
+
+if TYPE_CHECKING:
+    from studio.measure.step_profile import ProfileResult
 
 
 @dataclass
@@ -42,6 +46,19 @@ class RunResult:
     def image_path(self) -> str | None:
         """Where the first image was saved, or None when it could not be written."""
         return self.image_paths[0] if self.image_paths else None
+
+
+@dataclass
+class ProfileRun:
+    """A logged profile: its run id (None when the run log could not be written), figures and warnings."""
+
+    run_id: int | None
+    result: ProfileResult
+    warnings: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """The record every face returns: the run id, the profile's figures and the warnings."""
+        return {"run_id": self.run_id, **self.result.as_json(), "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,28 +99,12 @@ class Pending:
 
 
 def run_columns(request: GenerationRequest, warmup: int, rounds: int, group_id: int | None) -> dict[str, Any]:
-    """The columns of a run known before it starts."""
+    """The columns of a run known before it starts: its request's (`GenerationRequest.columns`), its group,
+    the machine, the visitor, its counts and the library versions."""
     return {
         "group_id": group_id,
-        "config_label": request.config_label,
-        "model": request.model,
-        "single_file_config": request.spec.single_file_config,
-        "vae": request.vae,
-        "loras": [a.record() for a in request.loras] or None,
-        "device": request.device,
+        **request.columns(),
         "hardware": devices.detect().summary(),
-        "dtype": request.dtype_name,
-        "requested": list(request.optimizations),
-        "settings": request.settings,
-        "prompt": request.prompt,
-        "negative_prompt": request.negative_prompt,
-        "seed": request.seed,
-        "steps": request.steps,
-        "width": request.width,
-        "height": request.height,
-        "guidance": request.guidance,
-        "scheduler": request.scheduler,
-        "batch": request.batch,
         "visitor": visitors.current().id,
         "warmup": warmup,
         "rounds": rounds,
@@ -135,3 +136,17 @@ def run_metrics(
         **(extra or {}),
     )
     return metrics
+
+
+def profile_metrics(result: ProfileResult, host: HostLoad) -> dict[str, Any]:
+    """The figures a finished profile is logged with: its step's seconds (timed without the profiler where it
+    was), how busy the host was, and the profile itself (the `profile` column)."""
+    step = result.unprofiled_step_s or result.step_s
+    return {
+        "applied": list(result.applied),
+        "step_median": step,
+        "steps_per_second": 1 / step,
+        "host_busy_pct": host.busy_pct,
+        "host_steal_pct": host.steal_pct,
+        "profile": result.as_json(),
+    }

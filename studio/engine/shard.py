@@ -8,7 +8,7 @@ complete diffusers directory: every model component through its own
 tensor to its shard), the tokenizer, scheduler and `model_index.json` copied
 beside them. The result loads with `DiffusionPipeline.from_pretrained` and, when
 it lies under an allowed root, through `pipelines.registry.resolve()` like any
-local directory.
+local directory; `shard_into_home` writes under the studio's home, which the studio always loads from.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from pipelines import loader, registry
-from pipelines.sources import read_config, read_header
+from pipelines.sources import allow_written, read_config, read_header
+from studio import settings
 from studio.errors import ValidationError
 
 log = logging.getLogger(__name__)
@@ -236,3 +237,16 @@ def shard_model(
         "components": [dict(asdict(c), sharded=c.sharded) for c in components],
         "loadable": loadable(out),
     }
+
+
+def shard_into_home(model: str, name: str, max_shard_size: int | str) -> dict[str, Any]:
+    """`model` saved sharded under the studio's home (`sharded/<name>`), a folder the studio then loads
+    whatever `STUDIO_MODEL_ROOTS` says (a request's `model`: the report's `out`).
+
+    `name` is a folder name (what the UI and the API accept, `studio.request.validate_shard_target`), or, for
+    the local user of the CLI (`--out`), an absolute directory, written as given.
+    """
+    folder = settings.home() / "sharded"
+    allow_written(folder)
+    out = Path(name) if Path(name).is_absolute() else folder / name
+    return shard_model(model, out, max_shard_size)

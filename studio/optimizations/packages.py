@@ -64,7 +64,7 @@ def roots(source: str = "") -> tuple[list[Path], str]:
 
 
 def fetched(repo_id: str) -> Path:
-    """The `packages/` folder of the dataset repository `repo_id` (what `python -m studio benchmark --publish`
+    """The `packages/` folder of the dataset repository `repo_id` (what `python -m studio cards --publish`
     uploads beside a card), downloaded into the hub's cache: package files only."""
     from huggingface_hub import snapshot_download
 

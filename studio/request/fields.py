@@ -1,10 +1,11 @@
-"""A generation request's fields, named once: `REQUEST_FIELDS` is their order, their defaults and what each
-means, and `build_request` takes them by name.
+"""A generation request's fields, named once: `REQUEST_FIELDS` is their order, their types, their defaults
+and what each means, and `build_request` takes them by name.
 
 Every face passes the fields it has by name (`build_request(model="tiny-shapes", prompt="a red circle",
 steps=2)`); what it leaves out takes the table's default, where None means the model's own. The order is
 the API's: the Gradio endpoints list their parameters in it (the browser form adds `custom_model` after
-`model`). `build_request`'s keyword-only signature is made from the table.
+`model`). `build_request`'s keyword-only signature is made from the table, and so are the MCP tools'
+request parameters (`studio.ui.mcp_tools`): their types, defaults and the documentation an agent reads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from studio import checks
 from studio.errors import ValidationError
@@ -25,10 +26,13 @@ REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()  #
 
 @dataclass(frozen=True)
 class RequestField:
-    """One field of a request: its name, its default (`REQUIRED` for none, None for the model's own) and
-    what it means, in words for a form's or a tool's documentation."""
+    """One field of a request: its name, the type a typed face (an MCP tool, a client) gives it, its default
+    (`REQUIRED` for none, None for the model's own) and what it means, one sentence for a form's or a tool's
+    documentation. `build_request` also takes text for `optimizations` ("bf16+channels_last") and
+    `settings` (JSON)."""
 
     name: str
+    annotation: Any
     default: Any
     doc: str
 
@@ -37,30 +41,63 @@ class RequestField:
         return self.default is REQUIRED
 
 
+_OWN = "empty for the model's own"
 REQUEST_FIELDS: tuple[RequestField, ...] = (
     RequestField(
-        "model", REQUIRED, "tiny-shapes (bundled), sd15, sdxl, ..., a hub id, a local folder or file"
+        "model",
+        str,
+        REQUIRED,
+        "A registry model (tiny-shapes: bundled, fast on a CPU; sd15, sdxl, sd-turbo, ...), a hub id, "
+        "a local folder or a .safetensors file.",
     ),
-    RequestField("device", "auto", '"auto", "cpu", "cuda", "cuda:1" or "mps"'),
-    RequestField("precision", "fp32", "weights precision, fp32, bf16 or fp16 (a technique like the others)"),
-    RequestField("optimizations", (), 'technique names, e.g. ["sdpa", "channels_last"]; none: the baseline'),
-    RequestField("prompt", REQUIRED, "what to draw"),
-    RequestField("negative_prompt", "", "what not to draw"),
-    RequestField("seed", 0, "random seed (-1 for a random one)"),
-    RequestField("steps", None, "denoising steps (1-200)"),
-    RequestField("guidance", None, "classifier-free guidance scale (0-30)"),
-    RequestField("width", None, "image width in pixels, a multiple of 8"),
-    RequestField("height", None, "image height in pixels, a multiple of 8"),
-    RequestField("scheduler", None, 'a scheduler name such as "ddim" or "euler"'),
-    RequestField("settings", None, 'technique settings, a mapping or JSON: {"deepcache": {"interval": 2}}'),
-    RequestField("batch", 1, "images per prompt in one call (1-8)"),
-    RequestField("vae", None, "a VAE to swap in: an AutoencoderKL folder, a .safetensors file or a hub id"),
-    RequestField("single_file_config", None, "for a .safetensors model: the diffusers folder of its configs"),
+    RequestField("device", str, "auto", '"auto", "cpu", "cuda", "cuda:1" or "mps".'),
+    RequestField(
+        "precision",
+        Literal[PRECISIONS],
+        "fp32",
+        "Weights precision: fp32, bf16 or fp16; bf16 and fp16 are techniques like the others.",
+    ),
+    RequestField(
+        "optimizations",
+        list[str] | None,
+        (),
+        'Technique names to apply, e.g. ["sdpa", "channels_last"]; empty for the baseline.',
+    ),
+    RequestField("prompt", str, REQUIRED, 'What to draw, e.g. "a big red circle on the left".'),
+    RequestField("negative_prompt", str, "", "What not to draw."),
+    RequestField("seed", int, 0, "Random seed (-1 for a random one)."),
+    RequestField("steps", int | None, None, f"Denoising steps (1-200); {_OWN}."),
+    RequestField("guidance", float | None, None, f"Classifier-free guidance scale (0-30); {_OWN}."),
+    RequestField("width", int | None, None, f"Image width in pixels, a multiple of 8; {_OWN}."),
+    RequestField("height", int | None, None, f"Image height in pixels, a multiple of 8; {_OWN}."),
+    RequestField("scheduler", str | None, None, f'A scheduler name such as "ddim" or "euler"; {_OWN}.'),
+    RequestField(
+        "settings",
+        dict[str, dict[str, Any]] | None,
+        None,
+        'Technique settings, a mapping or its JSON text, e.g. {"deepcache": {"interval": 2}}.',
+    ),
+    RequestField(
+        "batch", int, 1, "Images per prompt in one call (1-8); seconds_per_image and images_per_s report it."
+    ),
+    RequestField(
+        "vae",
+        str | None,
+        None,
+        f"A VAE to swap in: an AutoencoderKL folder, a .safetensors file or a hub id; {_OWN}.",
+    ),
+    RequestField(
+        "single_file_config",
+        str | None,
+        None,
+        "For a .safetensors model: the diffusers folder its configs come from.",
+    ),
     RequestField(
         "loras",
+        list[str] | None,
         (),
-        'LoRAs, each SOURCE or SOURCE:SCALE: ["night:0.5"]; SOURCE a name in the LoRA folders, a '
-        ".safetensors file or a hub id (<lora:NAME:SCALE> in the prompt does the same)",
+        'LoRAs, each "SOURCE" or "SOURCE:SCALE", e.g. ["night:0.5"]: a name `python -m studio loras` '
+        "lists, a .safetensors file or a hub id; <lora:NAME:SCALE> in the prompt does the same.",
     ),
 )
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in REQUEST_FIELDS)
@@ -91,11 +128,15 @@ def parse_settings(value: Any) -> dict[str, Any]:
 
 
 def _signature() -> inspect.Signature:
-    """`build_request`'s signature: the table's fields, keyword-only, in its order, with its defaults."""
+    """`build_request`'s signature: the table's fields, keyword-only, in its order, with its types and
+    defaults."""
     return inspect.Signature(
         [
             inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, **({} if f.required else {"default": f.default})
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=f.annotation,
+                **({} if f.required else {"default": f.default}),
             )
             for f in REQUEST_FIELDS
         ],

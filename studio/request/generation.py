@@ -71,6 +71,22 @@ class GenerationRequest:
 
         return "+".join(named(o) for o in self.optimizations) or "baseline"
 
+    def columns(self) -> dict[str, Any]:
+        """The request as its run's run-log columns (a form is filled from them, as from a logged run)."""
+        return {
+            "config_label": self.config_label,
+            "model": self.model,
+            "single_file_config": self.spec.single_file_config,
+            "vae": self.vae,
+            "loras": [a.record() for a in self.loras] or None,
+            "device": self.device,
+            "dtype": self.dtype_name,
+            "requested": list(self.optimizations),
+            "settings": self.settings,
+            **{name: getattr(self, name) for name in ("prompt", "negative_prompt", "seed", "steps", "width")},
+            **{name: getattr(self, name) for name in ("height", "guidance", "scheduler", "batch")},
+        }
+
 
 def _text(name: str, value: Any, required: bool) -> str:
     return checks.text(name, value, MAX_PROMPT, required=required)

@@ -13,6 +13,7 @@ from studio import checks
 from studio.errors import ValidationError
 from studio.request.configs import parse_opts
 from studio.request.generation import GenerationRequest
+from studio.request.quality_floor import Floor
 
 MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
 MAX_WARMUP = 10
@@ -30,9 +31,7 @@ class AutotuneSettings:
     as text) and checked as they are built: the quality floor, the measurement counts, the techniques to
     search (None: every candidate here) and whether torch.compile's minutes-long candidates are tried."""
 
-    min_psnr: float = 30.0
-    min_ssim: float = 0.95
-    fidelity_drop: float = 0.03
+    floor: Floor = Floor()
     warmup: int = 1
     rounds: int = 3
     confirm_rounds: int = 5
@@ -40,11 +39,7 @@ class AutotuneSettings:
     include_compile: bool = False
 
     def __post_init__(self) -> None:
-        checked = {
-            name: checks.number(f"The quality floor's {name}", getattr(self, name), low, high)
-            for name, low, high in (("min_psnr", 0, 200), ("min_ssim", 0, 1), ("fidelity_drop", 0, 1))
-        }
-        checked.update(
+        checked = dict(
             warmup=checks.whole("warm-up calls", self.warmup, 0, MAX_WARMUP),
             rounds=checks.whole("rounds", self.rounds, 1, MAX_ROUNDS),
             confirm_rounds=checks.whole("confirmation rounds", self.confirm_rounds, 1, MAX_ROUNDS),
@@ -57,9 +52,11 @@ class AutotuneSettings:
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> AutotuneSettings:
         """The settings from whatever a face holds (a handler's or a tool's arguments, argparse's namespace
-        as a dict), by name; a setting left empty (None) keeps its default, and the other names are left."""
+        as a dict), by name: the floor's `min_psnr`, `min_ssim` and `fidelity_drop` beside the others; a
+        setting left empty (None) keeps its default, and the other names are left."""
         named = {k: v for k, v in values.items() if v is not None}
-        return cls(**{f.name: named[f.name] for f in fields(cls) if f.name in named})
+        own = {f.name: named[f.name] for f in fields(cls) if f.name in named and f.name != "floor"}
+        return cls(floor=Floor.of(values), **own)
 
 
 @dataclass(frozen=True)
@@ -115,14 +112,14 @@ def check_sweep(
         )
 
 
-MATRIX_INCLUDE = ("auto", "yes", "no")  # include_compile: when the time allows, always, never
+COMBINATIONS_INCLUDE = ("auto", "yes", "no")  # include_compile: when the time allows, always, never
 INCLUDE_FLAGS = {True: "yes", False: "no", None: "auto"}
-MAX_MATRIX_CELLS = 10_000
+MAX_COMBINATIONS_CELLS = 10_000
 
 
 @dataclass(frozen=True, kw_only=True)
-class MatrixOptions:
-    """What a composition matrix may measure, checked as it is built: whether techniques that build on
+class CombinationsOptions:
+    """What a Combinations run may measure, checked as it is built: whether techniques that build on
     their first call (compile, trace, convert, calibrate) are in ('auto', 'yes', 'no'; True, False and None
     read as yes, no and auto) and the most cells measured (None, "" or 0: no cap)."""
 
@@ -132,11 +129,11 @@ class MatrixOptions:
     def __post_init__(self) -> None:
         given = self.include_compile
         include = given if isinstance(given, str) else INCLUDE_FLAGS.get(given, given)
-        if include not in MATRIX_INCLUDE:
+        if include not in COMBINATIONS_INCLUDE:
             raise ValidationError(
-                f"include_compile must be one of {', '.join(MATRIX_INCLUDE)}, not {include!r}."
+                f"include_compile must be one of {', '.join(COMBINATIONS_INCLUDE)}, not {include!r}."
             )
         cells = self.max_cells
-        cap = None if cells in (None, "", 0) else checks.whole("max_cells", cells, 1, MAX_MATRIX_CELLS)
+        cap = None if cells in (None, "", 0) else checks.whole("max_cells", cells, 1, MAX_COMBINATIONS_CELLS)
         object.__setattr__(self, "include_compile", include)
         object.__setattr__(self, "max_cells", cap)

@@ -188,11 +188,6 @@ class RunLog:
             self._unwritten[run_id] = _encode(dict(fields, status=status, finished_at=now()))
         self._flush()
 
-    def unwritten(self) -> list[int]:
-        """The runs whose results wait in memory for the run log to take them (`finish_run`)."""
-        with self._lock:
-            return sorted(self._unwritten)
-
     @guarded("this comparison is not in the run log")
     def start_group(self, kind: str, **fields: Any) -> int:
         self._flush()
@@ -209,10 +204,6 @@ class RunLog:
             return _decode(self.db["runs"].get(run_id))
         except NotFoundError:
             raise ValidationError(f"There is no run {run_id} in the run log.") from None
-
-    @guarded("the comparison is not shown", "read")
-    def get_group(self, group_id: int) -> dict[str, Any]:
-        return _decode(self.db["groups"].get(group_id))
 
     @guarded("the history is not shown", "read")
     def runs(
@@ -311,6 +302,3 @@ class RunLog:
         if db is not None:
             self._local.db = None
             db.close()
-
-    def integrity_ok(self) -> bool:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

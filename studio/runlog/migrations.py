@@ -191,9 +191,11 @@ def current_names(columns: dict) -> dict:
 @migrations()
 def m012_face_words(db: Database) -> None:
     """A run's images per call, timed calls and median latency are called `batch`, `rounds` and `latency_s`,
-    as in the form, the API and the records; an auto-tune's settings (a group's JSON) say `rounds` too."""
+    as in the form, the API and the records; an auto-tune's settings (a group's JSON) say `rounds` too, and
+    a Combinations group is of kind `combinations`, as its tab, command and endpoint are named."""
     for old, new in RENAMED.items():
         db.execute(f"ALTER TABLE runs RENAME COLUMN {old} TO {new}")
+    db.execute("UPDATE groups SET kind = 'combinations' WHERE kind = 'matrix'")
     for row in list(db.query("SELECT id, settings FROM groups WHERE settings LIKE '%\"repeats\"%'")):
         settings = current_names(json.loads(row["settings"]))
         db.execute("UPDATE groups SET settings = ? WHERE id = ?", [json.dumps(settings), row["id"]])

@@ -10,8 +10,9 @@
 3. the winner is confirmed against the baseline in its own interleaved rounds. The confirmation decides: only
    a winner it measured faster beyond noise is offered; otherwise the answer is that nothing here beats the
    baseline beyond noise.
-Everything measured is one `autotune` group in the run log. What may be tried (the candidates, `GRID`) and
-the floor are in studio.sweeps.autotune_search_space; this module runs the search and words its answer.
+Everything measured is one `autotune` group in the run log. What may be tried (the candidates, `GRID`) is in
+studio.sweeps.autotune_search_space, the floor in studio.request.quality_floor; this module runs the search
+and words its answer.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from studio.errors import Cancelled
 from studio.measure import protocol
 from studio.measure.bench import StopFn
 from studio.request import AutotuneSettings, GenerationRequest
-from studio.sweeps import autotune_search_space as space
-from studio.sweeps.autotune_search_space import GRID, Candidate, Floor, check_pool, combinable, grid
+from studio.request.quality_floor import Floor
+from studio.sweeps.autotune_search_space import GRID, Candidate, check_pool, combinable, grid
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepCancelled, SweepResult, run_sweep
 
@@ -216,7 +217,7 @@ def run_with(
     return run_autotune(
         studio,
         request,
-        floor=space.floor_of(settings),
+        floor=settings.floor,
         techniques=list(settings.techniques) if settings.techniques else None,
         include_compile=settings.include_compile,
         warmup=settings.warmup,

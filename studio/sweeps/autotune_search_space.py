@@ -1,5 +1,6 @@
 """What the auto-tuner may try and what it must keep: the candidate techniques, the settings grid searched
-for those that have settings, how candidates combine, and the quality floor against the baseline's image."""
+for those that have settings and how candidates combine (the quality floor they must keep:
+`studio.request.quality_floor`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from typing import Any
 from studio import devices
 from studio.errors import StudioError, ValidationError
 from studio.optimizations import REGISTRY, check_conflicts, unavailable_reason
-from studio.optimizations.step_lever import JUDGED_BY_PROMPT
-from studio.request import AutotuneSettings, GenerationRequest
+from studio.request import GenerationRequest
 from studio.request.generation import with_few_step
 
 # Each technique declares whether the auto-tuner tries it (`Optimization.autotune`: never, for placement,
@@ -21,46 +21,6 @@ from studio.request.generation import with_few_step
 GRID: dict[str, list[dict[str, Any]]] = {
     name: points for name, opt in REGISTRY.items() if (points := opt.search_grid()) != [{}]
 }
-
-
-@dataclass(frozen=True)
-class Floor:
-    """The quality a configuration must keep against the baseline's image."""
-
-    min_psnr: float = 30.0
-    min_ssim: float = 0.95
-    fidelity_drop: float = 0.03
-
-    def check(self, record: dict[str, Any], baseline_fidelity: float | None) -> str | None:
-        """Why `record` misses the floor, or None when it meets it. A configuration whose image follows
-        another path (`JUDGED_BY_PROMPT`: fewer steps, another decoder) is judged by how well it shows the
-        prompt, not by its pixels' distance from the baseline's: its prompt score may drop at most
-        `fidelity_drop`."""
-        if JUDGED_BY_PROMPT & set(record["applied"]):
-            change = record.get("prompt_score_change")
-            if change is None and record.get("fidelity") is None:
-                return f"no prompt score to judge it by ({record.get('prompt_score_note') or 'none'})"
-            if change is not None and change < -100 * self.fidelity_drop - 1e-9:
-                most = f"at most -{100 * self.fidelity_drop:g}"
-                return f"prompt score {change:+.1f} points against the baseline's ({most})"
-        elif record["psnr_db"] is not None and record["psnr_db"] < self.min_psnr:
-            return f"PSNR {record['psnr_db']:.1f} dB < {self.min_psnr:g}"
-        if (
-            not JUDGED_BY_PROMPT & set(record["applied"])
-            and record["ssim"] is not None
-            and record["ssim"] < self.min_ssim
-        ):
-            return f"SSIM {record['ssim']:.3f} < {self.min_ssim:g}"
-        if (
-            baseline_fidelity is not None
-            and record["fidelity"] is not None
-            and record["fidelity"] < baseline_fidelity - self.fidelity_drop - 1e-9
-        ):
-            return (
-                f"prompt fidelity {record['fidelity']:.0%} < baseline {baseline_fidelity:.0%}"
-                f" - {self.fidelity_drop:.0%}"
-            )
-        return None
 
 
 @dataclass(frozen=True)
@@ -91,10 +51,6 @@ def grid(name: str, request: GenerationRequest) -> list[dict[str, Any]]:
     return [
         p for p in opt.search_grid() if not opt.settings_unavailable(p, request.device, request.dtype_name)
     ]
-
-
-def floor_of(settings: AutotuneSettings) -> Floor:
-    return Floor(settings.min_psnr, settings.min_ssim, settings.fidelity_drop)
 
 
 def candidates(request: GenerationRequest, include_compile: bool = False) -> list[str]:

@@ -1,10 +1,10 @@
-"""The Gradio Blocks app: Generate, Compare, Ladder, Combinations, Auto-tune, Benchmark, History, Profile, Big
-models and System.
+"""The Gradio Blocks app: Generate, Compare, Ladder, Combinations, Auto-tune, Cards, History, Profile, Shard
+and System.
 
 `build_demo()` returns the Blocks; `launch_kwargs()` the launch settings (theme, css,
 queue sizes and file limits live there in Gradio 6). Endpoints: `/generate`, `/cancel`, `/read_image`,
-`/compare`, `/ladder`, `/matrix` (every pair of techniques), `/autotune`, `/benchmark` (the suite measured
-here, written as a card), `/machines` (the cards of many machines, one table per model), `/history`,
+`/compare`, `/ladder`, `/combinations` (every pair of techniques), `/autotune`, `/cards` (the suite
+measured here, written as a card), `/machines` (the cards of many machines, one table per model), `/history`,
 `/load_config`, `/export_db`, `/profile`, `/shard`, `/system`.
 Each tab is built in `studio.ui.tabs`, its events handled in `studio.ui.handlers`. The MCP tools
 (`generate`, `compare`, `autotune`, `history`, `system`; endpoints `/mcp_*`) are in `studio.ui.mcp_tools`.
@@ -23,17 +23,18 @@ from studio.engine import Studio
 from studio.ui.cancel import Cancellations
 from studio.ui.fair_queue import bound_jobs
 from studio.ui.handlers import build_handlers
-from studio.ui.handlers.combinations import build_matrix_handlers
+from studio.ui.handlers.combinations_handlers import build_combinations_handlers
 from studio.ui.mcp_server import MCP_COUNT_HEAD, hide_form_endpoints
 from studio.ui.mcp_tools import mcp_enabled, register_mcp_tools
 from studio.ui.tabs.autotune_tab import autotune_tab
-from studio.ui.tabs.benchmark_tab import benchmark_tab
+from studio.ui.tabs.cards_tab import cards_tab
+from studio.ui.tabs.combinations_tab import combinations_tab
 from studio.ui.tabs.compare_tab import compare_tab, ladder_tab
 from studio.ui.tabs.generate_tab import generate_tab
 from studio.ui.tabs.history_tab import history_tab
-from studio.ui.tabs.matrix_tab import matrix_tab
 from studio.ui.tabs.profile_tab import profile_tab
-from studio.ui.tabs.system_tab import shard_tab, system_tab
+from studio.ui.tabs.shard_tab import shard_tab
+from studio.ui.tabs.system_tab import system_tab
 from studio.ui.visiting import HEAD, oauth_on, visiting_all
 
 CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
@@ -42,15 +43,15 @@ CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "studio.css"
 # Compare's and the Ladder's tables show all their rows (wrapped rows are taller than the 500 px Gradio
 # scrolls within); History's and Auto-tune's long ones scroll. Compare's gallery grows with its rows (Gradio
 # caps it at 55% of the window and scrolls inside, which hid the last captions of an X/Y sweep).
-# Auto-tune's dozens of rows scroll. The Combinations matrix (one column per technique, each its share of the
+# Auto-tune's dozens of rows scroll. The Combinations table (one column per technique, each its share of the
 # page) sets its cells in the page's font, smaller, so that a dozen and more columns fit. Every other table's
 # headers wrap between words, never inside one: a column is at least as wide as its header's longest word
 # (Gradio sizes it from the cells, and a short column's header, Compare's "Latency", broke as "Latenc|y").
-SWEEP_TABLES = ("#ladder-table", "#cmp-table", "#cmp-details", "#mx-table")
+SWEEP_TABLES = ("#ladder-table", "#cmp-table", "#cmp-details", "#combinations-table")
 # The Machines tables are Markdown (one per model, as many as the cards measured): fixed columns (the
 # machine's name and the two winners get the room), words wrap whole, a long configuration anywhere. A card's
 # summary: words wrap whole, its headings no larger than the page's.
-WHOLE_WORDS = ".table-wrap th:not(#mx-table th)"  # the headers that wrap between words only
+WHOLE_WORDS = ".table-wrap th:not(#combinations-table th)"  # the headers that wrap between words only
 MACHINE_COLUMNS = (18, 12, 7, 5, 6, 26, 26)  # % of the width: device, shape, s/image, it/s, MB, winners
 CSS = f"""
 .table-wrap td .cell-wrap {{ white-space: normal; overflow-wrap: break-word; }}
@@ -62,11 +63,13 @@ CSS = f"""
 #machines-md th, #machines-md td {{ word-break: normal; overflow-wrap: break-word; vertical-align: top; }}
 #machines-md td code {{ overflow-wrap: anywhere; }}
 {" ".join(f"#machines-md th:nth-child({i}) {{ width: {w}%; }}" for i, w in enumerate(MACHINE_COLUMNS, 1))}
-#bench-summary h1 {{ font-size: 1.5rem; }} #bench-summary h2 {{ font-size: 1.2rem; }}
-#bench-summary th, #bench-summary td {{ word-break: normal; overflow-wrap: break-word; }}
+#cards-summary h1 {{ font-size: 1.5rem; }} #cards-summary h2 {{ font-size: 1.2rem; }}
+#cards-summary th, #cards-summary td {{ word-break: normal; overflow-wrap: break-word; }}
 #cards-compare td, #cards-compare th {{ word-break: normal; overflow-wrap: normal; }}
-#mx-table th *, #mx-table .body-cell * {{ font-size: 12px !important; font-family: var(--font) !important; }}
-#mx-table th * {{ font-size: 11px !important; }}
+#combinations-table th *, #combinations-table .body-cell * {{
+  font-size: 12px !important; font-family: var(--font) !important;
+}}
+#combinations-table th * {{ font-size: 11px !important; }}
 """
 
 
@@ -78,7 +81,9 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
     """The whole app around one Studio (a new one on the default database if not given)."""
     studio = studio or Studio()
     cancels = Cancellations()
-    handlers = visiting_all({**build_handlers(studio, cancels), **build_matrix_handlers(studio, cancels)})
+    handlers = visiting_all(
+        {**build_handlers(studio, cancels), **build_combinations_handlers(studio, cancels)}
+    )
     with gr.Blocks(title="Diffusion Studio") as demo:
         mcp_tools = register_mcp_tools(studio)  # first: the tools take the plain names (generate, ...)
         gr.Markdown(
@@ -93,17 +98,17 @@ def build_demo(studio: Studio | None = None) -> gr.Blocks:
                 compare_tab(handlers)
             with gr.Tab("Ladder", id="ladder"):
                 ladder_tab(handlers)
-            with gr.Tab("Combinations", id="matrix"):
-                matrix_tab(handlers)
+            with gr.Tab("Combinations", id="combinations"):
+                combinations_tab(handlers)
             with gr.Tab("Auto-tune", id="autotune"):
                 autotune_tab(handlers, generate, tabs)
-            with gr.Tab("Benchmark", id="benchmark") as benchmark:
-                benchmark_tab(handlers, generate, tabs, benchmark)
+            with gr.Tab("Cards", id="cards") as cards:
+                cards_tab(handlers, generate, tabs, cards)
             with gr.Tab("History", id="history") as history:
                 history_tab(handlers, generate, tabs, history)
             with gr.Tab("Profile", id="profile"):
                 profile_tab(handlers)
-            with gr.Tab("Big models", id="shard"):
+            with gr.Tab("Shard", id="shard"):
                 shard_tab(handlers, generate, tabs)
             with gr.Tab("System", id="system") as system:
                 system_tab(handlers, system)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 
 class Cancellations:
-    """Cancel flags by session and job (a tab's kind of run: "generate", "compare", "benchmark", …): a tab's
+    """Cancel flags by session and job (a tab's kind of run: "generate", "compare", "cards", …): a tab's
     Cancel stops that tab's run, not another tab's that runs or waits in the same page.
 
     A run asked for from the form may wait in the queue before its handler starts; `reserve` (called when

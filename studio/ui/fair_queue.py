@@ -1,5 +1,5 @@
 """A fair queue on a public studio: each visitor may have at most `STUDIO_JOBS_PER_VISITOR` jobs (a generate,
-a sweep, a profile, a benchmark) waiting or running at once (default 2); one more is refused with a sentence
+a sweep, a profile, a card) waiting or running at once (default 2); one more is refused with a sentence
 before it enters the queue, so that one visitor cannot fill it and turn everyone else away.
 
 Gradio runs an event's `validator` when a job is submitted, before it is queued: `bound_jobs` gives every
@@ -29,9 +29,9 @@ JOBS = (
     "generate_retry",
     "compare",
     "ladder",
-    "matrix",
+    "combinations",
     "autotune",
-    "benchmark",
+    "cards",
     "profile",
     "mcp_generate",
     "mcp_compare",

@@ -155,8 +155,8 @@ def _pictures(exc: Cancelled) -> list[tuple[dict[str, Any], Image.Image]]:
     return [(r, _image(res)) for r, res in zip(exc.records, results, strict=False) if res is not None]
 
 
-def compare_cancelled(exc: Cancelled) -> tuple:
-    """Compare's outputs (those of `views.compare_outputs`) after a Cancel: the sentence, then every
+def compare_cancelled(exc: Cancelled) -> dict[str, Any]:
+    """Compare's outputs by name (those of `views.compare_outputs`) after a Cancel: the sentence, then every
     configuration so far (finished or partial): images, table, chart, slider and files."""
     records = exc.records if isinstance(exc, SweepCancelled) else []
     pictures = _pictures(exc)
@@ -165,28 +165,30 @@ def compare_cancelled(exc: Cancelled) -> tuple:
     choices = list(pairs)
     measured = [r for r in records if r["latency_s"] is not None]
     bars = views.latency_bars([(r["config"], r["latency_s"]) for r in measured])
-    return (
-        gr.update(visible=True),
-        sentence(exc, "Compare"),
-        [(image, _caption(r)) for r, image in pictures],
-        views.styled(pd.DataFrame(partial_rows(records))) if records else None,
-        views.details_table(records) if records else None,
-        bars if measured else None,
-        gr.update(choices=choices, value=choices[0] if choices else None),
-        pairs[choices[0]] if choices else None,
-        pairs,
-        exports.csv_file(records, "compare-cancelled.csv") if records else None,
-        exports.text_file(_markdown(exc, records), "compare-cancelled.md") if records else None,
-        *views.NO_XY,
-        records or None,
-    )
+    return {
+        "results": gr.update(visible=True),
+        "headline": sentence(exc, "Compare"),
+        "gallery": [(image, _caption(r)) for r, image in pictures],
+        "table": views.styled(pd.DataFrame(partial_rows(records))) if records else None,
+        "details": views.details_table(records) if records else None,
+        "latency_chart": bars if measured else None,
+        "slider_choice": gr.update(choices=choices, value=choices[0] if choices else None),
+        "slider": pairs[choices[0]] if choices else None,
+        "pairs": pairs,
+        "csv": exports.csv_file(records, "compare-cancelled.csv") if records else None,
+        "markdown": exports.text_file(_markdown(exc, records), "compare-cancelled.md") if records else None,
+        **views.no_xy(),
+        "rows": records or None,
+    }
 
 
-def ladder_cancelled(exc: Cancelled) -> tuple:
-    """Ladder's outputs after a Cancel: results shown, the sentence, the rungs so far, their records."""
+def ladder_cancelled(exc: Cancelled) -> dict[str, Any]:
+    """Ladder's outputs by name after a Cancel: results shown, the sentence, the rungs so far, their
+    records."""
     records = exc.records if isinstance(exc, SweepCancelled) else []
     table = views.styled(pd.DataFrame(partial_rows(records, ladder_mod.STEP_COLUMN))) if records else None
-    return gr.update(visible=True), sentence(exc, "Ladder"), table, records or None
+    said = {"headline": sentence(exc, "Ladder"), "table": table, "rows": records or None}
+    return {"results": gr.update(visible=True), **said}
 
 
 def _floor(record: dict[str, Any]) -> str:
@@ -197,35 +199,17 @@ def _floor(record: dict[str, Any]) -> str:
     return record.get("floor") or "met"
 
 
-def _points(rows: list[dict[str, Any]]) -> pd.DataFrame | None:
-    """Auto-tune's plot points (as `views.autotune_outputs` draws them), None without any."""
-    if not rows:
-        return None
-    return pd.DataFrame(
-        [
-            {
-                "config": r["config"],
-                "latency_s": r["latency_s"],
-                "psnr_db": min(r["psnr_db"] or 100.0, 100.0),
-                "peak_memory_mb": r["peak_memory_mb"],
-            }
-            for r in rows
-        ]
-    )
-
-
-def autotune_cancelled(exc: Cancelled) -> tuple:
-    """Auto-tune's outputs (those of `views.autotune_outputs`) after a Cancel: the sentence, every row so
-    far with its stage, latency against quality for the finished rows and against memory for those with
-    rounds too, no winner."""
+def autotune_cancelled(exc: Cancelled) -> dict[str, Any]:
+    """Auto-tune's outputs by name (those of `views.autotune_outputs`) after a Cancel: the sentence, every
+    row so far with its stage, latency against quality for the finished rows and against memory for those
+    with rounds too, no winner."""
     rows = exc.records if isinstance(exc, SweepCancelled) else []
     table = None
     if rows:
         table = pd.DataFrame(partial_rows(rows, STAGE_COLUMN)).drop(columns=["Peak memory"])
         table["Quality floor"] = [_floor(r) for r in rows]
         table = views.styled(table)
-    quality = _points([r for r in rows if r["status"] == "ok"])  # a partial row's image was not judged
-    memory = _points([r for r in rows if r["status"] == "ok" or r.get("partial")])
+    memory = views.tune_points([r for r in rows if r["status"] == "ok" or r.get("partial")])
     said = sentence(exc, "Auto-tune", "Nothing is offered: the search did not finish.")
     data = {
         "group_id": exc.partial.group_id if isinstance(exc, SweepCancelled) else None,
@@ -238,5 +222,14 @@ def autotune_cancelled(exc: Cancelled) -> tuple:
         "pareto_memory": [],
         "cancelled": True,
     }
-    apply = gr.update(interactive=False, value="Nothing to apply")
-    return gr.update(visible=True), said, table, quality, memory, data, None, apply
+    return {
+        "results": gr.update(visible=True),
+        "summary": said,
+        "table": table,
+        # a partial row's image was not judged
+        "quality_plot": views.tune_points([r for r in rows if r["status"] == "ok"]),
+        "memory_plot": views.memory_plot(memory, rows),
+        "result": data,
+        "winner": None,
+        "apply": gr.update(interactive=False, value="Nothing to apply"),
+    }

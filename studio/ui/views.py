@@ -4,6 +4,7 @@ tables that fit 1280 px, details one click away, nothing shown before there are 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -43,18 +44,17 @@ RUN_MEMORY_NOTE = (
 BREAKABLE = ("Configuration", "Speedup")  # columns (by how their titles start) that wrap where they may
 
 
-# Compare's X/Y outputs when a sweep has no second axis: the X/Y column, grid, two heat maps, two plots hidden
-NO_XY = (gr.update(visible=False), None, None, None, gr.update(visible=False), gr.update(visible=False))
-
-
 def named(fn: Callable, components: dict[str, Any]) -> Callable:
     """`fn`, which returns its outputs by name, as an event function returning Gradio's `{component: value}`
     (`components`: the names' components, the event's outputs); a name left out leaves its component as it
-    is. Gradio reads the parameters (a `gr.Request`, a `gr.Progress`) from `fn`'s own signature."""
+    is. Gradio reads the parameters (a `gr.Request`, a `gr.Progress`) from `fn`'s own signature: a function's
+    or a bound method's (without `self`)."""
 
-    @functools.wraps(fn)
+    @functools.wraps(fn, updated=())
     def by_component(*args, **kwargs):
         return {components[name]: value for name, value in fn(*args, **kwargs).items()}
+
+    by_component.__signature__ = inspect.signature(fn)
 
     return by_component
 
@@ -201,36 +201,58 @@ def latency_bars(bars: list[tuple[str, float]], most: int = 12) -> Any:
     return gr.update(value=frame, sort=[c for c, _ in bars], visible=len(bars) <= most)
 
 
-def compare_outputs(result) -> tuple:
-    """Compare's outputs: results column shown, headline, gallery, tables, plot, slider, files, raw rows."""
+def no_xy() -> dict[str, Any]:
+    """Compare's X/Y outputs, by name, for a sweep without an X axis: the X/Y column and its two plots
+    hidden, the grid and heat maps empty."""
+    return {
+        "xy_results": gr.update(visible=False),
+        "grid": None,
+        "speedup_map": None,
+        "psnr_map": None,
+        "throughput": gr.update(visible=False),
+        "peak_memory": gr.update(visible=False),
+    }
+
+
+def compare_outputs(result) -> dict[str, Any]:
+    """Compare's outputs by name: results column shown, headline, gallery, tables, chart, slider (and the
+    pairs it picks from), files, the X/Y outputs hidden, raw rows."""
     records = result.records
     ok = [(r, res) for r, res in zip(records, result.results, strict=True) if res is not None]
-    gallery = [(res.images[0], report.caption(r)) for r, res in ok]
-    bars = latency_bars([(r["config"], r["latency_s"]) for r, _ in ok])
     choices = [r["config"] for r, _ in ok[1:]]
     base = ok[0][1].images[0] if ok else None
     pairs = {r["config"]: (base, res.images[0]) for r, res in ok[1:]}  # the slider's choice -> its two images
-    slider = pairs[choices[0]] if choices else None
-    return (
-        gr.update(visible=True),
-        headline(records),
-        gallery,
-        sweep_table(records),
-        details_table(records),
-        bars,
-        gr.update(choices=choices, value=choices[0] if choices else None),
-        slider,
-        pairs,
-        exports.csv_file(records, "compare.csv"),
-        exports.markdown_file(records, "compare.md"),
-        *NO_XY,
-        records,
-    )
+    return {
+        "results": gr.update(visible=True),
+        "headline": headline(records),
+        "gallery": [(res.images[0], report.caption(r)) for r, res in ok],
+        "table": sweep_table(records),
+        "details": details_table(records),
+        "latency_chart": latency_bars([(r["config"], r["latency_s"]) for r, _ in ok]),
+        "slider_choice": gr.update(choices=choices, value=choices[0] if choices else None),
+        "slider": pairs[choices[0]] if choices else None,
+        "pairs": pairs,
+        "csv": exports.csv_file(records, "compare.csv"),
+        "markdown": exports.markdown_file(records, "compare.md"),
+        **no_xy(),
+        "rows": records,
+    }
 
 
-def autotune_outputs(result) -> tuple:
-    rows = result.rows
-    points = pd.DataFrame(
+def ladder_outputs(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Ladder's outputs by name: results shown, its headline, its table and the raw rows."""
+    shown = {"headline": headline(records), "table": ladder_table(records), "rows": records}
+    return {"results": gr.update(visible=True), **shown}
+
+
+MEMORY_TITLE = "Latency (s) vs peak memory (MB, from zero)"
+
+
+def tune_points(rows: list[dict[str, Any]]) -> pd.DataFrame | None:
+    """Auto-tune's plot points (PSNR capped at 100 dB, an identical image's), None without any row."""
+    if not rows:
+        return None
+    return pd.DataFrame(
         [
             {
                 "config": r["config"],
@@ -239,30 +261,53 @@ def autotune_outputs(result) -> tuple:
                 "peak_memory_mb": r["peak_memory_mb"],
             }
             for r in rows
-            if r["status"] == "ok"
         ]
     )
+
+
+def memory_plot(points: pd.DataFrame | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Auto-tune's latency-against-memory plot, its memory axis from zero to a little above the highest
+    point (a spread of a few MB does not fill it), and when every point lies within what the memory probe
+    resolves (`rows`' kind), a title that says the memory is the same within that."""
+    kind = next((r["memory_kind"] for r in rows if r.get("memory_kind")), None)
+    memory = points["peak_memory_mb"].dropna() if points is not None else pd.Series(dtype=float)
+    if kind is None or memory.empty:
+        return gr.update(value=points, title=MEMORY_TITLE)
+    resolves = report.MEMORY_RESOLUTION_MB[kind]
+    low, high = float(memory.min()), float(memory.max())
+    top = [0, round(high * 1.15 + 1)]
+    if high - low >= resolves:
+        return gr.update(value=points, title=MEMORY_TITLE, y_lim=top)
+    probe = "RSS" if kind == "cpu_rss" else "the CUDA allocator"
+    span = f"{low:.0f} MB" if round(low) == round(high) else f"{low:.0f}–{high:.0f} MB"
+    said = f"Peak memory: the same within the {resolves:.0f} MB {probe} resolves ({span})"
+    return gr.update(value=points, title=said, y_lim=top)
+
+
+def autotune_outputs(result) -> dict[str, Any]:
+    """Auto-tune's outputs by name: results shown, its summary, every configuration measured, latency
+    against quality and against memory, the result as the API returns it, the winner and its Apply button."""
+    rows = result.rows
+    points = tune_points([r for r in rows if r["status"] == "ok"])
     table = pd.DataFrame(report.readable_rows(rows, (("Stage", lambda r: r.get("stage", "")),)))
     table = table.drop(columns=["Peak memory"])  # in the plot beside; seven columns fit 1280 px
     table["Quality floor"] = [
         ("met" if r.get("meets_floor") else r.get("floor") or r["status"]) for r in rows
     ]
-    table = styled(table)
     data = autotune_mod.as_json(result)
     winner = data["winner"]
     label = f"Apply {result.winner_label} in Generate" if winner else "Nothing to apply: keep the baseline"
     note = report.host_note(rows)
-    summary = autotune_mod.summary(result) + (f"\n\n{note}" if note else "")
-    return (
-        gr.update(visible=True),
-        summary,
-        table,
-        points,
-        points,
-        data,
-        winner,
-        gr.update(interactive=winner is not None, value=label),
-    )
+    return {
+        "results": gr.update(visible=True),
+        "summary": autotune_mod.summary(result) + (f"\n\n{note}" if note else ""),
+        "table": styled(table),
+        "quality_plot": points,
+        "memory_plot": memory_plot(points, rows),
+        "result": data,
+        "winner": winner,
+        "apply": gr.update(interactive=winner is not None, value=label),
+    }
 
 
 def history_outputs(records: list[dict[str, Any]], csv_path: str, prompts: list[str]) -> tuple:

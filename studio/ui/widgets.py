@@ -22,6 +22,7 @@ from studio.ui.handlers.common import (
     unavailable_list,
 )
 from studio.ui.raw_fields import RawNumber
+from studio.ui.views import named
 
 # What `model_inputs` returns, by the request's field names (`custom_model`: the text beside the menu).
 MODEL_INPUTS = ("model", "custom_model", "device", "prompt", "seed", "steps", "guidance", "width", "height")
@@ -79,13 +80,15 @@ def model_inputs(prefix: str) -> dict[str, Any]:
         height = RawNumber(None, label="Height", precision=0, step=8, elem_id=f"{prefix}-height")
     # `input`, not `change`: a user's pick fills in the model's defaults; a run loaded into the form (History,
     # Load from image, a card's winner) sets the model and keeps its own steps, size and prompt.
+    numbers = {"steps": steps, "guidance": guidance, "width": width, "height": height}
+    defaults = {**numbers, "prompt": prompt}
     model.input(
-        model_defaults, [model, custom], [steps, guidance, width, height, prompt], api_visibility="private"
+        named(model_defaults, defaults), [model, custom], list(defaults.values()), api_visibility="private"
     )
     Context.root_block.load(  # what the page shows: the model's own, filled in (the API's default: empty)
-        model_numbers,
+        named(model_numbers, numbers),
         [model, custom],
-        [steps, guidance, width, height],
+        list(numbers.values()),
         queue=False,
         api_visibility="private",
     )

@@ -126,13 +126,9 @@ def where(result: xy.XYResult, point: xy.Point) -> str:
     return x if point.y is None else f"{x}, {result.y_axis.label(point.y)}"
 
 
-# Compare's outputs an X/Y sweep fills besides the usual ones (`studio.ui.handlers.sweeps.COMPARE`).
-XY = ("xy_results", "grid", "speedup_map", "psnr_map", "throughput", "peak_memory")
-
-
 def xy_outputs(result: xy.XYResult) -> dict[str, Any]:
-    """Compare's outputs for an X/Y sweep, by name: the usual ones (every point a row, the X first) and the
-    grid's."""
+    """Compare's outputs for an X/Y sweep, by name (those of `views.compare_outputs`): the usual ones (every
+    point a row, the X first) and the grid's, heat maps and, for the batch axis, throughput and memory."""
     records = result.records
     ok = [p for p in result.points if p.result is not None]
     first = (("X", lambda r: r["x"]),) + ((("Y", lambda r: r["y"]),) if result.y_axis else ())

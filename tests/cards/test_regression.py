@@ -24,7 +24,7 @@ def measured(versions: dict[str, str], seconds: dict[str, tuple[float, float]], 
     card = copy.deepcopy(
         next(c for c in collection.load_folder(CARDS).cards if c["path"].endswith("zen3.json"))
     )
-    card.update(suite=1, source="measured with `python -m studio benchmark`")
+    card.update(suite=1, source="measured with `python -m studio cards`")
     card["system"]["versions"].update(versions)
     card["models"] = [e for e in card["models"] if e["model"] == "sd15-arch"]
     entry = card["models"][0]
@@ -100,13 +100,13 @@ def test_compare_cards_prints_the_report_without_measuring(cards, tmp_path, monk
     paths = [tmp_path / "old.json", tmp_path / "new.json"]
     for path, card in zip(paths, cards, strict=True):
         path.write_text(json.dumps(card))
-    assert main(["benchmark", "--compare-cards", *map(str, paths), "--json"]) == 0
+    assert main(["cards", "--compare-cards", *map(str, paths), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["before"]["card"] == "old.json" and data["counts"]["slower"] == 1
-    assert main(["benchmark", "--compare-cards", *map(str, paths)]) == 0
+    assert main(["cards", "--compare-cards", *map(str, paths)]) == 0
     assert "**slower**" in capsys.readouterr().out
     other = Path(CARDS) / "intel-xeon-amx.json"
-    assert main(["benchmark", "--compare-cards", str(paths[0]), str(other)]) == 2
+    assert main(["cards", "--compare-cards", str(paths[0]), str(other)]) == 2
     assert "measured different machines" in capsys.readouterr().err
     assert not (tmp_path / "home" / "cards").exists(), "nothing measured, nothing written"
 

@@ -1,5 +1,5 @@
 """What the first call of a configuration costs, said before it runs: from the run log (the first call of each
-configuration on a pipeline, even one already warm with another), else from a benchmark card."""
+configuration on a pipeline, even one already warm with another), else from a machine's card."""
 
 from __future__ import annotations
 

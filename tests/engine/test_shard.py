@@ -155,7 +155,7 @@ def test_listing_a_non_pipeline_directory_says_so(tmp_path):
 
 
 def test_what_the_studio_shards_it_loads_back_whatever_the_roots_say(tmp_path, monkeypatch):
-    """Big models' shard lands under the studio's home; a request naming it then runs, even with
+    """The Shard tab's save lands under the studio's home; a request naming it then runs, even with
     STUDIO_MODEL_ROOTS pointing elsewhere."""
     from studio.engine import Studio
     from studio.request import build_request

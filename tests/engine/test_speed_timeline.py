@@ -34,7 +34,7 @@ def test_an_upgrade_is_marked_and_a_change_beyond_both_spreads_is_called_slower(
     _upgrade(studio, ids[2:], "2.13.0", latency=0.30, low=0.29, high=0.31)
     hardware = devices.detect().summary()
 
-    eras = speed_timeline.timeline(studio.runlog, request, hardware)
+    eras = studio.timeline(request, hardware)
 
     assert [e.runs for e in eras] == [tuple(ids[:2]), tuple(ids[2:])]
     assert eras[0].verdict is None and eras[0].versions["torch"] == "2.12.0"
@@ -50,8 +50,8 @@ def test_a_change_inside_the_spreads_is_within_noise_and_another_machines_runs_a
     _upgrade(studio, ids[1:], "2.13.0", latency=0.22, low=0.21, high=0.23)
     other = {**devices.detect().summary(), "cpu_name": "AMD EPYC (family 25 model 1)"}
 
-    eras = speed_timeline.timeline(studio.runlog, request, devices.detect().summary())
+    eras = studio.timeline(request, devices.detect().summary())
 
     assert [e.verdict for e in eras] == [None, "within noise"]
     assert eras[0].spread_s == pytest.approx(0.20), "one run: its own timed calls' spread"
-    assert speed_timeline.timeline(studio.runlog, request, other) == []
+    assert studio.timeline(request, other) == []

@@ -96,7 +96,7 @@ def snapshot(log: RunLog) -> dict[int, dict[str, Any]]:
 
 def lost(log: RunLog, before: dict[int, dict[str, Any]]) -> int:
     """How many of the runs in `before` the run log no longer holds as they were (all, if it is damaged)."""
-    if not log.integrity_ok():
+    if log.db.execute("PRAGMA integrity_check").fetchone() != ("ok",):
         return len(before)
     now = snapshot(log)
     return sum(now.get(run_id) != row for run_id, row in before.items())

@@ -74,9 +74,9 @@ def killed_compare_case(ws: Workspace) -> Outcome:
     kept = [r for r in runs if r["group_id"] is None and r["status"] == "ok"]
     facts = {"started": started, "groups": groups, "runs": runs}
     said = f"{groups[0][1]}: {groups[0][2]}" if groups else "(no group logged)"
-    alive = studio.runlog.integrity_ok()
+    alive = studio.runlog.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     case = "process killed mid-Compare, then restarted"
-    runs_lost = LOGGED_BEFORE - len(kept) if studio.runlog.integrity_ok() else LOGGED_BEFORE
+    runs_lost = LOGGED_BEFORE - len(kept) if alive else LOGGED_BEFORE
     return Outcome(case, said, seconds, runs_lost, alive, facts)
 
 

@@ -38,8 +38,7 @@ def test_results_a_lock_kept_out_are_written_once_it_is_gone(tmp_path):
     with inject.locked_by_another_process(log.path, 1.5):
         with pytest.raises(RunLogError, match="this run's results wait in memory"):
             log.finish_run(run_id, "ok", latency_s=0.25)
-        assert log.unwritten() == [run_id]
     assert RunLog(log.path).get_run(run_id)["status"] == "running", "not half-written: still all running"
     log.start_run({"model": "tiny-shapes", "seed": 1})
     row = RunLog(log.path).get_run(run_id)
-    assert (row["status"], row["latency_s"], log.unwritten()) == ("ok", 0.25, [])
+    assert (row["status"], row["latency_s"]) == ("ok", 0.25)

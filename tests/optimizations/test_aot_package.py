@@ -147,10 +147,12 @@ def test_the_timestep_as_a_number_is_an_input_not_a_constant(small):
     assert torch.allclose(out, module(x, 3))
 
 
-def test_a_kept_package_serves_only_a_module_with_the_values_it_holds_itself(small):
+def test_a_package_built_twice_on_one_warm_inductor_cache_computes_the_inputs_it_is_given(small):
     """A package reads most of the live module's tensors but holds some inside its compiled code (the
     Linear's bias here): a module of the same architecture with other values is not served by it (it would
-    compute with the first module's bias) but compiled for, saying why; the first module is served again."""
+    compute with the first module's bias) but compiled for, saying why; the first module is served again.
+    The second build runs on the inductor cache the first one warmed (the suite keeps it between runs): its
+    package computes the input, the timestep and the tensors it is given, not the first build's."""
     module, _, _ = small
     x = torch.arange(16, dtype=torch.float32).reshape(2, 8)
     torch.manual_seed(1)
@@ -161,6 +163,9 @@ def test_a_kept_package_serves_only_a_module_with_the_values_it_holds_itself(sma
     assert torch.allclose(out, other(x, 3)), "it computes with its own tensors"
     again, events = _call(other, {})
     assert [e["phase"] for e in events] == ["package"] and torch.equal(again, out)
+    packed, y = PackagedModule(other, _ctx({}), "test part"), torch.randn(2, 8)
+    assert torch.allclose(packed(y, 7), other(y, 7)), "another input and timestep than the build's"
+    assert torch.allclose(PackagedModule(module, _ctx({}), "test part")(y, 7), module(y, 7))
 
 
 def test_a_truncated_package_is_named_removed_and_compiled_again(

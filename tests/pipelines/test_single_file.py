@@ -18,11 +18,11 @@ from diffusers.loaders.single_file_utils import (
 )
 from safetensors.torch import load_file, save_file
 
-from pipelines import single_file
 from pipelines.architecture_configs import SD15_UNET
 from pipelines.registry import ASSETS, resolve
 from studio.errors import ModelLoadError, ValidationError
 from studio.manager import PipelineManager
+from tests.pipelines import single_file
 from tests.tiny import PROMPT, request, run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -36,7 +36,7 @@ def folder_pipe():
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """The bundled model written by the command line entry point, as a user would."""
+    """The bundled model written as one file by the writer's command line."""
     out = tmp_path_factory.mktemp("models") / "tiny-shapes.safetensors"
     single_file.main(["tiny-shapes", str(out)])
     return out

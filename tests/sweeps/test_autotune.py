@@ -13,8 +13,9 @@ from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY, Optimization
 from studio.request import build_request
+from studio.request.quality_floor import Floor
 from studio.sweeps.autotune import as_json, markdown, pareto, run_autotune, summary
-from studio.sweeps.autotune_search_space import Candidate, Floor, candidates
+from studio.sweeps.autotune_search_space import Candidate, candidates
 
 PROMPT = "a big yellow triangle in the centre, on a black background"
 ANY_IMAGE = Floor(min_psnr=0, min_ssim=-1, fidelity_drop=1)  # the stubs below draw garbage on purpose
@@ -53,7 +54,7 @@ def test_nothing_below_the_quality_floor_can_win(studio):
     assert "keep the baseline" in summary(result).lower() and as_json(result)["winner"] is None
     runs = studio.runlog.runs(group_id=result.group_id)
     assert len(runs) == len(rows) and {r["status"] for r in runs} == {"ok"}
-    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert studio.runlog.db["groups"].get(result.group_id)["status"] == "ok"
 
 
 def test_winner_is_confirmed_interleaved_and_only_combines_survivors(studio):
@@ -82,7 +83,7 @@ def test_winner_is_confirmed_interleaved_and_only_combines_survivors(studio):
     if survivors:
         assert c is not None and c["stage"] == "confirmation"
     assert result.pareto_quality and result.pareto_memory
-    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert studio.runlog.db["groups"].get(result.group_id)["status"] == "ok"
 
 
 def test_unavailable_or_unknown_techniques_are_refused_before_any_run(studio):
@@ -131,7 +132,7 @@ def test_pareto_front_keeps_only_undominated_points():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"min_ssim": 2}, "min_ssim must be a finite number between 0 and 1"),
+        ({"min_ssim": 2}, "min_ssim must be a finite number between -1 and 1"),
         ({"min_psnr": float("nan")}, "min_psnr must be a finite number between 0 and 200"),
         ({"warmup": float("nan")}, "warm-up calls must be a whole number between 0 and 10"),
         ({"rounds": 0}, "rounds must be a whole number between 1 and 50"),
@@ -142,7 +143,7 @@ def test_autotune_settings_are_checked_at_the_validation_boundary(settings, mess
     from studio.request import AutotuneSettings
 
     with pytest.raises(ValidationError, match=message):
-        AutotuneSettings(**settings)
+        AutotuneSettings.of(settings)
     with pytest.raises(TypeError):
         AutotuneSettings(30.0, 0.95)  # by name only: six numbers in a row cannot be told apart
 
@@ -310,7 +311,7 @@ def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypat
     assert any("stub_fast+stub_fast_too" in s for s in sweeps), "the two survivors were tried together"
     runs = studio.runlog.runs(group_id=result.group_id)
     assert len(runs) == sum(len(set(s)) for s in sweeps) and {r["status"] for r in runs} == {"ok"}
-    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert studio.runlog.db["groups"].get(result.group_id)["status"] == "ok"
 
 
 def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_row(stub_studio, monkeypatch):
@@ -341,7 +342,7 @@ def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_ro
     assert result.winner is None and result.confirmation["status"] == "failed", (
         "the confirmation could not run it"
     )
-    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert studio.runlog.db["groups"].get(result.group_id)["status"] == "ok"
 
 
 def test_the_summary_of_a_failed_confirmation_says_it_failed():
@@ -384,7 +385,7 @@ def test_a_search_over_every_candidate_here_runs(studio, monkeypatch):
 def test_the_step_lever_is_judged_by_the_prompt_score_not_by_its_pixels():
     """few_step draws along another path and tiny_vae decodes with another decoder: a low PSNR against the
     baseline does not fail them; a prompt score that drops beyond the floor does, and so does no score."""
-    from studio.sweeps.autotune_search_space import Floor
+    from studio.request.quality_floor import Floor
 
     floor = Floor(min_psnr=30.0, min_ssim=0.95, fidelity_drop=0.03)
     record = {

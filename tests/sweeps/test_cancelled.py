@@ -11,8 +11,8 @@ import pytest
 
 from studio.request import build_request
 from studio.request.axes import parse_axis
+from studio.request.quality_floor import Floor
 from studio.sweeps.autotune import run_autotune
-from studio.sweeps.autotune_search_space import Floor
 from studio.sweeps.compare import run_compare
 from studio.sweeps.ladder import plan, run_ladder
 from studio.sweeps.progress import Position, Tracker
@@ -67,7 +67,7 @@ def test_a_compare_cancelled_after_the_baselines_rounds_keeps_it_and_the_rounds_
     assert cl["speedup"] == pytest.approx(statistics.median(ratios), abs=1e-3), "over the rounds both ran"
     assert cl["speedup_min"] == pytest.approx(min(ratios), abs=1e-3)
 
-    group = studio.runlog.get_group(exc.partial.group_id)
+    group = studio.runlog.db["groups"].get(exc.partial.group_id)
     assert group["status"] == "cancelled" and STOP in group["error"]
     runs = logged(studio, exc.partial.group_id)
     assert runs["baseline"]["status"] == "ok" and runs["baseline"]["latency_s"] is not None
@@ -118,7 +118,7 @@ def test_a_cancelled_ladder_keeps_its_skipped_and_measured_rungs(studio, monkeyp
     measured = [r for r, s in zip(rows, steps, strict=True) if not s.skipped]
     assert measured[0]["status"] == "ok" and measured[0]["rounds"] == 2, "the first rung finished"
     assert all(r["partial"] and r["rounds"] == 1 for r in measured[2:])
-    assert studio.runlog.get_group(caught.value.partial.group_id)["status"] == "cancelled"
+    assert studio.runlog.db["groups"].get(caught.value.partial.group_id)["status"] == "cancelled"
 
 
 def test_a_cancelled_xy_sweep_keeps_each_point_it_measured(studio, monkeypatch):

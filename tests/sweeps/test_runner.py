@@ -4,6 +4,7 @@ busy hosts, memory figures and the shared vocabulary. tiny-shapes at 32x32 with 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -127,12 +128,10 @@ def test_compare_runs_warmups_then_interleaved_rounds(studio, monkeypatch):
         assert record["speedup_max"] == pytest.approx(max(ratios), abs=1e-3)
         assert record["verdict"] == verdict(ratios)
     assert records[0]["verdict"] == "baseline" and records[0]["speedup"] == 1.0
-    group = studio.runlog.get_group(result.group_id)
+    group = studio.runlog.db["groups"].get(result.group_id)  # the groups table, as a database copy shows it
     assert group["kind"] == "compare" and group["status"] == "ok"
-    assert group["settings"]["configs"] == labels and (
-        group["settings"]["warmup"],
-        group["settings"]["rounds"],
-    ) == (1, 3)
+    settings = json.loads(group["settings"])
+    assert (settings["configs"], settings["warmup"], settings["rounds"]) == (labels, 1, 3)
 
 
 def test_ladder_runs_every_rung_interleaved(studio, monkeypatch):
@@ -152,7 +151,7 @@ def test_ladder_runs_every_rung_interleaved(studio, monkeypatch):
     assert [r["config"] for r in measured] == labels and measured[0]["verdict"] == "baseline"
     assert all(r["rounds"] == 2 for r in measured)
     assert all(r["error"] for r in rows if r["status"] == "skipped")
-    assert studio.runlog.get_group(group_id)["status"] == "ok"
+    assert studio.runlog.db["groups"].get(group_id)["status"] == "ok"
 
 
 # ---- 3. irreversible configurations keep their own pipeline ------------------------------------------------
@@ -219,7 +218,7 @@ def test_a_failing_configuration_is_a_failed_run_and_leaves_the_later_rounds(stu
         "a dropped configuration is not called again"
     )
     assert base["status"] == other["status"] == "ok" and other["rounds"] == 3
-    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert studio.runlog.db["groups"].get(result.group_id)["status"] == "ok"
     runs = {r["config_label"]: r for r in studio.runlog.runs(group_id=result.group_id)}
     assert runs["channels_last"]["status"] == "failed" and "broke" in runs["channels_last"]["error"]
     assert runs["baseline"]["status"] == runs["sdpa"]["status"] == "ok"
@@ -233,7 +232,7 @@ def test_a_library_error_in_one_configuration_drops_only_that_one(studio, monkey
     base, failed, other = result.records
     assert failed["status"] == "failed" and failed["error"] == "RuntimeError: channels_last broke on call 1"
     assert base["status"] == other["status"] == "ok" and counts["channels_last"] == 1
-    assert studio.runlog.get_group(result.group_id)["status"] == "ok"
+    assert studio.runlog.db["groups"].get(result.group_id)["status"] == "ok"
     assert statuses(studio, result.group_id)["channels_last"] == "failed"
 
 

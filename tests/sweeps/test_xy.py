@@ -30,7 +30,7 @@ def test_a_batch_sweep_reports_throughput_per_batch_and_names_the_best(studio):
     best = result.best_throughput()
     assert best.record["images_per_s"] == max(p.record["images_per_s"] for p in result.points)
     assert f"batch {best.x}" in xy.summary(result)
-    group = studio.runlog.get_group(result.group_id)
+    group = studio.runlog.db["groups"].get(result.group_id)
     assert group["kind"] == "xy" and group["status"] == "ok"
     assert {r["group_id"] for r in studio.runlog.runs()} == {result.group_id}
 

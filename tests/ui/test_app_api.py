@@ -364,7 +364,7 @@ def test_a_single_file_checkpoint_and_a_vae_override_over_the_api(client, server
     import torch
     from diffusers import AutoencoderKL
 
-    from pipelines.single_file import save_single_file
+    from tests.pipelines.single_file import save_single_file
 
     save_single_file("assets/tiny-shapes", server.home / "tiny.safetensors")
     vae = AutoencoderKL.from_pretrained("assets/tiny-shapes", subfolder="vae", use_safetensors=True)
@@ -493,11 +493,11 @@ def test_the_scheduler_menus_name_each_sampler_as_its_users_know_it_and_send_the
 
 
 def test_estimate_says_what_the_first_call_of_a_configuration_cost_before_it_runs(client):
-    """/estimate before and after the first /generate of a configuration: what a benchmark card measured on
+    """/estimate before and after the first /generate of a configuration: what a machine's card measured on
     its machine (docs/cards has openvino on the bundled model), then what it cost here."""
     ask = {"prompt": "a red circle", "steps": 2, "optimizations": ["openvino"], "api_name": "/estimate"}
     before = client.predict(**ask)
-    assert before["first_call"].startswith("Not run here yet. A benchmark card measured the first call of ")
+    assert before["first_call"].startswith("Not run here yet. A machine's card measured the first call of ")
     assert "(64x64, 20 steps) on AMD EPYC" in before["first_call"] and before["fits"] is not False
     _image, _card, metrics = client.predict(
         prompt="a red circle", steps=2, optimizations=["openvino"], api_name="/generate"

@@ -134,7 +134,7 @@ def test_will_it_fit_says_the_estimate_before_a_run(page):
 
 
 def test_ticking_a_technique_says_what_its_first_call_costs_before_generate(page, server):
-    """openvino on the bundled model, not run in this studio yet: the note under Generate gives a benchmark
+    """openvino on the bundled model, not run in this studio yet: the note under Generate gives a machine's
     card's first call and its machine; unticked, the note goes."""
     from playwright.sync_api import expect
 
@@ -144,7 +144,7 @@ def test_ticking_a_technique_says_what_its_first_call_costs_before_generate(page
     box = page.get_by_label(re.compile(r"\(openvino\)")).first
     note = page.locator("#first-call-note")
     expect(page.locator("#gen-steps input")).to_have_value("20", timeout=60_000)  # the page's load is done
-    said = "A benchmark card measured the first call of openvino at"
+    said = "A machine's card measured the first call of openvino at"
     for _ in range(4):  # wait for the note as a user does: tick again if something unticked the box meanwhile
         if not box.is_checked():
             box.check()

@@ -1,5 +1,5 @@
 """A first torch_compile in a real browser (Debian's chromium driven by Playwright, 1280x900): before it runs,
-the note under Generate gives an estimate from the benchmark cards; while it compiles, the progress line says
+the note under Generate gives an estimate from the machines' cards; while it compiles, the progress line says
 what the compile is doing and how long it has taken, and moves. Screenshots go to test-artifacts/:
 first-compile-estimate, first-compile-progress-1, first-compile-progress-2.
 """

@@ -1,6 +1,6 @@
 """A real browser (Debian's chromium via Playwright) at 1280x900: a run that would not fit in this machine's
-RAM is refused before it starts with the techniques that would make it fit, and a model sharded in Big models
-is used in Generate from the same tab and draws. Screenshots go to test-artifacts/."""
+RAM is refused before it starts with the techniques that would make it fit, and a model sharded in the Shard
+tab is used in Generate from that tab and draws. Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_a_run_that_would_not_fit_in_ram_is_refused_before_it_starts(page, serve
 
 
 def test_a_sharded_model_is_used_in_generate_from_its_own_tab(page):
-    tab(page, "Big models")
+    tab(page, "Shard")
     name = page.locator("#shard-name textarea")
     for _ in range(20):  # typed again until it stays: the tab's load may still write its default name
         name.fill("tiny-loaded-back")

@@ -100,7 +100,7 @@ def test_the_first_call_note_follows_each_run_and_estimates_a_combination_from_i
     small(page, "gen", steps=2)
     box(page, "openvino").check()
     note = page.locator("#first-call-note")
-    expect(note).to_contain_text("A benchmark card measured the first call of openvino", timeout=30_000)
+    expect(note).to_contain_text("A machine's card measured the first call of openvino", timeout=30_000)
     run(page)
     expect(note).to_contain_text("The first call of openvino took ", timeout=30_000)  # no box ticked again
     box(page, "vae_slicing").check()
@@ -126,7 +126,7 @@ def test_history_shows_verdicts_only_for_sweeps_and_generate_names_the_run_it_lo
 
 
 def test_a_second_sharded_save_under_a_taken_name_is_refused_in_place(page):
-    tab(page, "Big models")
+    tab(page, "Shard")
     name = page.locator("#shard-name textarea")
     for _ in range(20):  # typed again until it stays: the tab's load may still write its default name
         name.fill("taken-twice")

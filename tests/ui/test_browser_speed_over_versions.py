@@ -1,6 +1,6 @@
 """Did an upgrade make it slower, in a real browser (Debian's chromium driven by Playwright, 1280x900):
 History's "Speed over library versions" shows two eras of logged runs (their torch rewritten in the run log
-as an upgrade) as a table, a plot and a block to copy; the Benchmark tab's "Compare two cards" reports on two
+as an upgrade) as a table, a plot and a block to copy; the Cards tab's "Compare two cards" reports on two
 cards of this studio's folder; the Machines view lists the cards.
 
 Screenshots go to test-artifacts/ (look at them after a change): speed-over-versions, compare-two-cards,
@@ -66,25 +66,27 @@ def test_the_timeline_shows_each_era_with_its_verdict_a_plot_and_a_block_to_copy
 def test_compare_two_cards_reports_on_the_folders_cards_without_measuring(page):
     from playwright.sync_api import expect
 
-    tab(page, "Benchmark")
+    tab(page, "Cards")
     page.get_by_text("Compare two cards", exact=True).click()
     expect(page.locator("#cards-after input")).to_have_value("epyc-after.json", timeout=LONG)
     expect(page.locator("#cards-before input")).to_have_value("epyc-before.json")
-    page.locator("#cards-btn").click()
-    report = page.locator("#cards-regression-md")
+    page.locator("#cards-compare-btn").click()
+    report = page.locator("#cards-compare-regression-md")
     expect(report).to_contain_text("Speed before and after: AMD EPYC", timeout=LONG)
     expect(report).to_contain_text("+6.000 s (+30.0%)")
-    expect(page.locator("#cards-regression-code")).to_contain_text("| **torch** | 2.12.0 | **2.13.0** |")
+    expect(page.locator("#cards-compare-regression-code")).to_contain_text(
+        "| **torch** | 2.12.0 | **2.13.0** |"
+    )
     page.locator("#cards-compare").scroll_into_view_if_needed()
     shot(page, "compare-two-cards")
-    assert page.evaluate(CELLS, "cards-regression-md") == [], "a cell's text runs out of it"
+    assert page.evaluate(CELLS, "cards-compare-regression-md") == [], "a cell's text runs out of it"
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
 
 
 def test_the_machines_view_lists_the_studios_cards(page):
     from playwright.sync_api import expect
 
-    tab(page, "Benchmark")
+    tab(page, "Cards")
     expect(page.locator("#machines-md")).to_contain_text("NVIDIA H100", timeout=LONG)
     page.locator("#machines-md").scroll_into_view_if_needed()
     shot(page, "machines")

@@ -1,10 +1,10 @@
 """In a real browser at 1280 px (Debian's chromium driven by Playwright): Compare says at once that two ticked
 boxes cannot combine and its X-axis headline counts what it compared with the baseline; Auto-tune's plots
-show every legend entry within the page; the Benchmark tab says what its budget covers and what the run is
+show every legend entry within the page; the Cards tab says what its budget covers and what the run is
 expected to take before it starts.
 
 Screenshots go to test-artifacts/ (look at them after a change): compare-x-axis, autotune-plots,
-benchmark-before."""
+cards-before."""
 
 from __future__ import annotations
 
@@ -83,14 +83,14 @@ def test_autotune_plots_fit_the_page_with_their_legends(page):
     page.screenshot(path=str(ARTIFACTS / "autotune-plots.png"))
 
 
-def test_the_benchmark_tab_says_what_its_budget_covers_before_it_starts(page):
+def test_the_cards_tab_says_what_its_budget_covers_before_it_starts(page):
     from playwright.sync_api import expect
 
-    page.get_by_role("tab", name="Benchmark").click()
-    plan = page.locator("#bench-plan")
+    page.get_by_role("tab", name="Cards").click()
+    plan = page.locator("#cards-plan")
     expect(plan).to_contain_text("Expected: about", timeout=LONG)
     assert "covers the first calls" in plan.inner_text()
-    budget = page.locator("#bench-budget input")
+    budget = page.locator("#cards-budget input")
     budget.fill("5")
     budget.press("Tab")
     expect(plan).to_contain_text("budget (s) must be", timeout=30_000)
@@ -98,5 +98,5 @@ def test_the_benchmark_tab_says_what_its_budget_covers_before_it_starts(page):
     budget.press("Tab")
     expect(plan).to_contain_text("The budget (60 s per model)", timeout=30_000)
     no_horizontal_scroll(page)
-    _shot(page, "#bench-plan", "benchmark-before")
-    page.screenshot(path=str(ARTIFACTS / "benchmark-tab.png"))
+    _shot(page, "#cards-plan", "cards-before")
+    page.screenshot(path=str(ARTIFACTS / "cards-tab.png"))

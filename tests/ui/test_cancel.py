@@ -102,12 +102,18 @@ def cancelled_compare(studio, monkeypatch, stop_at: int, **kw):
 
 
 def test_a_cancelled_compare_shows_the_sentence_and_every_configuration_so_far(studio, monkeypatch):
-    from studio.ui import progress_views
+    from studio.sweeps.compare import run_compare
+    from studio.ui import progress_views, views
+    from tests import tiny
 
     exc = cancelled_compare(studio, monkeypatch, 11)  # in channels_last's third round
     outputs = progress_views.compare_cancelled(exc)
-    assert len(outputs) == 18, "the outputs of views.compare_outputs"
-    _, note, gallery, table, _details, bars, choice, slider, pairs, csv, md, *_xy, rows = outputs
+    finished = views.compare_outputs(run_compare(studio, tiny.request(steps=2), ["sdpa"], warmup=0, rounds=1))
+    assert list(outputs) == list(finished), "the outputs of views.compare_outputs, in their order"
+    note, gallery, table, pairs = outputs["headline"], outputs["gallery"], outputs["table"], outputs["pairs"]
+    bars, choice, slider = outputs["latency_chart"], outputs["slider_choice"], outputs["slider"]
+    csv, md, rows = outputs["csv"], outputs["markdown"], outputs["rows"]
+    assert not outputs["xy_results"]["visible"] and outputs["grid"] is None, "no X/Y sweep to show"
     assert note.startswith(
         "**Compare: Cancelled by the user during round 3 of 3, configuration 2 of 3 (channels_last), "
         "after 10 of 12 calls: 1 of 3 configurations finished (3 rounds each).**"
@@ -128,7 +134,8 @@ def test_a_compare_cancelled_before_its_first_round_says_so_without_images(studi
     from studio.ui import progress_views
 
     exc = cancelled_compare(studio, monkeypatch, 1)
-    _, note, gallery, table, *_ = progress_views.compare_cancelled(exc)
+    outputs = progress_views.compare_cancelled(exc)
+    note, gallery, table = outputs["headline"], outputs["gallery"], outputs["table"]
     assert "before the first call" not in note and "after 0 of 12 calls" in note
     assert gallery == [] and set(table.data["Verdict"]) == {"cancelled"}
     assert "the sweep stopped before its first round" in table.data["Latency"][0]
@@ -140,10 +147,11 @@ def test_cancelled_ladder_and_autotune_fill_their_tabs_outputs():
 
     plain = Cancelled("Cancelled after 0 of 4 steps, before it started (cancelled by the user).")
     ladder = progress_views.ladder_cancelled(plain)
-    assert len(ladder) == 4 and ladder[1].startswith("Ladder: Cancelled after 0 of 4 steps")
+    assert list(ladder) == ["results", "headline", "table", "rows"], "those of views.ladder_outputs"
+    assert ladder["headline"].startswith("Ladder: Cancelled after 0 of 4 steps") and ladder["rows"] is None
     tune = progress_views.autotune_cancelled(plain)
-    assert len(tune) == 8 and tune[5]["cancelled"] and tune[6] is None, "no winner"
-    assert "Nothing is offered" in tune[1]
+    assert tune["result"]["cancelled"] and tune["winner"] is None, "no winner"
+    assert not tune["apply"]["interactive"] and "Nothing is offered" in tune["summary"]
 
 
 def test_a_sweeps_progress_reaches_gr_progress_as_a_fraction_and_a_sentence():
@@ -163,9 +171,10 @@ def test_a_profile_cancelled_while_it_waits_does_not_start_and_one_without_flags
     cancels.reserve("api", "profile")  # a client without a session: its Profile was asked for and waits
     assert handlers["profile_cancel"](None).startswith("A Profile waiting in the queue will not start")
     fields = {"model": "tiny-shapes", "prompt": "a red circle", "steps": 3, "width": 32, "height": 32}
-    note, *figures, shown = handlers["profile"](**fields)
-    assert note.startswith("**Profile cancelled before it started** (cancelled by the user)")
-    assert figures == [None] * 4 and shown["visible"]
+    shown = handlers["profile"](**fields)
+    assert shown["summary"].startswith("**Profile cancelled before it started** (cancelled by the user)")
+    assert [shown[name] for name in ("chart", "ops", "kinds", "record")] == [None] * 4
+    assert shown["results"]["visible"]
     assert studio.runlog.runs() == [], "nothing was profiled or logged"
     assert build_profile_handlers(studio)["profile_cancel"](None) == CANNOT_STOP
 

@@ -1,8 +1,8 @@
-"""What Compare, Auto-tune, the Ladder and the Benchmark tab tell a user is true: the boxes ticked at first
+"""What Compare, Auto-tune, the Ladder and the Cards tab tell a user is true: the boxes ticked at first
 are ones likely to pay here, boxes that cannot combine are said as they are ticked, an X/Y headline counts
 what is compared with the baseline and names the figure that compares points across its axis, a memory plot
 does not make noise look like a difference, an auto-tune winner reaches Generate at the shape it was measured
-at, a ladder rung is named for what runs, and the benchmark says what its budget covers before it starts."""
+at, a ladder rung is named for what runs, and the Cards tab says what its budget covers before it starts."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from studio.request import build_request
 from studio.request.axes import parse_axis
 from studio.request.sweep_limits import AutotuneSettings
 from studio.sweeps import ladder, xy
-from studio.ui import xy_views
+from studio.sweeps.compare import run_compare
+from studio.ui import views, xy_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers import build_handlers
-from studio.ui.handlers.benchmark import plan_note
-from studio.ui.handlers.sweeps import memory_plot
+from studio.ui.handlers.cards import plan_note
 from studio.ui.presets import conflicts_note, preselected, presets_for
 from studio.ui.xy_views import headline
 from tests import tiny
@@ -58,10 +58,14 @@ def test_the_latency_chart_lists_the_configurations_in_the_tables_order(studio):
     """Gradio sorts a bar chart's categories by name; the chart is told the table's order instead."""
     req = tiny.request(steps=2)
     result = xy.run_xy(studio, req, ["vae_slicing"], parse_axis("steps", "3,2", req), warmup=0, rounds=1)
-    chart = xy_views.xy_outputs(result)["latency_chart"]
+    outputs = xy_views.xy_outputs(result)
+    chart = outputs["latency_chart"]
     expected = [f"{p.config} @ steps={p.x}" for p in result.points]
     assert chart["sort"] == expected == list(chart["value"]["configuration"])
     assert expected[0] == "baseline @ steps=3", "the X values keep the order they were given in"
+    plain = views.compare_outputs(run_compare(studio, req, ["vae_slicing"], warmup=0, rounds=1))
+    assert list(outputs) == list(plain), "a sweep over an axis fills Compare's outputs, in their order"
+    assert outputs["xy_results"]["visible"] and not plain["xy_results"]["visible"]
 
 
 def test_a_memory_spread_below_what_rss_resolves_is_said_not_drawn_as_a_difference():
@@ -69,11 +73,11 @@ def test_a_memory_spread_below_what_rss_resolves_is_said_not_drawn_as_a_differen
         {"config": ["baseline", "a"], "latency_s": [1.0, 0.9], "peak_memory_mb": [700.2, 700.8]}
     )
     rows = [{"memory_kind": "cpu_rss"}]
-    plot = memory_plot(points, rows)
+    plot = views.memory_plot(points, rows)
     assert plot["title"] == "Peak memory: the same within the 16 MB RSS resolves (700–701 MB)"
     assert plot["y_lim"][0] == 0 and plot["y_lim"][1] > 700.8, "from zero, every point inside"
     points["peak_memory_mb"] = [700.0, 900.0]
-    assert "the same within" not in memory_plot(points, rows)["title"]
+    assert "the same within" not in views.memory_plot(points, rows)["title"]
 
 
 def test_an_auto_tune_winner_reaches_generate_at_the_steps_and_size_it_was_measured_at(studio):
@@ -104,20 +108,21 @@ def test_the_ladder_names_a_rung_for_what_runs_and_leaves_out_emulated_bf16(monk
 
 
 def test_auto_tune_options_are_built_by_name_and_checked():
-    settings = AutotuneSettings(min_psnr="25", rounds="2", techniques="channels_last,cfg_cutoff")
-    assert (settings.min_psnr, settings.rounds, settings.techniques) == (
+    given = {"min_psnr": "25", "rounds": "2", "techniques": "channels_last,cfg_cutoff"}
+    settings = AutotuneSettings.of(given)
+    assert (settings.floor.min_psnr, settings.rounds, settings.techniques) == (
         25.0,
         2,
         ("channels_last", "cfg_cutoff"),
     )
     with pytest.raises(TypeError):
         AutotuneSettings(30, 0.95)  # by name only
-    face = {"rounds": "2", "technique": ["channels_last"], "warmup": None, "prompt": "not a setting"}
+    face = {"rounds": "2", "techniques": ["channels_last"], "warmup": None, "prompt": "not a setting"}
     from_face = AutotuneSettings.of(face)  # what the CLI's namespace, a handler's or a tool's arguments hold
     assert (from_face.rounds, from_face.techniques, from_face.warmup) == (2, ("channels_last",), 1)
 
 
-def test_the_benchmark_says_what_its_budget_covers_and_what_the_run_takes_before_it_starts(studio):
+def test_the_cards_tab_says_what_its_budget_covers_and_what_the_run_takes_before_it_starts(studio):
     said = plan_note(
         studio, models=["tiny-shapes"], device="cpu", budget_s=60, configs="", warmup=1, rounds=3
     )

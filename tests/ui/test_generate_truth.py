@@ -1,4 +1,4 @@
-"""What Generate, History and Big models say after each action, through their handlers on a real studio:
+"""What Generate, History and Shard say after each action, through their handlers on a real studio:
 a combination's first call estimated from its parts, techniques that cannot combine said as they are ticked,
 a refused or cancelled run in place of the last run's card, `/estimate` saying what the page says, History's
 verdicts only where a sweep gave one and the run it loaded named, a refused sharded save said in place."""
@@ -20,7 +20,7 @@ from studio.ui import views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.generate import build_generate_handlers, conflicts_note
 from studio.ui.handlers.history import build_history_handlers
-from studio.ui.handlers.system import build_system_handlers
+from studio.ui.handlers.shard_handlers import build_shard_handlers
 from tests import tiny
 from tests.engine.test_memory_estimate import FITS_WITH_SLICING
 
@@ -50,14 +50,12 @@ def test_techniques_that_cannot_combine_are_said_with_the_registrys_reason_as_so
 
 
 def test_a_combination_not_run_anywhere_is_estimated_from_its_parts(studio, generate):
-    """vae_slicing+openvino: openvino's first call from a benchmark card, vae_slicing's from this studio's
+    """vae_slicing+openvino: openvino's first call from a machine's card, vae_slicing's from this studio's
     own runs once it has run (its first call costs no more than a later one)."""
     form = {**FORM, "speed_techniques": ["openvino"], "memory_techniques": ["vae_slicing"]}
     before = generate["first_call_note"](**form)
     assert before.startswith("Not run here yet as vae_slicing+openvino. Estimated from its parts")
-    assert (
-        "openvino costs " in before and "more than a later call (on " in before and "benchmark card" in before
-    )
+    assert "openvino costs " in before and "more than a later call (on the card of " in before
     assert "vae_slicing was not measured" in before and before.endswith("not counting vae_slicing.")
     for _ in range(3):
         studio.generate(tiny.request(["vae_slicing"], steps=2))
@@ -121,7 +119,7 @@ def test_history_shows_a_verdict_only_where_a_sweep_gave_one_and_names_the_run_i
 
 def test_a_second_sharded_save_under_a_taken_name_is_refused_in_place(studio, tmp_path, monkeypatch):
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))
-    shard = build_system_handlers(studio)["shard_form"]
+    shard = build_shard_handlers(studio)["shard_form"]
     first = shard("tiny-shapes", "", "taken", "1MB")
     assert first["note"] == "" and "diffusion_pytorch_model" in " ".join(first["table"]["file"])
     again = shard("tiny-shapes", "", "taken", "1MB")

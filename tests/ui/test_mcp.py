@@ -1,6 +1,7 @@
 """The real app as an MCP server, through the `mcp` package's own client (streamable HTTP): five typed
-tools (and only those, in the tool list and in the schema), the same engine, validation sentences and run log
-as the other faces; `generate` sends the image itself; the same tools as endpoints answer objects."""
+tools (and only those, in the tool list and in the schema), whose request parameters are the request's fields
+as `REQUEST_FIELDS` has them, the same engine, validation sentences and run log as the other faces;
+`generate` sends the image itself; the same tools as endpoints answer objects."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from typing import Any
 import httpx
 import pytest
 from gradio_client import Client
+from gradio_client.utils import python_type_to_json_schema
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from PIL import Image
 
+from studio.request.fields import REQUEST_FIELDS, REQUIRED
 from studio.runlog import RunLog
 from studio.ui import launch_kwargs
+from studio.ui.mcp_tools import AUTOTUNE, COMPARE, GENERATE, TOOL_DEFAULTS
 from tests.server import Server
 
 TOOLS = {"generate", "compare", "autotune", "history", "system"}
@@ -89,6 +93,32 @@ def test_the_tools_are_the_five_typed_ones(server):
     assert tools["history"].inputSchema["properties"]["limit"]["type"] == "integer"
     assert {"min_psnr", "techniques", "confirm_rounds"} <= set(tools["autotune"].inputSchema["properties"])
     assert tools["system"].inputSchema["properties"] == {}
+
+
+def test_the_tools_request_parameters_are_the_request_fields(server):
+    """Each request field a tool takes has, in the tool list, the table's name, type and documentation and,
+    in the API's info too (where the empty defaults the schema leaves out show), the table's default; a
+    tool's model defaults to the bundled one. Generate takes every field but the two model files."""
+    tools = {t.name: t.inputSchema for t in mcp(server, lambda client: client.list_tools()).tools}
+    info = httpx.get(server.url + "gradio_api/info", timeout=30).json()["named_endpoints"]
+    for tool, listed in {"generate": GENERATE, "compare": COMPARE, "autotune": AUTOTUNE}.items():
+        schema = tools[tool]
+        assert list(schema["properties"]) == [p if isinstance(p, str) else p.name for p in listed]
+        api = {p["parameter_name"]: p for p in info[f"/mcp_{tool}"]["parameters"]}
+        for field in (f for f in REQUEST_FIELDS if f.name in listed):
+            where = (tool, field.name)
+            default = TOOL_DEFAULTS.get(field.name, field.default)
+            required = default is REQUIRED
+            prop = dict(schema["properties"][field.name])
+            assert prop.pop("description") == field.doc, where
+            assert prop.pop("default", None) == (None if required or not default else default), where
+            assert prop == python_type_to_json_schema(field.annotation), where
+            assert (field.name in schema.get("required", [])) == required, where
+            assert api[field.name]["parameter_has_default"] != required, where
+            if not required:
+                assert api[field.name]["parameter_default"] == json.loads(json.dumps(default)), where
+    left_out = {f.name for f in REQUEST_FIELDS} - set(tools["generate"]["properties"])
+    assert left_out == {"vae", "single_file_config"}
 
 
 def test_system_says_what_this_machine_can_run(server):

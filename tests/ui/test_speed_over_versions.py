@@ -1,5 +1,5 @@
 """Did an upgrade make it slower, from the app: `/timeline` over HTTP on runs a real server logged (their
-versions rewritten in the run log as if torch had been upgraded between them), and the Benchmark tab's
+versions rewritten in the run log as if torch had been upgraded between them), and the Cards tab's
 "Compare two cards" on cards of the studio's folder."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from gradio_client.exceptions import AppError
 
 from studio.runlog import RunLog
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.benchmark import build_benchmark_handlers
+from studio.ui.handlers.cards import build_cards_handlers
 from tests.server import ROOT, Server
 
 SMALL = {"prompt": "a red circle", "seed": 1, "steps": 2, "width": 32, "height": 32}
@@ -123,7 +123,7 @@ def cards_home(tmp_path, monkeypatch):
 
 
 def test_two_cards_of_one_machine_compare_without_measuring_and_others_are_refused(cards_home, studio):
-    handlers = build_benchmark_handlers(studio, Cancellations())
+    handlers = build_cards_handlers(studio, Cancellations())
     before, after = handlers["cards_menus"]()
     assert set(before["choices"]) == {"epyc-before.json", "epyc-after.json", "h100.json", "epyc-suite-9.json"}
     assert "not-in-the-folder.json" not in before["choices"]

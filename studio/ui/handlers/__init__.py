@@ -2,8 +2,9 @@
 
 Every engine error reaches browser and client users as `gr.Error` with the engine's sentence; a
 cancelled run is not an error: it comes back as a neutral "Cancelled after step N" note.
-`build_handlers` gathers them by tab: `generate`, `sweeps` (Compare, Ladder, Auto-tune), `benchmark`
-(Benchmark, Machines), `history`, `profile` and `system` (System, Big models); what they share is in `common`.
+`build_handlers` gathers them by tab: `generate`, `sweeps` (Compare, Ladder, Auto-tune), `cards`
+(Cards, Machines), `history`, `profile`, `shard_handlers` (Shard) and `system`; what they share is in
+`common`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from collections.abc import Callable
 
 from studio.engine import Studio
 from studio.ui.cancel import Cancellations
-from studio.ui.handlers.benchmark import build_benchmark_handlers
+from studio.ui.handlers.cards import build_cards_handlers
 from studio.ui.handlers.generate import build_generate_handlers
 from studio.ui.handlers.history import build_history_handlers
 from studio.ui.handlers.profile import build_profile_handlers
+from studio.ui.handlers.shard_handlers import build_shard_handlers
 from studio.ui.handlers.sweeps import build_sweep_handlers
 from studio.ui.handlers.system import build_system_handlers
 
@@ -25,8 +27,9 @@ def build_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable
     return {
         **build_generate_handlers(studio, cancels),
         **build_sweep_handlers(studio, cancels),
-        **build_benchmark_handlers(studio, cancels),
+        **build_cards_handlers(studio, cancels),
         **build_history_handlers(studio),
         **build_profile_handlers(studio, cancels),
+        **build_shard_handlers(studio),
         **build_system_handlers(studio),
     }

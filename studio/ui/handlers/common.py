@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "tiny-shapes"
 GROUPS = ("speed", "memory", "precision")
 TECHNIQUE_BOXES = tuple(f"{group}_techniques" for group in GROUPS)  # Generate's boxes, for `optimizations`
+# Each group's box, its 'Not available here' fold and the list in it, by name (`techniques_for_model`)
+TECHNIQUE_PARTS = (*TECHNIQUE_BOXES, *(f"{g}_fold" for g in GROUPS), *(f"{g}_unavailable" for g in GROUPS))
 
 
 def _form_order() -> tuple[str, ...]:
@@ -126,18 +128,20 @@ def unavailable_list(rows: list[dict]) -> str:
     return "\n".join(f"- **{t['name']}**: {t['unavailable']}" for t in rows)
 
 
-def techniques_for_model(model: str, custom: str, *ticked: list[str]) -> list:
-    """Generate's technique boxes for the model now chosen: each group's choices are what can run on it
-    (ticks that still can are kept), and each group's 'Not available' list says why the rest cannot."""
+def techniques_for_model(model: str, custom: str, *ticked: list[str]) -> dict[str, Any]:
+    """Generate's technique boxes for the model now chosen, by name (`TECHNIQUE_PARTS`): each group's
+    choices are what can run on it (ticks that still can are kept), and each group's 'Not available' fold
+    and list say why the rest cannot."""
     groups = techniques_by_group("auto", family_of(model, custom))
-    boxes, folds, lists = [], [], []
+    parts: dict[str, Any] = {}
     for group, kept in zip(GROUPS, ticked, strict=True):
         choices, missing = group_boxes(groups[group])
         names = {name for _, name in choices}
-        boxes.append(gr.update(choices=choices, value=[n for n in kept or [] if n in names]))
-        folds.append(gr.update(label=f"Not available here ({len(missing)})", visible=bool(missing)))
-        lists.append(unavailable_list(missing))
-    return [*boxes, *folds, *lists]
+        parts[f"{group}_techniques"] = gr.update(choices=choices, value=[n for n in kept or [] if n in names])
+        label = f"Not available here ({len(missing)})"
+        parts[f"{group}_fold"] = gr.update(label=label, visible=bool(missing))
+        parts[f"{group}_unavailable"] = unavailable_list(missing)
+    return parts
 
 
 def ticked_by_group(optimizations: list[str]) -> list[list[str]]:
@@ -233,18 +237,20 @@ def model_name(model: Any, custom: Any) -> Any:
     return (custom.strip() if isinstance(custom, str) else custom) or model
 
 
-def model_defaults(model: str, custom: str):
-    """A model's own steps, guidance, size and example prompt, for the form when the model changes."""
+def model_defaults(model: str, custom: str) -> dict[str, Any]:
+    """A model's own steps, guidance, size and example prompt by field name, for the form when the model
+    changes; nothing (the form left as it is) while the model cannot be resolved."""
     try:
         spec = resolve(model_name(model, custom))
     except StudioError:
-        return [gr.update()] * 5
-    return spec.steps, spec.guidance, spec.width, spec.height, spec.example_prompt
+        return {}
+    numbers = {"steps": spec.steps, "guidance": spec.guidance, "width": spec.width, "height": spec.height}
+    return {**numbers, "prompt": spec.example_prompt}
 
 
-def model_numbers(model: str, custom: str):
-    """A model's own steps, guidance and size: what the form shows when the page loads."""
-    return model_defaults(model, custom)[:4]
+def model_numbers(model: str, custom: str) -> dict[str, Any]:
+    """A model's own steps, guidance and size by field name: what the form shows when the page loads."""
+    return {name: value for name, value in model_defaults(model, custom).items() if name != "prompt"}
 
 
 def cancelled_note(exc: Cancelled) -> str:

@@ -2,7 +2,8 @@
 list, and shows a refused run in the card), `/estimate` (with what the first call should cost; the page's
 "Will it fit?" says the same sentence), the notes under the form (the first call's cost, techniques that
 cannot combine), `/cancel`, the 'Retry with …' offer after an out-of-memory failure, and a PNG's settings
-back into the form (`/read_image`).
+back into the form (`/read_image`). Those that need the studio or a session's last run are the methods of
+`GenerateHandlers`; `build_generate_handlers` gives them all by name.
 
 `generate` and `estimate` take the request's fields by name (`**fields`, what `form_request` reads): the tab
 passes its components with `inputs_kwargs`, so the API's parameters carry the fields' names. The form's
@@ -102,27 +103,62 @@ def batch_gallery(images: list) -> dict:
     return gr.update(value=shown if len(images) > 1 else None, visible=len(images) > 1)
 
 
-def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
-    """Generate's event functions, closed over one Studio and the sessions' cancel flags."""
-    memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with after an out-of-memory
-    refused: dict[str, str] = {}  # per session: the sentence the form's last run was refused with
+def apply_advice(advice, memory):
+    """Tick the advised memory techniques in Generate's memory group."""
+    return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
 
-    def run_generate(req, request: gr.Request | None, progress: gr.Progress, should_stop) -> dict:
+
+def load_image(path) -> dict:
+    """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found
+    (never an error)."""
+    found = image_metadata.read(path) if path else None
+    settings, message = None, (found.message if found else "Drop a PNG file to load its settings.")
+    if found is not None and found.settings is not None:
+        settings, message = checked_image_settings(found)
+    return {"note": message} if settings is None else {**filled(settings), "note": message}
+
+
+def read_image(path):
+    """The API's `/read_image`: the settings a PNG carries, as run-log column names, once they pass the
+    same checks as a typed request."""
+    if not path:
+        raise gr.Error("Give a PNG file (gradio_client: handle_file(path)).", print_exception=False)
+    found = image_metadata.read(path)
+    settings, message = (None, found.message) if found.settings is None else checked_image_settings(found)
+    return {
+        "found": settings is not None,
+        "source": found.source,
+        "message": message,
+        "settings": settings,
+    }
+
+
+class GenerateHandlers:
+    """Generate's event functions over one Studio and the sessions' cancel flags, with what a session's last
+    run leaves for the events after it: the memory techniques to retry with after an out-of-memory, and the
+    sentence the form's last run was refused with."""
+
+    def __init__(self, studio: Studio, cancels: Cancellations) -> None:
+        self.studio, self.cancels = studio, cancels
+        self.memory_advice: dict[str, tuple[str, ...]] = {}  # per session: what to retry with
+        self.refused: dict[str, str] = {}  # per session: the sentence the form's last run was refused with
+
+    def run(self, req, request: gr.Request | None, progress: gr.Progress, should_stop) -> dict:
         """One run, by output name: its image, card and metrics; a cancelled run clears the image (it was the
         run before's) and says where it stopped. Warnings (a busy host) are lines of the card."""
         progress(0, desc="loading / configuring")
-        memory_advice.pop(session_of(request), None)
+        self.memory_advice.pop(session_of(request), None)
         try:
-            expected = measured_first_calls.expected_seconds(studio, req)
+            expected = measured_first_calls.expected_seconds(self.studio, req)
             with first_call_line.until_first_step(progress, expected) as preparing:
 
                 def on_step(i: int, n: int) -> None:
                     preparing()
                     progress((i, n), desc="denoising", unit="steps")
 
-                result = studio.generate(req, on_step=on_step, should_stop=should_stop)
+                result = self.studio.generate(req, on_step=on_step, should_stop=should_stop)
         except OutOfMemory as exc:
-            memory_advice[session_of(request)] = exc.advice[:2]
+            self.memory_advice[session_of(request)] = exc.advice[:2]
             raise
         except Cancelled as exc:
             shown = {"image": None, "card": cancelled_note(exc), "metrics": None}
@@ -134,69 +170,66 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
 
     @optional_fields
     @engine_errors
-    def generate(request: gr.Request = None, progress=gr.Progress(), **fields):
+    def generate(self, request: gr.Request = None, progress=gr.Progress(), **fields):
         """Generate one image (or a batch) with the given model, techniques and settings; the run is timed
         and logged. Returns the image, the metrics card and the metrics (the shared vocabulary)."""
         # first: it takes the flag a click reserved
-        with cancellable_run(cancels, request, "generate") as should_stop:
-            shown = run_generate(form_request(fields), request, progress, should_stop)
+        with cancellable_run(self.cancels, request, "generate") as should_stop:
+            shown = self.run(form_request(fields), request, progress, should_stop)
         return shown["image"], shown["card"], shown["metrics"]  # the form's batch gallery is not the API's
 
     @engine_errors
-    def generate_form(request: gr.Request = None, progress=gr.Progress(), **fields) -> dict:
+    def generate_form(self, request: gr.Request = None, progress=gr.Progress(), **fields) -> dict:
         """The form's Generate: as `/generate`, with a refused run (a bad value, techniques that cannot
         combine, a run that would not fit) said in the card instead of the last run's, and a note of a
         loaded run cleared (the form is the user's now)."""
-        with cancellable_run(cancels, request, "generate") as should_stop:
-            refused.pop(session_of(request), None)
+        with cancellable_run(self.cancels, request, "generate") as should_stop:
+            self.refused.pop(session_of(request), None)
             try:
-                shown = run_generate(form_request(fields), request, progress, should_stop)
+                shown = self.run(form_request(fields), request, progress, should_stop)
             except REFUSALS as exc:
-                refused[session_of(request)] = describe(exc)
+                self.refused[session_of(request)] = describe(exc)
                 shown = {"image": None, "card": views.refused_card(describe(exc)), "metrics": None}
                 shown["batch"] = batch_gallery([])
         return {**shown, "loaded": ""}
 
-    def refusal_toast(request: gr.Request):
+    def refusal_toast(self, request: gr.Request):
         """After the form's Generate: the refusal's toast too (the card already says it), gone after a
         while so that it does not cover the next run's card."""
-        why = refused.pop(session_of(request), None)
+        why = self.refused.pop(session_of(request), None)
         if why is not None:
             raise gr.Error(why, duration=10, print_exception=False)
 
-    def retry_offer(request: gr.Request):
+    def retry_offer(self, request: gr.Request):
         """After a failed generate: a 'Retry with …' button when it ran out of memory."""
-        advice = memory_advice.pop(session_of(request), ())
+        advice = self.memory_advice.pop(session_of(request), ())
         if not advice:
             return gr.update(visible=False), []
         return gr.update(visible=True, value=f"Retry with {' + '.join(advice)}"), list(advice)
 
-    def apply_advice(advice, memory):
-        """Tick the advised memory techniques in Generate's memory group."""
-        return gr.update(visible=False), [*(memory or []), *(a for a in advice if a not in (memory or []))]
-
-    def fit_answer(request) -> dict:
+    def fit_answer(self, request) -> dict:
         """The estimate (`studio.engine.memory_estimate`) with one sentence for every face: where it would
         not fit, with the memory techniques that would bring it under (what a run would be refused with);
         and what its first call cost before (`first_call`: a sentence, or empty)."""
-        return {**studio.will_it_fit(request), "first_call": measured_first_calls.sentence(studio, request)}
+        first_call = measured_first_calls.sentence(self.studio, request)
+        return {**self.studio.will_it_fit(request), "first_call": first_call}
 
     @optional_fields
     @engine_errors
-    def estimate(**fields):
+    def estimate(self, **fields):
         """The peak memory a /generate with these arguments should reach, before it runs, whether it fits
         (`sentence`: where not, with the memory techniques that would make it fit), and what its first call
         cost before (`first_call`: a sentence, or empty when nothing was measured)."""
-        return fit_answer(form_request(fields))
+        return self.fit_answer(form_request(fields))
 
     @engine_errors
-    def estimate_form(**fields):
+    def estimate_form(self, **fields):
         """Generate's "Will it fit?": `/estimate`'s sentences, from the form as it is."""
-        answer = fit_answer(form_request(fields))
+        answer = self.fit_answer(form_request(fields))
         warn = "⚠ " if answer["fits"] is False else ""
         return " ".join(filter(None, [warn + answer["sentence"], answer["first_call"]]))
 
-    def first_call_note(**fields):
+    def first_call_note(self, **fields):
         """Under Generate's buttons, as the form changes and after each run: what the first call of this
         configuration costs, before it is started. Nothing while the form is not a request that may run
         (Generate and the note under the boxes say why)."""
@@ -204,42 +237,23 @@ def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str,
             request = form_request(fields)
         except REFUSALS:
             return ""
-        return measured_first_calls.sentence(studio, request)
+        return measured_first_calls.sentence(self.studio, request)
 
-    def load_image(path) -> dict:
-        """A PNG's settings into Generate's form, once checked as a request; and a sentence on what was found
-        (never an error)."""
-        found = image_metadata.read(path) if path else None
-        settings, message = None, (found.message if found else "Drop a PNG file to load its settings.")
-        if found is not None and found.settings is not None:
-            settings, message = checked_image_settings(found)
-        return {"note": message} if settings is None else {**filled(settings), "note": message}
 
-    def read_image(path):
-        """The API's `/read_image`: the settings a PNG carries, as run-log column names, once they pass the
-        same checks as a typed request."""
-        if not path:
-            raise gr.Error("Give a PNG file (gradio_client: handle_file(path)).", print_exception=False)
-        found = image_metadata.read(path)
-        settings, message = (None, found.message) if found.settings is None else checked_image_settings(found)
-        return {
-            "found": settings is not None,
-            "source": found.source,
-            "message": message,
-            "settings": settings,
-        }
-
+def build_generate_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
+    """Generate's event functions by name: `GenerateHandlers`' over one Studio, and those that need none."""
+    tab = GenerateHandlers(studio, cancels)
     return {
-        "generate": generate,
-        "generate_form": generate_form,
-        "refusal_toast": refusal_toast,
-        "conflicts_note": conflicts_note,
-        "retry_offer": retry_offer,
-        "apply_advice": apply_advice,
+        "generate": tab.generate,
+        "generate_form": tab.generate_form,
+        "refusal_toast": tab.refusal_toast,
+        "retry_offer": tab.retry_offer,
+        "estimate": tab.estimate,
+        "estimate_form": tab.estimate_form,
+        "first_call_note": tab.first_call_note,
         **cancel_controls(cancels, "generate", STOPPING),
+        "conflicts_note": conflicts_note,
+        "apply_advice": apply_advice,
         "load_image": load_image,
-        "estimate": estimate,
-        "estimate_form": estimate_form,
-        "first_call_note": first_call_note,
         "read_image": read_image,
     }

@@ -8,15 +8,17 @@ from typing import Any
 import gradio as gr
 
 from studio.optimizations import availability
+from studio.request.quality_floor import Floor
 from studio.ui import views
-from studio.ui.handlers.sweeps import APPLY, AUTOTUNE, MEMORY_TITLE
+from studio.ui.handlers.common import TECHNIQUE_BOXES
+from studio.ui.handlers.sweeps import MEASURED_AT
 from studio.ui.handlers.sweeps import STOPPING as SWEEP_STOPPING
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
+from studio.ui.views import MEMORY_TITLE
 from studio.ui.widgets import model_inputs, sweep_counts
 
-# Generate's fields a winner fills besides its techniques (`APPLY`'s order), by element id ("gen-steps").
-MEASURED_AT = ("steps", "width", "height", "batch")
+FLOOR = Floor()  # the form's floor: the floor's defaults
 
 
 def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> None:
@@ -43,9 +45,9 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
             False, label="include torch.compile (minutes per configuration on a CPU)"
         )
     with gr.Row():
-        min_psnr = RawNumber(30, label="Min PSNR vs baseline (dB)")
-        min_ssim = RawNumber(0.95, label="Min SSIM")
-        fidelity_drop = RawNumber(0.03, label="Max prompt-fidelity drop (tiny-shapes)")
+        min_psnr = RawNumber(FLOOR.min_psnr, label="Min PSNR vs baseline (dB)")
+        min_ssim = RawNumber(FLOOR.min_ssim, label="Min SSIM")
+        fidelity_drop = RawNumber(FLOOR.fidelity_drop, label="Max prompt-fidelity drop (tiny-shapes)")
         warmup, rounds = sweep_counts("tune", 3)
         confirm = RawNumber(5, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm")
         batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="tune-batch")
@@ -97,7 +99,9 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
     inputs = {**fields, "techniques": techniques, "include_compile": include_compile, "min_psnr": min_psnr}
     inputs.update(min_ssim=min_ssim, fidelity_drop=fidelity_drop, warmup=warmup, rounds=rounds)
     inputs.update(confirm_rounds=confirm, batch=batch)
-    outputs = dict(zip(AUTOTUNE, (results, md, table, quality, memory, data, winner, apply), strict=True))
+    # What /autotune fills, by the names its views give (`views.autotune_outputs`), in the endpoint's order.
+    outputs = {"results": results, "summary": md, "table": table, "quality_plot": quality}
+    outputs.update(memory_plot=memory, result=data, winner=winner, apply=apply)
     wire_job(
         (go, stop, status),
         views.named(handlers["autotune"], outputs),
@@ -108,10 +112,13 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         outputs=list(outputs.values()),
         api_name="autotune",
     )
+    # What a winner fills (`apply_winner`), by name: Generate's precision, technique boxes, settings and the
+    # fields it was measured at (by element id: "gen-steps"), and the tabs.
     by_id = {c.elem_id: c for c in generate["targets"] if c.elem_id}
-    shape = [by_id[f"gen-{name}"] for name in MEASURED_AT]
-    filled = [generate["precision"], *generate["boxes"], generate["settings"], *shape, tabs]
-    targets = dict(zip(APPLY, filled, strict=True))
+    targets = {"precision": generate["precision"]}
+    targets.update(zip(TECHNIQUE_BOXES, generate["boxes"], strict=True))
+    targets.update({"settings": generate["settings"], **{n: by_id[f"gen-{n}"] for n in MEASURED_AT}})
+    targets["tabs"] = tabs
     apply.click(
         views.named(handlers["apply_winner"], targets),
         winner,

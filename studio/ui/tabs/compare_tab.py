@@ -11,7 +11,6 @@ from pipelines.schedulers import menu_choices
 from studio.request.axes import AXES
 from studio.ui import views
 from studio.ui.handlers.common import DEFAULT_MODEL, family_of
-from studio.ui.handlers.sweeps import COMPARE, LADDER
 from studio.ui.handlers.sweeps import STOPPING as SWEEP_STOPPING
 from studio.ui.presets import conflicts_shown, preselected, presets_for, presets_for_model
 from studio.ui.progress_views import status_area, wire_job
@@ -150,9 +149,12 @@ def compare_tab(handlers: dict) -> None:
     inputs = {**fields, "scheduler": scheduler, "presets": configs, "custom_configs": custom_configs}
     inputs.update(warmup=warmup, rounds=rounds, batch=batch, axis=axis, axis_values=values)
     inputs.update(y_axis=y_axis, y_values=y_values)
-    shown = (results, headline, gallery, table, details, lat, choice, slider, images, csv_file, md_file)
-    shown += (xy_box, grid, speed_heat, psnr_heat, throughput, peak, rows)
-    outputs = dict(zip(COMPARE, shown, strict=True))
+    # What /compare fills, by the names its views give (`views.compare_outputs`, `xy_views.xy_outputs`), in
+    # the order of the endpoint's outputs (a client's tuple, less the two columns and the `pairs` State).
+    outputs = {"results": results, "headline": headline, "gallery": gallery, "table": table}
+    outputs.update(details=details, latency_chart=lat, slider_choice=choice, slider=slider, pairs=images)
+    outputs.update(csv=csv_file, markdown=md_file, xy_results=xy_box, grid=grid, speedup_map=speed_heat)
+    outputs.update(psnr_map=psnr_heat, throughput=throughput, peak_memory=peak, rows=rows)
     wire_job(
         (go, stop, status),
         views.named(handlers["compare"], outputs),
@@ -196,13 +198,14 @@ def ladder_tab(handlers: dict) -> None:
         table = gr.Dataframe(label="Ladder", wrap=True, interactive=False, elem_id="ladder-table")
         with gr.Accordion("Rows as the API returns them", open=False):
             rows = gr.JSON(label="Rows")
+    outputs = {"results": results, "headline": md, "table": table, "rows": rows}  # `views.ladder_outputs`
     wire_job(
         (go, stop, status),
-        views.named(handlers["ladder"], dict(zip(LADDER, (results, md, table, rows), strict=True))),
+        views.named(handlers["ladder"], outputs),
         reserve=handlers["ladder_reserve"],
         cancel=handlers["ladder_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},
-        outputs=[results, md, table, rows],
+        outputs=list(outputs.values()),
         api_name="ladder",
     )

@@ -12,7 +12,13 @@ import gradio as gr
 from pipelines.schedulers import menu_choices
 from studio.optimizations import REGISTRY, availability
 from studio.request import PRECISIONS
-from studio.ui.handlers.common import FILLED, TECHNIQUE_BOXES, in_form_order, techniques_for_model
+from studio.ui.handlers.common import (
+    FILLED,
+    TECHNIQUE_BOXES,
+    TECHNIQUE_PARTS,
+    in_form_order,
+    techniques_for_model,
+)
 from studio.ui.handlers.generate import STOPPING
 from studio.ui.progress_views import clears_toasts, wire_cancel
 from studio.ui.raw_fields import RawNumber
@@ -173,9 +179,10 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
         **note,
     )
     model, custom = fields["model"], fields["custom_model"]
-    redraw = {"inputs": [model, custom, *boxes], "outputs": [*boxes, *folds, *lists], "queue": False}
-    model.change(techniques_for_model, **redraw, api_visibility="private")
-    custom.blur(techniques_for_model, **redraw, api_visibility="private")
+    parts = dict(zip(TECHNIQUE_PARTS, [*boxes, *folds, *lists], strict=True))
+    redraw = {"inputs": [model, custom, *boxes], "outputs": list(parts.values()), "queue": False}
+    model.change(named(techniques_for_model, parts), **redraw, api_visibility="private")
+    custom.blur(named(techniques_for_model, parts), **redraw, api_visibility="private")
     filled = {name: form[name] for name in FILLED}  # what a logged run or an image fills, by name
     targets = list(filled.values())
     png.upload(

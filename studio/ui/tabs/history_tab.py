@@ -73,7 +73,6 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
         keep_btn = gr.Button("Keep them", elem_id="forget-keep-btn")
     forgotten = gr.Markdown("", label="deleted", elem_id="forget-note")
     filters = [model, device, status, technique, since, limit]
-    shown = [table, plot, csv_file]
     # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
     viewed = {"table": table, "plot": plot, "csv": csv_file, "note": note, **gallery}
     form_view, view = named(handlers["history_form"], viewed), list(viewed.values())
@@ -84,7 +83,10 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     for typed in (model, device, since, limit):
         typed.submit(form_view, filters, view, api_visibility="private")
     records = gr.JSON(visible=False, label="records")  # the API's: the runs in the shared vocabulary
-    gr.Button(visible=False).click(handlers["history_api"], filters, [*shown, records], api_name="history")
+    answer = {"table": table, "plot": plot, "csv": csv_file, "records": records}
+    gr.Button(visible=False).click(
+        named(handlers["history"], answer), filters, list(answer.values()), api_name="history"
+    )
     # A download button downloads the file it holds when clicked, then its handler makes the next one: each
     # is given its file when the tab opens, so the first click downloads.
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
@@ -217,10 +219,7 @@ def speed_over_versions(handlers: dict) -> None:
     view = named(handlers["timeline_form"], {**shown, "note": note, "results": results})
     go.click(view, form, [*shown.values(), note, results], api_visibility="private")
     eras = gr.JSON(visible=False, label="eras")  # the API's: each era as `Era.as_json` writes it
-    outputs = dict(zip(TIMELINE, (table, plot, markdown, eras), strict=True))
+    answer = dict(zip(TIMELINE, (table, plot, markdown, eras), strict=True))
     gr.Button(visible=False).click(
-        handlers["timeline"],
-        form,
-        list(outputs.values()),
-        api_name="timeline",
+        named(handlers["timeline"], answer), form, list(answer.values()), api_name="timeline"
     )

@@ -8,7 +8,9 @@ import gradio as gr
 
 from studio.optimizations import availability
 from studio.request import PRECISIONS
+from studio.ui import views
 from studio.ui.handlers.common import GROUPS, in_form_order, techniques_by_group
+from studio.ui.handlers.profile import OUTPUTS
 from studio.ui.handlers.profile import STOPPING as PROFILE_STOPPING
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
@@ -69,13 +71,14 @@ def profile_tab(handlers: dict) -> None:
         with gr.Accordion("Profile as the API returns it", open=False):
             record = gr.JSON(label="Profile")
     inputs = in_form_order({**fields, "precision": precision, "optimizations": techniques})
+    outputs = dict(zip(OUTPUTS, (summary, chart, ops, kinds, record, results), strict=True))
     wire_job(
         (go, stop, status),
-        handlers["profile"],
+        views.named(handlers["profile"], outputs),
         reserve=handlers["profile_reserve"],
         cancel=handlers["profile_cancel"],
         stopping=PROFILE_STOPPING,
         inputs_kwargs={**inputs, "batch": batch, "settings": settings},
-        outputs=[summary, chart, ops, kinds, record, results],
+        outputs=list(outputs.values()),
         api_name="profile",
     )

@@ -1,9 +1,10 @@
-"""The Combinations tab's handler, `/matrix`: every pair of the chosen techniques on one model and device,
-refused with the registry's reason, failed with the error, or measured (speedup and PSNR) against one baseline
-in the same interleaved rounds (`studio.sweeps.matrix`). It reports where it is through `gr.Progress`; the
-tabs' Cancel stops it at the next denoising step and what it measured until then is shown.
+"""The Combinations tab's handlers, `/combinations`: every pair of the chosen techniques on one model and
+device, refused with the registry's reason, failed with the error, or measured (speedup and PSNR) against one
+baseline in the same interleaved rounds (`studio.sweeps.combinations`). It reports where it is through
+`gr.Progress`; the tab's Cancel stops it at the next denoising step and what it measured until then is shown.
 
-It takes the request's fields by name (`**fields`, read by `form_request`), as the sweeps' handlers do."""
+It takes the request's fields by name (`**fields`, read by `form_request`), as the sweeps' handlers do, and
+returns what it fills by name (`OUTPUTS`: the tab names its components the same, `studio.ui.views.named`)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from studio.engine import Studio
 from studio.errors import Cancelled
 from studio.optimizations import availability
 from studio.request import parse_opts
-from studio.sweeps.matrix import DEFAULT_ROUNDS, plan_matrix, run_matrix
-from studio.sweeps.matrix_report import as_json, grid, headline, reasons
+from studio.sweeps.combinations import DEFAULT_ROUNDS, plan_combinations, run_combinations
+from studio.sweeps.combinations_report import as_json, grid, headline, reasons
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import (
@@ -33,6 +34,9 @@ from studio.ui.handlers.common import (
 )
 from studio.ui.handlers.sweeps import STOPPING
 
+# What the tab fills, by name, in the order of its endpoint's outputs (a client's tuple is this order, less
+# the layout entry `results`).
+OUTPUTS = ("results", "summary", "table", "reasons", "combinations")
 # A cell's background by what became of it: faster or slower beyond noise, refused, failed (else none).
 LEGEND = (
     "Each cell: speedup over the baseline (×; ≈ within noise) / PSNR of its image against the baseline's; "
@@ -42,7 +46,7 @@ LEGEND = (
 COLOURS = {"faster": "#dcfce7", "slower": "#ffedd5", "refused": "#f1f5f9", "failed": "#fee2e2"}
 
 
-def matrix_choices(model: str, custom: str) -> list[str]:
+def combinations_choices(model: str, custom: str) -> list[str]:
     """The speed and precision techniques that can run on the model a form names, on this machine."""
     rows = availability("auto", family=family_of(model, custom))
     return [r["name"] for r in rows if r["group"] != "memory" and r["unavailable"] is None]
@@ -61,9 +65,9 @@ def _colour(cell: Any) -> str:
     return f"background-color: {COLOURS[kind]}" if kind in COLOURS else ""
 
 
-def matrix_table(result: Any) -> Any:
-    """The matrix as a table: one row per technique, its name first, then one column per technique (the
-    upper triangle filled; the diagonal is the technique alone), each cell coloured by its outcome."""
+def combinations_table(result: Any) -> Any:
+    """The combinations as a table: one row per technique, its name first, then one column per technique
+    (the upper triangle filled; the diagonal is the technique alone), each cell coloured by its outcome."""
     names = list(result.plan.techniques)
     columns = ["Technique", *(readable(n) for n in names)]
     rows = [[readable(n), *map(readable, row)] for n, row in zip(names, grid(result), strict=True)]
@@ -76,24 +80,40 @@ def matrix_table(result: Any) -> Any:
     return gr.update(value=table, column_widths=["10%", *[share] * len(names)])
 
 
-def matrix_outputs(result: Any) -> tuple:
-    """The tab's outputs: results shown, the headline, the table, the reasons, the matrix as JSON."""
+def combinations_outputs(result: Any) -> dict[str, Any]:
+    """The tab's outputs by name: results shown, the headline, the table, the reasons, the JSON."""
     why = "\n".join(f"- {line}" for line in reasons(result))
-    return (
-        gr.update(visible=True),
-        f"{headline(result)}\n\n{LEGEND}",
-        matrix_table(result),
-        f"**Why**\n\n{why}" if why else "",
-        as_json(result),
-    )
+    return {
+        "results": gr.update(visible=True),
+        "summary": f"{headline(result)}\n\n{LEGEND}",
+        "table": combinations_table(result),
+        "reasons": f"**Why**\n\n{why}" if why else "",
+        "combinations": as_json(result),
+    }
 
 
-def build_matrix_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
-    """The Combinations tab's event functions, closed over one Studio and the sessions' cancel flags."""
+def combinations_cancelled(exc: Cancelled) -> dict[str, Any]:
+    """The tab's outputs by name for a run stopped before its sweep began: nothing measured, said so."""
+    return {
+        "results": gr.update(visible=True),
+        "summary": cancelled_note(exc),
+        "table": None,
+        "reasons": "",
+        "combinations": {},
+    }
+
+
+class CombinationsHandlers:
+    """The Combinations tab's event functions over one Studio and the sessions' cancel flags."""
+
+    def __init__(self, studio: Studio, cancels: Cancellations) -> None:
+        self.studio = studio
+        self.cancels = cancels
 
     @optional_fields
     @engine_errors
-    def matrix(
+    def combinations(
+        self,
         techniques,
         include_compile,
         max_cells=None,  # a client that leaves it out caps nothing
@@ -102,13 +122,14 @@ def build_matrix_handlers(studio: Studio, cancels: Cancellations) -> dict[str, C
         request: gr.Request = None,
         progress=gr.Progress(),
         **fields,
-    ):
+    ) -> dict[str, Any]:
         """Every pair of the chosen techniques (none: every speed and precision technique that can run
         here) on this model and device: refused with the registry's reason, failed with the error, or its
         speedup and PSNR against one baseline, all timed in the same interleaved rounds."""
+        studio = self.studio
         # first: it takes the flag a click reserved
-        with cancellable_run(cancels, request, "matrix") as should_stop:
-            plan = plan_matrix(
+        with cancellable_run(self.cancels, request, "combinations") as should_stop:
+            plan = plan_combinations(
                 form_request(fields),
                 parse_opts(techniques) or None,
                 include_compile=include_compile or "auto",
@@ -119,14 +140,22 @@ def build_matrix_handlers(studio: Studio, cancels: Cancellations) -> dict[str, C
             )
             progress_to = progress_views.progress_to(progress, "Combinations")
             try:
-                result = run_matrix(studio, plan, progress=progress_to, should_stop=should_stop)
-            except Cancelled as exc:  # stopped before its sweep began: nothing measured, said so
-                return gr.update(visible=True), cancelled_note(exc), None, "", {}
-            return matrix_outputs(result)
+                result = run_combinations(studio, plan, progress=progress_to, should_stop=should_stop)
+            except Cancelled as exc:
+                return combinations_cancelled(exc)
+            return combinations_outputs(result)
 
-    def matrix_boxes(model: str, custom: str, ticked: list[str]):
-        """The technique boxes for the model now chosen (ticks that still can run are kept)."""
-        choices = matrix_choices(model, custom)
-        return gr.update(choices=choices, value=[n for n in ticked or [] if n in choices])
 
-    return {"matrix": matrix, "matrix_boxes": matrix_boxes, **cancel_controls(cancels, "matrix", STOPPING)}
+def combinations_boxes(model: str, custom: str, ticked: list[str]):
+    """The technique boxes for the model now chosen (ticks that still can run are kept)."""
+    choices = combinations_choices(model, custom)
+    return gr.update(choices=choices, value=[n for n in ticked or [] if n in choices])
+
+
+def build_combinations_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
+    """The Combinations tab's event functions by name."""
+    return {
+        "combinations": CombinationsHandlers(studio, cancels).combinations,
+        "combinations_boxes": combinations_boxes,
+        **cancel_controls(cancels, "combinations", STOPPING),
+    }

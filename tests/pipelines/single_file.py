@@ -1,4 +1,5 @@
-"""Save a diffusers Stable Diffusion pipeline as one original-format (LDM) `.safetensors` checkpoint.
+"""Save a diffusers Stable Diffusion pipeline as one original-format (LDM) `.safetensors` checkpoint: the
+single files the tests load (`tests/pipelines/test_single_file.py`, the API's single-file test).
 
 The reverse of diffusers' single-file conversion (`diffusers.loaders.single_file_utils`) for an SD-style
 UNet, an AutoencoderKL and a CLIP text encoder: the keys become `model.diffusion_model.*`,
@@ -6,7 +7,7 @@ UNet, an AutoencoderKL and a CLIP text encoder: the keys become `model.diffusion
 `StableDiffusionPipeline.from_single_file` read. Architectures other than the pipeline's defaults load back
 with `from_single_file(path, config=<the diffusers folder>)`.
 
-    python -m pipelines.single_file assets/tiny-shapes tiny-shapes.safetensors
+    python -m tests.pipelines.single_file assets/tiny-shapes tiny-shapes.safetensors
 """
 
 from __future__ import annotations
@@ -168,14 +169,14 @@ def save_single_file(pipe_or_folder: Any, path: str | Path) -> Path:
         )
     state = original_state_dict(pipe)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(path), metadata={"format": "pt", "written_by": "pipelines.single_file"})
+    save_file(state, str(path), metadata={"format": "pt", "written_by": "tests.pipelines.single_file"})
     log.info("wrote %d tensors to %s", len(state), path)
     return path
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.single_file", description=__doc__.split("\n")[0]
+        prog="python -m tests.pipelines.single_file", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "source", help="a local diffusers Stable Diffusion folder, or a registry id (tiny-shapes)"

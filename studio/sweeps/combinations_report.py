@@ -1,6 +1,6 @@
-"""The composition matrix in words and data for its faces: the grid of cell texts, why each cell without
-figures has none, a headline paragraph, and the JSON the API and `--json` give (`studio.sweeps.matrix` plans
-and measures it)."""
+"""What combines with what, in words and data for its faces: the grid of cell texts, why each cell without
+figures has none, a headline paragraph, and the JSON the API and `--json` give (`studio.sweeps.combinations`
+plans and measures it)."""
 
 from __future__ import annotations
 
@@ -8,26 +8,26 @@ from collections import Counter
 from typing import Any
 
 from studio import report
-from studio.sweeps.matrix import MatrixResult
+from studio.sweeps.combinations import CombinationsResult
 
 
-def grid(result: MatrixResult) -> list[list[str]]:
+def grid(result: CombinationsResult) -> list[list[str]]:
     """Rows x columns of cell texts: the upper triangle (a pair is one cell), the technique alone on the
     diagonal."""
     names, by = result.plan.techniques, {(c.row, c.column): c for c in result.cells}
     return [[by[a, b].text() if (a, b) in by else "" for b in names] for a in names]
 
 
-def reasons(result: MatrixResult) -> list[str]:
+def reasons(result: CombinationsResult) -> list[str]:
     """Why each cell that has no figures has none, and why each technique left out is, one line each."""
     lines = [
         f"{c.row}{f' + {c.column}' * (c.row != c.column)}: {c.outcome}: {c.reason}" for c in result.cells
     ]
-    left = [f"{name}: not in the matrix: {why}" for name, why in result.plan.left_out.items()]
+    left = [f"{name}: not in the combinations: {why}" for name, why in result.plan.left_out.items()]
     return [line for line, c in zip(lines, result.cells, strict=True) if c.reason] + left
 
 
-def headline(result: MatrixResult) -> str:
+def headline(result: CombinationsResult) -> str:
     """What was measured, how, and how many cells had each outcome, in one paragraph."""
     base, plan, plural = result.plan.request, result.plan, lambda n: "s" if n != 1 else ""
     counts = ", ".join(f"{n} {outcome}" for outcome, n in Counter(c.outcome for c in result.cells).items())
@@ -42,8 +42,8 @@ def headline(result: MatrixResult) -> str:
     return " ".join(filter(None, [result.stopped, text, note]))
 
 
-def as_json(result: MatrixResult) -> dict[str, Any]:
-    """The matrix as the API and `--json` give it: the request, the cells, the baseline's record."""
+def as_json(result: CombinationsResult) -> dict[str, Any]:
+    """The combinations as the API and `--json` give them: the request, the cells, the baseline's record."""
     base, plan = result.plan.request, result.plan
     return {
         "model": base.model,

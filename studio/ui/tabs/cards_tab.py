@@ -1,9 +1,8 @@
-"""The Benchmark tab: the fixed suite measured on this machine and written as a card (`/benchmark`), its
-progress and Cancel (`studio.ui.progress_views`), a winner of the card into Generate, the regression report
-against this machine's card before the run, "Compare two cards" (two cards of the studio's folder, nothing
-measured), and the Machines view:
-the cards of many machines, one table per model (`/machines`), loaded when the tab opens, and a winner of any
-of them into Generate."""
+"""The Cards tab: the fixed suite measured on this machine and written as a card (`/cards`), its progress
+and Cancel (`studio.ui.progress_views`), a winner of the card into Generate, the regression report against
+this machine's card before the run, "Compare two cards" (two cards of the studio's folder, nothing measured),
+and the Machines view: the cards of many machines, one table per model (`/machines`), loaded when the tab
+opens, and a winner of any of them into Generate."""
 
 from __future__ import annotations
 
@@ -14,21 +13,20 @@ import gradio as gr
 from studio import devices
 from studio.cards.options import DEFAULT_BUDGET_S, DEFAULT_ROUNDS, MIN_BUDGET_S
 from studio.ui import views
-from studio.ui.handlers.benchmark import BENCHMARK, suite_models
-from studio.ui.handlers.benchmark import STOPPING as BENCHMARK_STOPPING
+from studio.ui.handlers.cards import STOPPING, suite_models
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
 from studio.ui.widgets import sweep_counts
 
 INTRO = (
-    "The studio's fixed benchmark suite on this machine: for each model, the baseline (PyTorch fp32), the "
+    "The studio's fixed suite measured on this machine: for each model, the baseline (PyTorch fp32), the "
     "best configuration that **keeps the math** and the best that **changes the image**, measured in "
     "interleaved rounds and written as a card (JSON, a Markdown summary and a contact sheet) into the "
     "studio's `cards/` folder. Without configurations, the auto-tuner searches the suite's techniques "
     "within the time budget per model, after the first calls of the configurations measured before it; with "
     "them, those are measured instead. The cards compare across machines below (docs/cards.md)."
 )
-COMPARE = (
+TWO_CARDS = (
     "Two cards of this machine in the studio's `cards/` folder, before and after an upgrade, compared "
     "configuration by configuration without measuring anything: slower or faster only beyond both cards' "
     "spreads (docs/cards.md). Cards of another machine or another suite version are refused."
@@ -40,16 +38,16 @@ MACHINES = (
 )
 
 
-def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.Tab) -> None:
-    """Build the tab; a winner fills `generate["targets"]`, and the Machines view loads whenever `tab` is
-    selected."""
+def cards_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.Tab) -> None:
+    """Build the tab; a winner fills Generate's form (`generate["filled"]`) and shows it (`tabs`), and the
+    Machines view loads whenever `tab` is selected."""
     gr.Markdown(INTRO)
     with gr.Row():
         device = gr.Dropdown(
             ["auto", *devices.detect().device_names],
             value="auto",
             label="Device",
-            elem_id="bench-device",
+            elem_id="cards-device",
             allow_custom_value=True,
         )
         names = suite_models("auto")
@@ -58,7 +56,7 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
             value=names[:1],
             multiselect=True,
             label="Models of the suite",
-            elem_id="bench-models",
+            elem_id="cards-models",
             scale=2,
             allow_custom_value=True,  # a model outside the suite is refused with the suite's models named
         )
@@ -66,69 +64,71 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
             DEFAULT_BUDGET_S,
             label=f"Budget per model: first calls + search (s, at least {MIN_BUDGET_S:g})",
             minimum=MIN_BUDGET_S,
-            elem_id="bench-budget",
+            elem_id="cards-budget",
         )
-        warmup, rounds = sweep_counts("bench", DEFAULT_ROUNDS)
+        warmup, rounds = sweep_counts("cards", DEFAULT_ROUNDS)
     configs = gr.Textbox(
         "",
         lines=2,
         label="Configurations to measure instead of searching, one per line (empty: the suite's)",
         placeholder="channels_last\nopenvino[winograd=true]",
-        elem_id="bench-configs",
+        elem_id="cards-configs",
     )
-    plan = gr.Markdown(elem_id="bench-plan")  # what the budget covers and the run's expected time
+    plan = gr.Markdown(elem_id="cards-plan")  # what the budget covers and the run's expected time
     with gr.Row():
-        go = gr.Button("Run the benchmark", variant="primary", elem_id="bench-btn", scale=2)
-        stop = gr.Button("Cancel", elem_id="bench-cancel-btn", scale=1)
-    status = status_area("bench-status")
-    with gr.Column(visible=False, elem_id="bench-results") as results:
-        summary = gr.Markdown(label="Card summary", show_label=False, elem_id="bench-summary")
+        go = gr.Button("Measure this machine", variant="primary", elem_id="cards-run-btn", scale=2)
+        stop = gr.Button("Cancel", elem_id="cards-cancel-btn", scale=1)
+    status = status_area("cards-status")
+    with gr.Column(visible=False, elem_id="cards-results") as results:
+        summary = gr.Markdown(label="Card summary", show_label=False, elem_id="cards-summary")
         sheet = gr.Image(
             label="Contact sheet: each model's baseline and winners",
             show_label=False,
             type="pil",
             format="png",
             interactive=False,
-            elem_id="bench-sheet",
+            elem_id="cards-sheet",
         )
-        files = gr.Textbox(label="Files written", lines=3, interactive=False, elem_id="bench-files")
+        files = gr.Textbox(label="Files written", lines=3, interactive=False, elem_id="cards-files")
         with gr.Row():
-            chosen = gr.Dropdown([], label="Winner", elem_id="bench-winner", scale=3)
-            use = gr.Button("Use in Generate", interactive=False, elem_id="bench-use", scale=1)
+            chosen = gr.Dropdown([], label="Winner", elem_id="cards-winner", scale=3)
+            use = gr.Button("Use in Generate", interactive=False, elem_id="cards-use", scale=1)
         with gr.Accordion("The card as the API returns it", open=False):
             data = gr.JSON(label="Card")
-        after_run = report_area("bench-regression")
+        after_run = report_area("cards-run-regression")
     with gr.Accordion("Compare two cards", open=False, elem_id="cards-compare"):
-        gr.Markdown(COMPARE)
+        gr.Markdown(TWO_CARDS)
         with gr.Row():
             before = gr.Dropdown([], label="Before", elem_id="cards-before", scale=2)
             after = gr.Dropdown([], label="After", elem_id="cards-after", scale=2)
-            compare = gr.Button("Compare", elem_id="cards-btn", scale=1, min_width=120)
-        two_cards = report_area("cards-regression")
-    regression = gr.State("")  # the report after a run (a State: /benchmark's clients get the card)
+            compare = gr.Button("Compare", elem_id="cards-compare-btn", scale=1, min_width=120)
+        two_cards = report_area("cards-compare-regression")
+    regression = gr.State("")  # the report after a run (a State: /cards' clients get the card)
     inputs = {"models": models, "device": device, "budget_s": budget, "configs": configs}
     inputs.update(warmup=warmup, rounds=rounds)
-    outputs = dict(zip(BENCHMARK, (results, summary, sheet, files, data, regression), strict=True))
+    # What `/cards` fills, by name, in the order of its outputs (a client gets all but `results`, the layout,
+    # and `regression`, a State).
+    outputs = {"results": results, "summary": summary, "sheet": sheet, "files": files, "card": data}
+    outputs.update(regression=regression)
     wire_job(
         (go, stop, status),
-        views.named(handlers["benchmark"], outputs),
-        reserve=handlers["benchmark_reserve"],
-        cancel=handlers["benchmark_cancel"],
-        stopping=BENCHMARK_STOPPING,
+        views.named(handlers["cards"], outputs),
+        reserve=handlers["cards_reserve"],
+        cancel=handlers["cards_cancel"],
+        stopping=STOPPING,
         inputs_kwargs=inputs,
         outputs=list(outputs.values()),
-        api_name="benchmark",
+        api_name="cards",
     )
-    form = [models, device, budget, configs, warmup, rounds]  # `PLAN_FORM`'s order
-    said = {"fn": handlers["benchmark_plan"], "inputs": form, "outputs": plan, "api_visibility": "private"}
+    form = list(inputs.values())  # in the order `cards_plan` takes them
+    said = {"fn": handlers["cards_plan"], "inputs": form, "outputs": plan, "api_visibility": "private"}
     gr.on([tab.select, *(c.change for c in form)], **said, queue=False, trigger_mode="always_last")
-    device.change(
-        handlers["benchmark_models"], [device, models], models, queue=False, api_visibility="private"
-    )
+    device.change(handlers["cards_models"], [device, models], models, queue=False, api_visibility="private")
+    filled = {**generate["filled"], "tabs": tabs}  # what a winner fills in Generate's form, by name
     use.click(
-        handlers["use_card_winner"],
+        views.named(handlers["use_card_winner"], filled),
         [data, chosen],
-        [*generate["targets"], tabs],
+        list(filled.values()),
         queue=False,
         api_visibility="private",
     )
@@ -157,20 +157,22 @@ def benchmark_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: 
     with gr.Accordion("As the API returns it", open=False):
         found = gr.JSON(label="Machines")
     loaded = gr.State([])  # the cards behind the tables, for the winners menu
-    shown = [tables, notes, found, loaded]
-    load.click(handlers["machines"], source, shown, api_name="machines")
-    tab.select(handlers["machines"], source, shown, api_visibility="private")
+    # What `/machines` fills, by name, in the order of its outputs (a client gets all but `cards`, a State).
+    shown = {"tables": tables, "notes": notes, "machines": found, "cards": loaded}
+    view = {"fn": views.named(handlers["machines"], shown), "inputs": source, "outputs": list(shown.values())}
+    load.click(**view, api_name="machines")
+    tab.select(**view, api_visibility="private")
     loaded.change(handlers["machines_menu"], loaded, [pick, apply], queue=False, api_visibility="private")
     apply.click(
-        handlers["use_card_winner"],
+        views.named(handlers["use_card_winner"], filled),
         [loaded, pick],
-        [*generate["targets"], tabs],
+        list(filled.values()),
         queue=False,
         api_visibility="private",
     )
     # A new card: its winners to choose from, and its row in the Machines tables.
     data.change(handlers["winners_menu"], data, [chosen, use], queue=False, api_visibility="private")
-    data.change(handlers["machines"], source, shown, api_visibility="private")
+    data.change(**view, api_visibility="private")
     regression.change(
         views.named(handlers["regression_view"], after_run),
         regression,

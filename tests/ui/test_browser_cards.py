@@ -1,9 +1,9 @@
-"""The Benchmark tab in a real browser (Debian's chromium driven by Playwright, 1280x900): the Machines view
+"""The Cards tab in a real browser (Debian's chromium driven by Playwright, 1280x900): the Machines view
 shows this studio's and the project's cards when the tab opens, a folder's cards once loaded, every table
 within the page, and another machine's winner fills Generate's form at its card's shape; a run shows its card
 and **Use in Generate** ticks its winner in Generate's form.
 
-Screenshots go to test-artifacts/ (look at them after a change): machines-1280, benchmark-card.
+Screenshots go to test-artifacts/ (look at them after a change): machines-1280, cards-card.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ TALLEST = 200  # px: a row of at most eight lines (squeezed columns wrap a name 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    yield from serve(tmp_path_factory, "browser-benchmark")
+    yield from serve(tmp_path_factory, "browser-cards")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def page(server):
 def test_the_machines_view_shows_every_machine_in_tables_that_fit_the_page(page):
     from playwright.sync_api import expect
 
-    page.get_by_role("tab", name="Benchmark").click()
+    page.get_by_role("tab", name="Cards").click()
     tables = page.locator("#machines-md")
     expect(tables).to_contain_text("NVIDIA H100", timeout=LONG)  # docs/cards, loaded as the tab opens
     page.locator("#machines-source textarea").fill(str(V0))
@@ -72,24 +72,24 @@ def test_the_machines_view_shows_every_machine_in_tables_that_fit_the_page(page)
 def test_a_run_shows_its_card_and_its_winner_fills_generate(page):
     from playwright.sync_api import expect
 
-    page.get_by_role("tab", name="Benchmark").click()
-    page.locator("#bench-configs textarea").fill("channels_last\nattention_slicing,vae_slicing,vae_tiling")
-    page.locator("#bench-warmup input").fill("0")
-    page.locator("#bench-rounds input").fill("1")
-    page.locator("#bench-btn").click()
-    summary = page.locator("#bench-summary")
-    expect(summary).to_contain_text("Benchmark card: ", timeout=LONG)
+    page.get_by_role("tab", name="Cards").click()
+    page.locator("#cards-configs textarea").fill("channels_last\nattention_slicing,vae_slicing,vae_tiling")
+    page.locator("#cards-warmup input").fill("0")
+    page.locator("#cards-rounds input").fill("1")
+    page.locator("#cards-run-btn").click()
+    summary = page.locator("#cards-summary")
+    expect(summary).to_contain_text("Card: ", timeout=LONG)
     expect(summary).to_contain_text("tiny-shapes 64x64, 20 steps")
-    assert "cards/" in page.locator("#bench-files textarea").input_value()
+    assert "cards/" in page.locator("#cards-files textarea").input_value()
     expect(page.locator("#machines-md")).to_contain_text("(this machine)", timeout=LONG)
-    expect(page.locator("#bench-use")).to_be_enabled(timeout=LONG)
-    size = page.evaluate(TABLES, "bench-summary")  # a long configuration's name wraps inside the page
+    expect(page.locator("#cards-use")).to_be_enabled(timeout=LONG)
+    size = page.evaluate(TABLES, "cards-summary")  # a long configuration's name wraps inside the page
     assert not size["spilled"] and size["widest"] <= size["block"] and size["page"] <= WIDTH, size
-    _shot(page, "benchmark-card", "#bench-btn", "#bench-use")
+    _shot(page, "cards-card", "#cards-run-btn", "#cards-use")
     # the winner, whichever was fastest here (on a busy host, "none faster: " and the least slow)
     winner = re.search(r"best keeping the math: (?:none faster: )?(\S+?):", summary.inner_text())
     assert winner, summary.inner_text()
-    page.locator("#bench-use").click()
+    page.locator("#cards-use").click()
     expect(page.get_by_role("tab", name="Generate", selected=True)).to_be_visible(timeout=LONG)
     for name in winner[1].split("+"):
         expect(page.locator(f"input[type=checkbox][name='{name}']")).to_be_checked()

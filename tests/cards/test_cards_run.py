@@ -1,6 +1,6 @@
 """The tiny-shapes suite end to end into a card (4 steps, 1 round, configurations given), read back with its
 schema checked; its winners are configurations the request accepts and Compare reproduces; writing is all or
-nothing; the auto-tuner stops at its budget and the benchmark goes on."""
+nothing; the auto-tuner stops at its budget and the run goes on."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from studio.cards import picks, search
 from studio.cards.collection import load_card
 from studio.cards.machine import this_fingerprint
 from studio.cards.options import Options
-from studio.cards.run_suite import run_benchmark
+from studio.cards.run_suite import run_cards
 from studio.cards.suite import CPU_CASES, SUITE_VERSION
 from studio.errors import Cancelled
 from studio.request import build_request, parse_config, with_config
@@ -32,13 +32,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """One benchmark of the shortened tiny-shapes case, saved: (benchmark, studio, files)."""
+    """One run of the shortened tiny-shapes case, saved: (the run, studio, files)."""
     from studio.engine import Studio
 
-    root = tmp_path_factory.mktemp("bench")
+    root = tmp_path_factory.mktemp("cards")
     studio = Studio(db_path=root / "runs.db", outputs=root / "out")
     told: list[tuple[float, str]] = []
-    done = run_benchmark(
+    done = run_cards(
         OPTIONS,
         studio=studio,
         cases=[TINY],
@@ -109,9 +109,9 @@ def test_a_failure_while_writing_leaves_no_file(measured, tmp_path, monkeypatch,
     assert list((tmp_path / "cards").iterdir()) == []
 
 
-def test_a_cancelled_benchmark_raises_and_returns_nothing(studio):
+def test_a_cancelled_run_raises_and_returns_nothing(studio):
     with pytest.raises(Cancelled):
-        run_benchmark(
+        run_cards(
             Options(configs=("channels_last",), rounds=1, device="cpu"),
             studio=studio,
             cases=[TINY],

@@ -1,11 +1,11 @@
-"""What combines with what: every pair of the chosen techniques on one model and device, as a matrix whose
+"""What combines with what: every pair of the chosen techniques on one model and device, as a table whose
 cells (a pair; on the diagonal, the technique alone) are refused before running, with the sentence the
 request's checks give from the registry; failed at run time, with the error; or measured: speedup and PSNR
-against the baseline, every runnable cell in ONE Compare sweep (`run_sweep`, a `matrix` group in the run log),
-timed in the same interleaved rounds against the same baseline.
+against the baseline, every runnable cell in ONE Compare sweep (`run_sweep`, a `combinations` group in the run
+log), timed in the same interleaved rounds against the same baseline.
 
 Bounded before anything runs: cells counted, time estimated (calls at the model's assumed cost, plus the first
-call of each technique that builds something then, as logged here or `PREPARE_SETUPS` model setups), a matrix
+call of each technique that builds something then, as logged here or `PREPARE_SETUPS` model setups), a run
 over `STUDIO_MAX_REQUEST_S` refused; of every technique, those that build on their first call are left out,
 most costly first, until the rest fits (`include_compile`: auto); `max_cells` caps the cells measured.
 """
@@ -25,7 +25,7 @@ from studio.errors import ConflictError, StudioError, UnavailableError, Validati
 from studio.measure.bench import StopFn
 from studio.optimizations import REGISTRY, get, unavailable_reason
 from studio.request import GenerationRequest, validate_counts, with_config
-from studio.request.sweep_limits import MatrixOptions, estimated_seconds, max_request_seconds
+from studio.request.sweep_limits import CombinationsOptions, estimated_seconds, max_request_seconds
 from studio.sweeps.compare import records_of
 from studio.sweeps.runner import Entry, Progress, SweepCancelled, run_sweep
 
@@ -76,8 +76,8 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class MatrixPlan:
-    """The cells of a matrix before it runs (pairs in registry order), its estimate, what was left out."""
+class CombinationsPlan:
+    """The cells before anything runs (pairs in registry order), their estimate, the techniques left out."""
 
     request: GenerationRequest  # the baseline
     techniques: tuple[str, ...]
@@ -89,12 +89,12 @@ class MatrixPlan:
 
 
 @dataclass(frozen=True)
-class MatrixResult:
-    plan: MatrixPlan
+class CombinationsResult:
+    plan: CombinationsPlan
     cells: tuple[Cell, ...]
     baseline: dict[str, Any] | None  # the baseline's record (None: nothing ran)
     group_id: int | None
-    stopped: str | None = None  # a cancelled matrix: where it stopped
+    stopped: str | None = None  # a cancelled run: where it stopped
 
 
 def _refusal(exc: StudioError) -> str:
@@ -163,7 +163,7 @@ def cell_seconds(cell: Cell, calls: int, known: Known) -> float:
     return seconds + sum(assumed if s is None else s for s in alone)
 
 
-def plan_matrix(
+def plan_combinations(
     request: GenerationRequest,
     techniques: Any = None,
     *,
@@ -172,13 +172,13 @@ def plan_matrix(
     warmup: Any = 1,
     rounds: Any = DEFAULT_ROUNDS,
     known: Known = lambda _request: None,
-) -> MatrixPlan:
+) -> CombinationsPlan:
     """Every pair of `techniques` (none: the registry's speed and precision techniques that can run here)
     for `request`'s model and device, refused or planned, with the estimate; nothing runs.
 
     Args:
         request: the baseline (its techniques are ignored).
-        techniques: names, in any order; the matrix follows the registry's.
+        techniques: names, in any order; the table follows the registry's.
         include_compile: techniques that build on their first call: 'yes', 'no', or 'auto' (True, False,
             None): named ones always, of every technique those the time allows.
         max_cells: the most cells measured (the diagonal's included), None for no cap.
@@ -186,7 +186,7 @@ def plan_matrix(
     """
     base = dataclasses.replace(request, optimizations=(), settings={})
     counts = validate_counts(warmup, rounds)
-    options = MatrixOptions(include_compile=include_compile, max_cells=max_cells)
+    options = CombinationsOptions(include_compile=include_compile, max_cells=max_cells)
     include, cap = options.include_compile, options.max_cells
     chosen, left_out, named = _chosen(base, techniques)
     if include == "no":
@@ -205,13 +205,13 @@ def plan_matrix(
         planned = [c for c in cells if c.outcome == "planned"]
         slow = sum(1 for c in planned if any(prepares(o) for o in c.request.optimizations))
         raise ValidationError(
-            f"This matrix would take about {total / 60:.0f} min ({len(planned)} cells measured, {slow} of "
-            f"them building on their first call; {calls} calls each, {base.steps} steps at {base.width}x"
-            f"{base.height}); the limit is {max_request_seconds() / 60:.0f} min (STUDIO_MAX_REQUEST_S). "
-            "Choose fewer techniques, cap the cells (max_cells), or use fewer rounds or steps, or a smaller "
-            "size."
+            f"These combinations would take about {total / 60:.0f} min ({len(planned)} cells measured, "
+            f"{slow} of them building on their first call; {calls} calls each, {base.steps} steps at "
+            f"{base.width}x{base.height}); the limit is {max_request_seconds() / 60:.0f} min "
+            "(STUDIO_MAX_REQUEST_S). Choose fewer techniques, cap the cells (max_cells), or use fewer rounds "
+            "or steps, or a smaller size."
         )
-    return MatrixPlan(
+    return CombinationsPlan(
         request=base,
         techniques=tuple(chosen),
         cells=tuple(cells),
@@ -250,25 +250,29 @@ def _capped(cells: list[Cell], cap: int | None) -> list[Cell]:
     return [dataclasses.replace(c, outcome="left out", reason=note) if c.config in over else c for c in cells]
 
 
-def run_matrix(
-    studio: Studio, plan: MatrixPlan, *, progress: Progress | None = None, should_stop: StopFn | None = None
-) -> MatrixResult:
-    """Measure the plan's cells in one Compare sweep (`run_sweep`, a `matrix` group) against one baseline;
-    a cancelled matrix keeps what it measured and says where it stopped."""
+def run_combinations(
+    studio: Studio,
+    plan: CombinationsPlan,
+    *,
+    progress: Progress | None = None,
+    should_stop: StopFn | None = None,
+) -> CombinationsResult:
+    """Measure the plan's cells in one Compare sweep (`run_sweep`, a `combinations` group) against one
+    baseline; a cancelled run keeps what it measured and says where it stopped."""
     todo = [c for c in plan.cells if c.outcome == "planned"]
     if not todo:
-        return MatrixResult(plan, plan.cells, None, None)
+        return CombinationsResult(plan, plan.cells, None, None)
     entries = [Entry(plan.request.config_label, plan.request), *(Entry(c.config, c.request) for c in todo)]
     settings = {"techniques": list(plan.techniques), "left_out": plan.left_out}
     stopped = None
     options = {"warmup": plan.warmup, "rounds": plan.rounds, "progress": progress, "should_stop": should_stop}
-    try:  # no cap on the configurations: they are the registry's pairs, bounded by `plan_matrix`
-        sweep = run_sweep(studio, "matrix", entries, settings=settings, max_configs=None, **options)
+    try:  # no cap on the configurations: they are the registry's pairs, bounded by `plan_combinations`
+        sweep = run_sweep(studio, "combinations", entries, settings=settings, max_configs=None, **options)
     except SweepCancelled as exc:  # what was measured is kept and shown, with where it stopped
         sweep, stopped = exc.partial, exc.summary()
     records = dict(zip([e.label for e in entries], records_of(sweep), strict=True))
     cells = tuple(_settled(c, records.get(c.config)) for c in plan.cells)
-    return MatrixResult(plan, cells, records[entries[0].label], sweep.group_id, stopped)
+    return CombinationsResult(plan, cells, records[entries[0].label], sweep.group_id, stopped)
 
 
 def _settled(cell: Cell, record: dict[str, Any] | None) -> Cell:

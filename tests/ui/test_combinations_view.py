@@ -1,6 +1,7 @@
-"""The Combinations tab and its `/matrix` endpoint on the real app: a client names what it cares about and
-gets the matrix, refusals with their reason; in a real browser at 1280 px the matrix of eight techniques reads
-without a horizontal scroll, each cell coloured by its outcome (screenshot: test-artifacts/matrix.png)."""
+"""The Combinations tab and its `/combinations` endpoint on the real app: a client names what it cares about
+and gets the combinations, refusals with their reason; in a real browser at 1280 px the table of eight
+techniques reads without a horizontal scroll, each cell coloured by its outcome (screenshot:
+test-artifacts/combinations.png)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ CHEAP = (
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    yield from serve(tmp_path_factory, "matrix")
+    yield from serve(tmp_path_factory, "combinations")
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +34,14 @@ def client(server):
     return Client(server.url, verbose=False)
 
 
-def test_the_matrix_endpoint_answers_a_client_that_names_only_what_it_cares_about(client):
+def test_the_combinations_endpoint_answers_a_client_that_names_only_what_it_cares_about(client):
     summary, table, why, data = client.predict(
         techniques=["sdpa", "classic_attention", "channels_last"],
         steps=2,
         width=32,
         height=32,
         rounds=1,
-        api_name="/matrix",
+        api_name="/combinations",
     )
     assert data["techniques"] == ["classic_attention", "sdpa", "channels_last"]
     assert (data["width"], data["steps"], data["rounds"]) == (32, 2, 1)
@@ -55,11 +56,11 @@ def test_the_matrix_endpoint_answers_a_client_that_names_only_what_it_cares_abou
     assert "classic_attention + sdpa: refused: classic_attention and sdpa cannot be combined" in why
 
 
-def test_the_matrix_endpoint_refuses_with_a_sentence(client):
+def test_the_combinations_endpoint_refuses_with_a_sentence(client):
     with pytest.raises(AppError, match="Choose at least two techniques"):
-        client.predict(techniques=["sdpa"], api_name="/matrix")
+        client.predict(techniques=["sdpa"], api_name="/combinations")
     with pytest.raises(AppError, match="max_cells must be"):
-        client.predict(techniques=["sdpa", "bf16"], max_cells=-1, api_name="/matrix")
+        client.predict(techniques=["sdpa", "bf16"], max_cells=-1, api_name="/combinations")
 
 
 @pytest.fixture(scope="module")
@@ -75,21 +76,21 @@ def browser(test):
 
 
 @browser
-def test_eight_techniques_read_as_a_matrix_at_1280_px(page):
+def test_eight_techniques_read_as_a_table_at_1280_px(page):
     tab(page, "Combinations")
-    small(page, "mx", steps=2, side=32)
-    page.locator("#mx-rounds input").fill("1")
-    boxes = page.locator("#mx-techniques")
+    small(page, "combinations", steps=2, side=32)
+    page.locator("#combinations-rounds input").fill("1")
+    boxes = page.locator("#combinations-techniques")
     for name in CHEAP:
         boxes.get_by_label(name, exact=True).check()
-    page.locator("#matrix-btn").click()
-    table = page.locator("#mx-table")
+    page.locator("#combinations-btn").click()
+    table = page.locator("#combinations-table")
     expect(table).to_contain_text("refused: conflict", timeout=LONG)
-    expect(page.locator("#mx-summary")).to_contain_text("8 techniques on tiny-shapes")
-    expect(page.locator("#mx-reasons")).to_contain_text("classic_attention + sdpa: refused")
+    expect(page.locator("#combinations-summary")).to_contain_text("8 techniques on tiny-shapes")
+    expect(page.locator("#combinations-reasons")).to_contain_text("classic_attention + sdpa: refused")
     assert page.locator(".toast-body.error").count() == 0
     for name in ("classic_attention", "cfg_cutoff", "threads"):  # every technique's name shows whole
         expect(table.get_by_role("columnheader").filter(has_text=name.split("_")[0])).not_to_have_count(0)
     no_horizontal_scroll(page)
     page.wait_for_timeout(500)
-    shot(page, "matrix")
+    shot(page, "combinations")

@@ -1,4 +1,4 @@
-"""`python -m studio matrix`: a small real matrix on tiny-shapes, as a user runs it, printed for people, as
+"""`python -m studio combinations`: a small real run on tiny-shapes, as a user runs it, printed for people, as
 Markdown and as JSON; refused before anything runs where it would be too long."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_two_cheap_techniques_and_a_conflict_measured_in_one_group_against_one_baseline(cli, tmp_path):
     status, out, err = cli(
-        "matrix", "--techniques", "channels_last", "sdpa", "classic_attention", *SMALL, "--json"
+        "combinations", "--techniques", "channels_last", "sdpa", "classic_attention", *SMALL, "--json"
     )
     assert status == 0, err
     data = json.loads(out)
@@ -41,20 +41,22 @@ def test_two_cheap_techniques_and_a_conflict_measured_in_one_group_against_one_b
 
 
 def test_the_text_table_and_markdown_name_every_technique_and_list_the_reasons(cli):
-    status, out, _ = cli("matrix", "--techniques", "sdpa", "classic_attention", *SMALL)
+    status, out, _ = cli("combinations", "--techniques", "sdpa", "classic_attention", *SMALL)
     assert status == 0
     assert "Columns:  1 classic_attention,  2 sdpa" in out
     assert " 1 classic_attention" in out and "refused: conflict" in out
     assert "Why:\n  classic_attention + sdpa: refused: classic_attention and sdpa cannot be combined" in out
-    status, out, _ = cli("matrix", "--techniques", "sdpa", "classic_attention", *SMALL, "--markdown")
+    status, out, _ = cli("combinations", "--techniques", "sdpa", "classic_attention", *SMALL, "--markdown")
     assert status == 0
     assert "| | `classic_attention` | `sdpa` |" in out
     assert "- classic_attention + sdpa: refused:" in out
 
 
-def test_a_matrix_over_the_time_limit_is_refused_before_anything_runs(cli, tmp_path, monkeypatch):
+def test_combinations_over_the_time_limit_are_refused_before_anything_runs(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("STUDIO_MAX_REQUEST_S", "30")
-    status, out, err = cli("matrix", "--techniques", "torch_compile", "aot_package", "sdpa", *SMALL)
+    status, out, err = cli("combinations", "--techniques", "torch_compile", "aot_package", "sdpa", *SMALL)
     assert status == 2 and out == ""
-    assert "This matrix would take about" in err and "STUDIO_MAX_REQUEST_S" in err and "max_cells" in err
+    assert (
+        "These combinations would take about" in err and "STUDIO_MAX_REQUEST_S" in err and "max_cells" in err
+    )
     assert RunLog(tmp_path / "runs.db").runs(limit=5) == [], "nothing ran, nothing was logged"

@@ -28,7 +28,7 @@ def hardware(gpu_gb: float | None) -> devices.Hardware:
         (24, "cuda:0", ["tiny-shapes", "sd15-arch"]),
         (80, "cuda:0", ["tiny-shapes", "sd15-arch", "sdxl-arch"]),
         (139, "cuda:0", ["tiny-shapes", "sd15-arch", "sdxl-arch", "flux-arch"]),
-        (139, "cpu", ["tiny-shapes", "sd15-arch"]),  # a GPU machine benchmarking its CPU
+        (139, "cpu", ["tiny-shapes", "sd15-arch"]),  # a GPU machine measuring its CPU
     ],
 )
 def test_the_suite_is_chosen_by_the_device(gpu_gb, device, models):
@@ -45,7 +45,7 @@ def test_the_suite_is_chosen_by_the_device(gpu_gb, device, models):
 
 def test_a_model_outside_the_suite_is_refused_with_the_suites_models():
     with pytest.raises(
-        ValidationError, match=r"sdxl-arch is not in this device's benchmark suite.*tiny-shapes"
+        ValidationError, match=r"sdxl-arch is not in this device's suite of cards.*tiny-shapes"
     ):
         pick_cases(list(CPU_CASES), ["sdxl-arch"])
     assert [c.model for c in pick_cases(list(CPU_CASES), ["sd15-arch"])] == ["sd15-arch"]
@@ -71,7 +71,7 @@ def test_options_are_read_as_a_face_sends_them_and_say_their_command():
     options = validate_options("tiny-shapes, sd15-arch", "60", ["openvino[mode=full_int8]"], "2")
     assert options == Options(("tiny-shapes", "sd15-arch"), 60.0, ("openvino[mode=full_int8]",), 2, 1, "auto")
     assert options.command() == (
-        "python -m studio benchmark --models tiny-shapes sd15-arch "
+        "python -m studio cards --models tiny-shapes sd15-arch "
         '--configs "openvino[mode=full_int8]" --rounds 2'
     )
 
@@ -198,7 +198,7 @@ def row(config, speedup, psnr, stage="single", verdict="faster", floor=None):
         (None, None, ["deepcache[interval=3]"]),  # nothing confirmed: the best lossy row is measured again
     ],
 )
-def test_the_benchmark_measures_again_the_winner_and_the_fastest_that_changes_the_image(
+def test_the_run_measures_again_the_winner_and_the_fastest_that_changes_the_image(
     winner, confirmed_psnr, expected
 ):
     from types import SimpleNamespace

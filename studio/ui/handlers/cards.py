@@ -1,14 +1,18 @@
-"""The Benchmark tab's handlers: `/benchmark` (the fixed suite measured here, written as a card into the
-studio's home), the suite's models for a device, `/machines` (the cards of many machines, one table per
-model), and a winner of the card just measured or of any card the Machines view loaded into Generate's form
-(the way History loads a logged run: `form_values`), checked for this machine: another machine's GPU card runs
-here on this machine's device, and a configuration this machine cannot run is one sentence.
+"""The Cards tab's handlers: `/cards` (the fixed suite measured here, written as a card into the studio's
+home), the suite's models for a device, `/machines` (the cards of many machines, one table per model), and a
+winner of the card just measured or of any card the Machines view loaded into Generate's form (the way History
+loads a logged run: `form_values`), checked for this machine: another machine's GPU card runs here on this
+machine's device, and a configuration this machine cannot run is one sentence.
 
 Options are checked (`studio.cards.options.validate_options`, then every model's request and
-configuration in `run_benchmark`) before anything runs; a bad one is one sentence, as `gr.Error`. A cancelled
-benchmark writes nothing and says where it stopped. After a run, the regression report against this machine's
-newest card before it (`studio.cards.regression`); "Compare two cards" reports on two cards of the studio's
-folder without measuring."""
+configuration in `run_cards`) before anything runs; a bad one is one sentence, as `gr.Error`. A cancelled run
+writes nothing and says where it stopped. After a run, the regression report against this machine's newest
+card before it (`studio.cards.regression`); "Compare two cards" reports on two cards of the studio's folder
+without measuring.
+
+`CardsTab` holds what needs the studio or the cancel flags (the run and what it will take); the rest are plain
+functions. Each returns what it fills by name (the tab names its components the same, `studio.ui.views.named`)
+or at most two values."""
 
 from __future__ import annotations
 
@@ -27,21 +31,17 @@ from studio.cards import hub, picks, regression, wording
 from studio.cards.collection import load_folder, machine_name, machines_markdown
 from studio.cards.machine import this_fingerprint
 from studio.cards.options import expected, validate_options
-from studio.cards.run_suite import run_benchmark
+from studio.cards.run_suite import CardRun, run_cards
 from studio.cards.suite import CPU_CASES, GPU_CASES, suite_for
 from studio.engine import Studio
-from studio.engine.run_data import run_columns
 from studio.errors import Cancelled, StudioError, UnavailableError, ValidationError, describe
 from studio.request import build_request, with_config
 from studio.ui import progress_views
 from studio.ui.cancel import Cancellations
 from studio.ui.handlers.common import cancel_controls, cancellable_run, engine_errors, form_values
 
-# What `/benchmark` fills, by name (a client gets all but the layout `results`, in this order).
-BENCHMARK = ("results", "summary", "sheet", "files", "card", "regression")  # the last: a State
-PLAN_FORM = ("models", "device", "budget_s", "configs", "warmup", "rounds")  # what `plan_note` reads
 NOTHING_WRITTEN = "Nothing was written: a card is written only once every model is measured."
-STOPPING = "Stopping at the next denoising step: a cancelled benchmark writes no card."
+STOPPING = "Stopping at the next denoising step: a cancelled run writes no card."
 # What a card's model entry ran, as `build_request` takes it (with the entry's `batch`).
 REQUEST_KEYS = ("model", "prompt", "seed", "steps", "guidance", "width", "height", "scheduler", "device")
 SUITE_CASES = {case.model: case for case in (*GPU_CASES, *CPU_CASES)}  # a model's prompt and seed
@@ -113,7 +113,7 @@ def winner_request(cards: Any, chosen: str | None):
     checked for this machine as any request is (a GPU's fp16 on a CPU is refused with a sentence)."""
     named = {**named_winners(cards, machines=True), **named_winners(cards)}
     if chosen not in named:
-        raise ValidationError("Run the benchmark or load cards first, then choose one of their winners.")
+        raise ValidationError("Run the suite or load cards first, then choose one of their winners.")
     entry, winner = named[chosen]
     case = SUITE_CASES.get(entry["model"])
     fields = {key: entry.get(key) for key in REQUEST_KEYS}
@@ -140,6 +140,7 @@ def regression_text(old: dict[str, Any], new: dict[str, Any]) -> str:
         return f"⚠ {describe(exc)}"
 
 
+@engine_errors
 def regression_view(text: str | None) -> dict[str, Any]:
     """A report shown in Markdown with its copyable block (`report`, `block`, `area`); a refusal (⚠) in
     Markdown alone; nothing (None or ''): the area hidden."""
@@ -154,6 +155,7 @@ def card_names() -> dict[str, dict[str, Any]]:
     return {Path(c["path"]).name: c for c in reversed(cards)}
 
 
+@engine_errors
 def cards_menus() -> tuple:
     """The menus of "Compare two cards": the folder's cards, the second newest before, the newest after."""
     names = list(card_names())
@@ -164,6 +166,7 @@ def cards_menus() -> tuple:
     )
 
 
+@engine_errors
 def compare_cards(before: str | None, after: str | None) -> dict[str, Any]:
     """The regression report between two cards of the studio's folder, chosen by file name, nothing
     measured (`regression_view`'s outputs); a refusal or a missing choice as a sentence."""
@@ -175,23 +178,24 @@ def compare_cards(before: str | None, after: str | None) -> dict[str, Any]:
     return regression_view(regression_text(cards[before], cards[after]))
 
 
-def finished(benchmark: Any, older: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A finished benchmark's outputs (`BENCHMARK`): the card written into the studio's home, its summary,
-    the contact sheet (shown twice its size: its captions are a small bitmap font), the files' paths, the
-    card, and the regression report against `older` (this machine's newest card before the run; '': none)."""
-    files = card_files.save(benchmark)
+def finished(run: CardRun, older: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A finished run's outputs by name: the card written into the studio's home, its summary, the contact
+    sheet (shown twice its size: its captions are a small bitmap font), the files' paths, the card, and the
+    regression report against `older` (this machine's newest card before the run; '': none)."""
+    files = card_files.save(run)
     with Image.open(files["sheet"]) as written:
         sheet = written.resize((2 * written.width, 2 * written.height), Image.Resampling.NEAREST)
     listing = "\n".join(f"{kind}: {path}" for kind, path in files.items())
-    summary = card_files.summary(benchmark.card)
-    shown = {"summary": summary, "sheet": sheet, "files": listing, "card": benchmark.card}
-    report = "" if older is None else regression_text(older, {**benchmark.card, "path": str(files["card"])})
+    summary = card_files.summary(run.card)
+    shown = {"summary": summary, "sheet": sheet, "files": listing, "card": run.card}
+    report = "" if older is None else regression_text(older, {**run.card, "path": str(files["card"])})
     return {"results": gr.update(visible=True), **shown, "regression": report}
 
 
 def cancelled(exc: Cancelled) -> dict[str, Any]:
-    """A cancelled benchmark's outputs (`BENCHMARK`): where it stopped, and that nothing was written."""
-    said = progress_views.sentence(exc, "Benchmark", NOTHING_WRITTEN)
+    """A cancelled run's outputs by name (those of `finished`): where it stopped, and that nothing was
+    written."""
+    said = progress_views.sentence(exc, "Cards", NOTHING_WRITTEN)
     shown = {"summary": said, "sheet": None, "files": "", "card": None, "regression": ""}
     return {"results": gr.update(visible=True), **shown}
 
@@ -254,18 +258,63 @@ def machines_notes(found: hub.Machines) -> str:
     return "\n\n".join(parts)
 
 
-def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
-    """The Benchmark tab's event functions, closed over one Studio and the sessions' cancel flags."""
+@engine_errors
+def cards_models(device, chosen):
+    """The models menu for the device now chosen (those still in its suite stay chosen)."""
+    names = suite_models(device)
+    return gr.update(choices=names, value=[m for m in chosen or [] if m in names] or names[:1])
+
+
+@engine_errors
+def use_card_winner(cards, chosen) -> dict[str, Any]:
+    """The chosen winner of `cards` (the card just measured, or the Machines view's) in Generate's form, by
+    field name (`form_values`), at the model and shape its card measured (`winner_request`); Generate shown
+    (`tabs`)."""
+    request = winner_request(cards, chosen)
+    return {**form_values(request.columns()), "tabs": gr.update(selected="generate")}
+
+
+@engine_errors
+def machines(source="") -> dict[str, Any]:
+    """The cards of this studio, of the project (docs/cards) and of `source` (a folder or a dataset as
+    OWNER/DATASET), one table per model, by name: the tables in Markdown (`tables`), the sentences on what was
+    not read (`notes`), the data (`machines`: {"tables", "refused", "note"}, as `python -m studio cards
+    --machines --json`), and the cards themselves (`cards`: for the view's winners menu, a State no client
+    sees)."""
+    found = hub.machines(checked_source(source))
+    shown = {"tables": machines_markdown(found.tables), "notes": machines_notes(found)}
+    return {**shown, "machines": found.data(), "cards": found.cards}
+
+
+def machines_menu(cards):
+    """The Machines view's winners: every loaded card's, named with its machine in front."""
+    return winners_menu(cards, machines=True)
+
+
+class CardsTab:
+    """The Cards tab's event functions that need this studio or the sessions' cancel flags."""
+
+    def __init__(self, studio: Studio, cancels: Cancellations):
+        self.studio = studio
+        self.cancels = cancels
 
     @engine_errors
-    def benchmark(
-        models, device, budget_s, configs, warmup, rounds, request: gr.Request = None, progress=gr.Progress()
-    ):
-        """The fixed benchmark suite on this machine (`models`: a subset of the device's suite), written as a
-        card into the studio's home: its summary, contact sheet, files and the card; `configs` (one per line)
-        are measured instead of the auto-tuner's search within `budget_s` seconds per model."""
+    def cards(
+        self,
+        models,
+        device,
+        budget_s,
+        configs,
+        warmup,
+        rounds,
+        request: gr.Request = None,
+        progress=gr.Progress(),
+    ) -> dict[str, Any]:
+        """The fixed suite on this machine (`models`: a subset of the device's suite), written as a card into
+        the studio's home, its outputs by name (`finished`, `cancelled`); `configs` (one per line) are
+        measured instead of the auto-tuner's search within `budget_s` seconds per model."""
         # first: it takes the flag a click reserved
-        with cancellable_run(cancels, request, "benchmark") as should_stop:
+        with cancellable_run(self.cancels, request, "cards") as should_stop:
             options = validate_options(
                 models=models,
                 budget_s=budget_s,
@@ -276,52 +325,35 @@ def build_benchmark_handlers(studio: Studio, cancels: Cancellations) -> dict[str
             )
             older = older_card()
             try:
-                done = run_benchmark(
+                done = run_cards(
                     options,
-                    studio=studio,
-                    progress=lambda fraction, where: progress(fraction, desc=f"Benchmark: {where}"),
+                    studio=self.studio,
+                    progress=lambda fraction, where: progress(fraction, desc=f"Cards: {where}"),
                     should_stop=should_stop,
                 )
             except Cancelled as exc:
                 return cancelled(exc)
             return finished(done, older)
 
-    @engine_errors
-    def models_for(device, chosen):
-        """The models menu for the device now chosen (those still in its suite stay chosen)."""
-        names = suite_models(device)
-        return gr.update(choices=names, value=[m for m in chosen or [] if m in names] or names[:1])
+    def cards_plan(self, models, device, budget_s, configs, warmup, rounds) -> str:
+        """What the run with the form's options will do and take (`plan_note`), said as the form changes."""
+        form = {"models": models, "device": device, "budget_s": budget_s, "configs": configs}
+        return plan_note(self.studio, **form, warmup=warmup, rounds=rounds)
 
-    @engine_errors
-    def use_winner(cards, chosen):
-        """The chosen winner of `cards` (the card just measured, or the Machines view's) in Generate's form,
-        at the model and shape its card measured (`winner_request`); Generate shown."""
-        request = winner_request(cards, chosen)
-        return (*form_values(run_columns(request, 0, 0, None)).values(), gr.update(selected="generate"))
 
-    @engine_errors
-    def machines(source=""):
-        """The cards of this studio, of the project (docs/cards) and of `source` (a folder or a dataset as
-        OWNER/DATASET), one table per model: the tables in Markdown, the sentences on what was not read, and
-        the data ({"tables", "refused", "note"}, as `python -m studio benchmark --machines --json`); and the
-        cards, for the view's winners menu (a State: no client sees it)."""
-        found = hub.machines(checked_source(source))
-        return machines_markdown(found.tables), machines_notes(found), found.data(), found.cards
-
-    def machines_menu(cards):
-        """The Machines view's winners: every loaded card's, named with its machine in front."""
-        return winners_menu(cards, machines=True)
-
+def build_cards_handlers(studio: Studio, cancels: Cancellations) -> dict[str, Callable]:
+    """The Cards tab's event functions by name: the run's and its plan's on `studio` and `cancels`."""
+    tab = CardsTab(studio, cancels)
     return {
-        "benchmark": benchmark,
-        "benchmark_plan": lambda *values: plan_note(studio, **dict(zip(PLAN_FORM, values, strict=True))),
-        **cancel_controls(cancels, "benchmark", STOPPING),
-        "benchmark_models": models_for,
+        "cards": tab.cards,
+        "cards_plan": tab.cards_plan,
+        **cancel_controls(cancels, "cards", STOPPING),
+        "cards_models": cards_models,
         "winners_menu": winners_menu,
-        "use_card_winner": use_winner,
+        "use_card_winner": use_card_winner,
         "machines": machines,
         "machines_menu": machines_menu,
         "regression_view": regression_view,
-        "cards_menus": engine_errors(cards_menus),
-        "compare_cards": engine_errors(compare_cards),
+        "cards_menus": cards_menus,
+        "compare_cards": compare_cards,
     }

@@ -1,9 +1,9 @@
-"""`python -m studio benchmark`: the fixed benchmark suite on this machine, written as a card; `--machines`
+"""`python -m studio cards`: the fixed suite measured on this machine, written as a card; `--machines`
 prints the cards of many machines side by side instead, running nothing; `--against CARD` also prints the
 regression report between CARD (default: this machine's newest card) and the card just measured;
 `--compare-cards OLD NEW` prints the report between two card files, running nothing.
 
-Registered in `studio/cli/__init__.py` with `add_benchmark_parser(sub)` and `COMMANDS["benchmark"]`.
+Registered in `studio/cli/__init__.py` with `add_cards_parser(sub)` and `COMMANDS["cards"]`.
 Nothing is imported here until the command runs: `--help` loads no model library.
 """
 
@@ -15,14 +15,14 @@ import time
 from typing import Any
 
 
-def add_benchmark_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the `benchmark` command to the CLI's subparsers.
+def add_cards_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `cards` command to the CLI's subparsers.
 
     Args:
         subparsers: what `ArgumentParser.add_subparsers()` returned.
     """
     p = subparsers.add_parser(
-        "benchmark", help="the fixed benchmark suite on this machine, written as a card"
+        "cards", help="the fixed suite measured on this machine, written as a card: what is fastest here"
     )
     p.add_argument(
         "--models", nargs="+", help="a subset of the suite (default: all its models on this device)"
@@ -138,7 +138,7 @@ def _against(args: argparse.Namespace) -> dict[str, Any] | None:
     return old
 
 
-def cmd_benchmark(args: argparse.Namespace) -> int:
+def cmd_cards(args: argparse.Namespace) -> int:
     """Run the suite, write the card (and publish it), print its summary (StudioError exits 2 in cli.main)."""
     if args.machines is not None:
         return cmd_machines(args)
@@ -146,7 +146,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         return cmd_compare_cards(args)
     from studio.cards import card, hub, regression
     from studio.cards.options import validate_options
-    from studio.cards.run_suite import run_benchmark
+    from studio.cards.run_suite import run_cards
     from studio.cli.output import emit
     from studio.optimizations import packages
 
@@ -161,7 +161,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     if args.publish:
         hub.check_publish(args.publish)  # refused before an hour of measuring, not after
     old = _against(args)  # so is a card that does not compare with the one about to be measured
-    done = run_benchmark(options, progress=_progress())
+    done = run_cards(options, progress=_progress())
     files = card.save(done, args.out)
     report = None if old is None else regression.compare(old, {**done.card, "path": str(files["card"])})
     kept = packages.files() if args.publish else []  # the compiled packages travel with the card

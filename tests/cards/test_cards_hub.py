@@ -107,8 +107,8 @@ def test_the_cli_refuses_to_publish_before_it_measures(fake_hub, tmp_path, monke
     import studio.cards.run_suite as runner
 
     monkeypatch.delenv("HF_TOKEN")
-    monkeypatch.setattr(runner, "run_benchmark", lambda *a, **kw: pytest.fail("nothing may run"))
-    status = main(["benchmark", "--configs", "channels_last", "--out", str(tmp_path), "--publish", "a/b"])
+    monkeypatch.setattr(runner, "run_cards", lambda *a, **kw: pytest.fail("nothing may run"))
+    status = main(["cards", "--configs", "channels_last", "--out", str(tmp_path), "--publish", "a/b"])
     assert status == 2 and "HF_TOKEN" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 

@@ -1,4 +1,4 @@
-"""`python -m studio benchmark` in-process: the suite's tiny-shapes model with configurations given, one
+"""`python -m studio cards` in-process: the suite's tiny-shapes model with configurations given, one
 round, into a card; `--machines` prints the cards as tables; `--help` loads no model library."""
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def cli(tmp_path, monkeypatch, capsys):
     return run
 
 
-def test_the_benchmark_writes_a_card_and_the_machines_table_shows_it(cli, tmp_path):
+def test_cards_writes_a_card_and_the_machines_table_shows_it(cli, tmp_path):
     out = tmp_path / "cards"
     status, stdout, stderr = cli(
-        "benchmark",
+        "cards",
         "--models",
         "tiny-shapes",
         "--configs",
@@ -50,16 +50,16 @@ def test_the_benchmark_writes_a_card_and_the_machines_table_shows_it(cli, tmp_pa
     assert all(Path(p).is_file() for p in data["files"].values())
     (entry,) = data["card"]["models"]
     assert (entry["model"], entry["steps"]) == ("tiny-shapes", 20) and "[100%] done" in stderr
-    status, stdout, _ = cli("benchmark", "--machines", str(out), "--json")
+    status, stdout, _ = cli("cards", "--machines", str(out), "--json")
     tables = json.loads(stdout)["tables"]
     mine = [r for r in tables["tiny-shapes"] if r["this_machine"]]
     assert len(mine) == 1 and mine[0]["seconds_per_image"] == entry["baseline"]["seconds_per_image"]
     assert len(tables["sd15-arch"]) == 6, "the project's own cards (docs/cards) come along"
-    status, stdout, _ = cli("benchmark", "--machines", str(out))
+    status, stdout, _ = cli("cards", "--machines", str(out))
     assert status == 0 and "## tiny-shapes" in stdout and "**(this machine)**" in stdout
 
 
-def test_a_cancelled_benchmark_writes_no_card(cli, tmp_path, monkeypatch):
+def test_a_cancelled_run_writes_no_card(cli, tmp_path, monkeypatch):
     import studio.cards.run_suite as runner
 
     def cancelled(*args, **kw):
@@ -67,23 +67,21 @@ def test_a_cancelled_benchmark_writes_no_card(cli, tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "run_compare", cancelled)
     out = tmp_path / "cards"
-    status, stdout, stderr = cli(
-        "benchmark", "--configs", "channels_last", "--rounds", "1", "--out", str(out)
-    )
+    status, stdout, stderr = cli("cards", "--configs", "channels_last", "--rounds", "1", "--out", str(out))
     assert status == 2 and stdout == "" and "Cancelled by the test." in stderr
     assert not out.exists() or list(out.iterdir()) == []
 
 
 def test_a_configuration_that_cannot_run_here_is_refused_before_anything_runs(cli, tmp_path):
-    status, stdout, stderr = cli("benchmark", "--configs", "fp16", "--out", str(tmp_path / "cards"))
+    status, stdout, stderr = cli("cards", "--configs", "fp16", "--out", str(tmp_path / "cards"))
     assert status == 2 and "fp16 needs a GPU" in stderr and not (tmp_path / "cards").exists()
 
 
-def test_benchmark_help_loads_no_model_library():
+def test_cards_help_loads_no_model_library():
     from benchmarks.cli_startup import PROBE
 
     probe = subprocess.run(
-        [sys.executable, "-c", PROBE, "benchmark", "--help"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-c", PROBE, "cards", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert "--budget-s" in probe.stdout and probe.stderr.strip().splitlines()[-1] == "False"
 
@@ -105,7 +103,7 @@ def old_card(system: dict, seconds: float) -> dict:
         "suite": SUITE_VERSION,
         "created_at": "2026-01-01T00:00:00Z",
         "system": system,
-        "source": "measured with `python -m studio benchmark`",
+        "source": "measured with `python -m studio cards`",
         "device": "cpu",
         "models": [entry],
     }
@@ -118,7 +116,7 @@ def test_against_compares_the_new_card_with_this_machines_newest(cli, tmp_path):
     out.mkdir()
     (out / "old.json").write_text(json.dumps(old_card(snapshot(), seconds=100.0)))
     quick = ("--models", "tiny-shapes", "--configs", "channels_last", "--rounds", "2", "--out", str(out))
-    status, stdout, stderr = cli("benchmark", *quick, "--against", "--json")
+    status, stdout, stderr = cli("cards", *quick, "--against", "--json")
     assert status == 0, stderr
     data = json.loads(stdout)
     report = data["regression"]
@@ -135,9 +133,9 @@ def test_against_a_card_of_another_machine_is_refused_before_measuring(cli, tmp_
     out = tmp_path / "cards"
     other = ROOT / "docs" / "cards" / "amd-epyc-zen4.json"
     status, stdout, stderr = cli(
-        "benchmark", "--configs", "channels_last", "--out", str(out), "--against", str(other)
+        "cards", "--configs", "channels_last", "--out", str(out), "--against", str(other)
     )
     assert status == 2 and stdout == "" and "measured different machines" in stderr
-    status, _, stderr = cli("benchmark", "--configs", "channels_last", "--out", str(out), "--against")
+    status, _, stderr = cli("cards", "--configs", "channels_last", "--out", str(out), "--against")
     assert status == 2 and "No card of this machine in" in stderr
     assert not out.exists() or list(out.iterdir()) == []

@@ -1,8 +1,9 @@
-"""`python -m studio matrix`: what combines with what, every pair of the chosen techniques on one model and
-device, refused (with the registry's reason), failed (with the error) or measured against one baseline in
-the same interleaved rounds (`studio.sweeps.matrix`).
+"""`python -m studio combinations`: what combines with what, every pair of the chosen techniques on one model
+and device, refused (with the registry's reason), failed (with the error) or measured against one baseline in
+the same interleaved rounds (`studio.sweeps.combinations`).
 
-Registered in `studio/cli/__init__.py` with `add_matrix_parser(sub)` and `COMMANDS["matrix"] = cmd_matrix`.
+Registered in `studio/cli/__init__.py` with `add_combinations_parser(sub)` and
+`COMMANDS["combinations"] = cmd_combinations`.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ LEGEND = (
 )
 
 
-def add_matrix_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the `matrix` command to the CLI's subparsers.
+def add_combinations_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `combinations` command to the CLI's subparsers.
 
     Args:
         subparsers: what `ArgumentParser.add_subparsers()` returned.
     """
-    p = subparsers.add_parser("matrix", help="what combines with what: every pair of techniques, measured")
+    p = subparsers.add_parser(
+        "combinations", help="what combines with what: every pair of techniques, measured"
+    )
     p.add_argument("--model", default="tiny-shapes", help="registry id, hub id or local directory")
     p.add_argument("--prompt", help="default: the model's example prompt")
     p.add_argument("--seed", type=int, default=1)
@@ -60,12 +63,12 @@ def add_matrix_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
-    out.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table")
+    out.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     return p
 
 
 def text_table(names: list[str], rows: list[list[str]], width: int = WIDTH) -> str:
-    """The matrix as aligned text: rows named, columns numbered (their names listed above), cut into blocks
+    """The table as aligned text: rows named, columns numbered (their names listed above), cut into blocks
     of columns that fit `width` characters, each block with the rows' names again."""
     label = max(len(n) for n in names) + 4
     cols = [max(len(str(i + 1)), *(len(r[i]) for r in rows)) + 2 for i in range(len(names))]
@@ -86,36 +89,36 @@ def text_table(names: list[str], rows: list[list[str]], width: int = WIDTH) -> s
 
 
 def markdown_table(names: list[str], rows: list[list[str]]) -> str:
-    """The matrix as a Markdown table, techniques in code type."""
+    """The table as Markdown, techniques in code type."""
     head = ["| | " + " | ".join(f"`{n}`" for n in names) + " |", "|---" * (len(names) + 1) + "|"]
     return "\n".join(head + [f"| `{n}` | " + " | ".join(r) + " |" for n, r in zip(names, rows, strict=True)])
 
 
 def render(result: Any, as_markdown: bool) -> str:
-    """The headline, the matrix (text or Markdown), its legend and the reasons under it."""
-    from studio.sweeps import matrix_report
+    """The headline, the table (text or Markdown), its legend and the reasons under it."""
+    from studio.sweeps import combinations_report
 
-    names, rows = list(result.plan.techniques), matrix_report.grid(result)
+    names, rows = list(result.plan.techniques), combinations_report.grid(result)
     table = markdown_table(names, rows) if as_markdown else text_table(names, rows)
-    why = [f"- {line}" if as_markdown else f"  {line}" for line in matrix_report.reasons(result)]
-    parts = [matrix_report.headline(result), table, LEGEND]
+    why = [f"- {line}" if as_markdown else f"  {line}" for line in combinations_report.reasons(result)]
+    parts = [combinations_report.headline(result), table, LEGEND]
     head = "Why:\n\n" if as_markdown else "Why:\n"  # a Markdown list needs its blank line
     return "\n\n".join(parts + ([head + "\n".join(why)] if why else []))
 
 
-def cmd_matrix(args: argparse.Namespace) -> int:
-    """Run `matrix`: plan (refused above the limits before anything runs), measure, print."""
+def cmd_combinations(args: argparse.Namespace) -> int:
+    """Run `combinations`: plan (refused above the limits before anything runs), measure, print."""
     from studio.cli.output import emit
     from studio.engine import Studio
     from studio.request import build_request
-    from studio.sweeps import matrix, matrix_report
+    from studio.sweeps import combinations, combinations_report
 
     fields = ("seed", "steps", "guidance", "width", "height", "device")
     request = build_request(
         model=args.model, prompt=args.prompt or _example(args.model), **{k: getattr(args, k) for k in fields}
     )
     studio = Studio()
-    plan = matrix.plan_matrix(
+    plan = combinations.plan_combinations(
         request,
         args.techniques,
         include_compile=args.include_compile,
@@ -127,12 +130,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     count = len([c for c in plan.cells if c.outcome == "planned"])
     estimate = f"{count} cells to measure, about {plan.estimate_s / 60:.0f} min"
     if args.dry_run:
-        result = matrix.MatrixResult(plan, plan.cells, None, None)
-        emit(matrix_report.as_json(result), args.json, f"{render(result, args.markdown)}\n\n{estimate}.")
+        result = combinations.CombinationsResult(plan, plan.cells, None, None)
+        emit(
+            combinations_report.as_json(result), args.json, f"{render(result, args.markdown)}\n\n{estimate}."
+        )
         return 0
     print(estimate, file=sys.stderr)
-    result = matrix.run_matrix(studio, plan, progress=_progress())
-    emit(matrix_report.as_json(result), args.json, render(result, args.markdown))
+    result = combinations.run_combinations(studio, plan, progress=_progress())
+    emit(combinations_report.as_json(result), args.json, render(result, args.markdown))
     return 0
 
 
