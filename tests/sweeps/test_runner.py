@@ -347,14 +347,15 @@ def test_host_monitor_says_unknown_where_there_is_no_proc_stat(monkeypatch, tmp_
 
 def test_a_busy_host_never_turns_noise_into_a_claimed_speedup(studio):
     """channels_last changes nothing much for tiny-shapes on a CPU; under a busy loop (and whatever else runs
-    here) the compare must say 'within noise' or flag the host as busy, never claim more than x2 either
-    way."""
+    here) the compare must say 'within noise' or flag the host as busy: a speedup the host's load made (a
+    busy loop beside another worker once read x0.39) is never shown as a plain claim."""
     with busy_loop():
         result = run_compare(studio, request(width=64, height=64), ["channels_last"], warmup=1, rounds=5)
     base, cl = result.records
     assert cl["status"] == "ok" and cl["rounds"] == 5
-    assert 0.5 <= cl["speedup"] <= 2.0, cl
     assert cl["verdict"] == "within noise" or cl["host_busy"], cl
+    if not cl["host_busy"]:
+        assert 0.5 <= cl["speedup"] <= 2.0, cl
     for record in result.records:
         assert record["host_busy_pct"] is not None
         assert record["host_busy"] == (
