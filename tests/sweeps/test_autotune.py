@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from diffusers.models.unets.unet_2d_condition import UNet2DConditionOutput
+from diffusers.models.unets.unet_2d_condition import UNet2DConditionModel, UNet2DConditionOutput
 
 from studio.errors import ValidationError
 from studio.optimizations import REGISTRY, Optimization
@@ -192,6 +192,19 @@ def stub_studio(tmp_path, monkeypatch):
     return make
 
 
+@pytest.fixture
+def slow_unet(monkeypatch):
+    """The UNet sleeps as a slow technique's does, so a stub that skips it is several times faster: measured
+    faster beyond noise on a busy host too (the tests below are about what the search does with it)."""
+    unet_forward = UNet2DConditionModel.forward
+
+    def slow_forward(self, *args, **kwargs):
+        time.sleep(SLEEP_PER_UNET_CALL)
+        return unet_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(UNet2DConditionModel, "forward", slow_forward)
+
+
 class Sweeps:
     """A progress callback that counts the auto-tune's sweeps (each one's progress starts at 0)."""
 
@@ -219,7 +232,7 @@ def test_a_slower_technique_is_never_offered(stub_studio):
     assert "Nothing here beats the baseline" in markdown(result)
 
 
-def test_a_technique_fast_in_the_singles_but_slow_in_its_confirmation_is_not_offered(stub_studio):
+def test_a_technique_fast_in_the_singles_but_slow_in_its_confirmation_is_not_offered(stub_studio, slow_unet):
     sweeps = Sweeps()
     studio = stub_studio(stub("stub_fickle", fast=lambda: sweeps.count <= 1))  # fast in the first sweep only
     result = run_autotune(
@@ -252,7 +265,7 @@ def test_a_technique_fast_in_the_singles_but_slow_in_its_confirmation_is_not_off
     assert logged == {"faster", "slower"}
 
 
-def test_a_technique_that_does_less_work_is_offered_after_its_confirmation(stub_studio):
+def test_a_technique_that_does_less_work_is_offered_after_its_confirmation(stub_studio, slow_unet):
     studio = stub_studio(stub("stub_fast", fast=lambda: True))
     result = run_autotune(
         studio, request(), floor=ANY_IMAGE, techniques=["stub_fast"], warmup=1, rounds=5, confirm_rounds=5
@@ -264,7 +277,7 @@ def test_a_technique_that_does_less_work_is_offered_after_its_confirmation(stub_
     assert as_json(result)["winner"] == {"techniques": ["stub_fast"], "settings": {}}
 
 
-def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypatch):
+def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypatch, slow_unet):
     """Singles, combinations and the confirmation are each one sweep on the protocol. Two stubs that skip
     the UNet's work survive the singles for sure, so there is a combination and a confirmation; the progress
     callback starts at 0 for each sweep, which splits the recorded `compute` calls into sweeps."""
@@ -314,7 +327,9 @@ def test_every_stage_runs_warmups_then_interleaved_rounds(stub_studio, monkeypat
     assert studio.runlog.db["groups"].get(result.group_id)["status"] == "ok"
 
 
-def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_row(stub_studio, monkeypatch):
+def test_a_best_configuration_that_fails_in_its_combination_sweep_is_a_failed_row(
+    stub_studio, monkeypatch, slow_unet
+):
     from studio.errors import RunFailed
 
     sweeps = Sweeps()
