@@ -344,6 +344,7 @@ def test_estimate_says_what_the_first_call_cost_as_the_api_does(cli):
         (["--help"], "usage: python -m studio"),
         (["generate", "--help"], "--steps STEPS"),
         (["compare"], "--prompt"),
+        (["autotune", "--help"], "baseline/winner rounds (default 5)"),
     ],
 )
 def test_help_and_a_bad_argument_answer_without_loading_torch(command, says):

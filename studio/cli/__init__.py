@@ -18,7 +18,7 @@ from studio.cli.packages_command import add_packages_parser, cmd_packages
 from studio.cli.shard_command import add_shard_parser, cmd_shard
 from studio.cli.timeline_command import add_timeline_parser, cmd_timeline
 from studio.errors import StudioError, describe
-from studio.request.quality_floor import Floor
+from studio.request.sweep_limits import AutotuneSettings
 
 log = logging.getLogger("studio")
 
@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--y-axis", help="a Y axis besides the X axis, of the same kinds: a grid per config")
     cmp_.add_argument("--y-values", default="", help="the Y axis values, e.g. 'circle,square' for prompt")
     tune = sub.add_parser("autotune", help="the fastest configuration that meets a quality floor")
+    tuned = AutotuneSettings()  # the auto-tuner's defaults: flags left out keep them
     request_args(tune)
-    rounds_arg(tune, 3)
+    rounds_arg(tune, tuned.rounds)
     tune.add_argument(
         "--technique",
         dest="techniques",
@@ -71,14 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--include-compile", action="store_true", help="also try torch_compile (slow to prepare)"
     )
-    floor = Floor()  # the floor's defaults: empty flags keep them
+    floor = tuned.floor
     for flag, words in (
         ("--min-psnr", f"dB against the baseline image (default {floor.min_psnr:g})"),
         ("--min-ssim", f"against the baseline image (default {floor.min_ssim:g})"),
         ("--fidelity-drop", f"tiny-shapes: max prompt-fidelity loss (default {floor.fidelity_drop:g})"),
     ):
         tune.add_argument(flag, type=float, help=words)
-    tune.add_argument("--confirm-rounds", type=int, default=5, help="interleaved baseline/winner rounds")
+    tune.add_argument(
+        "--confirm-rounds",
+        type=int,
+        help=f"interleaved baseline/winner rounds (default {tuned.confirm_rounds})",
+    )
     for name, text in (
         ("profile", "where the time of one denoising step goes (logged as a run)"),
         ("estimate", "will it fit: the peak memory a generate should reach, before it runs"),
@@ -176,7 +181,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_autotune(args: argparse.Namespace) -> int:
     from studio.engine import Studio
-    from studio.request import AutotuneSettings, request_from_args
+    from studio.request import request_from_args
     from studio.sweeps import autotune
 
     request = request_from_args(args)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines import registry
 from studio import checks
 from studio.errors import ValidationError
 from studio.request.configs import parse_opts
-from studio.request.generation import GenerationRequest
 from studio.request.quality_floor import Floor
+
+if TYPE_CHECKING:  # annotations only: the settings' defaults import without torch (the CLI's --help)
+    from studio.request.generation import GenerationRequest
 
 MAX_CONFIGS = 16  # configurations in one Compare (the baseline included)
 MAX_WARMUP = 10

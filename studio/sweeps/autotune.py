@@ -61,6 +61,7 @@ def pareto(rows: list[dict[str, Any]], key: str, better_high: bool) -> list[str]
     ]
 
 
+TUNED = AutotuneSettings()  # the defaults of `run_autotune`'s options: the settings' own
 STAGE_TITLES = {
     "single": "measuring each technique alone",
     "combination": "trying a combination",
@@ -148,12 +149,12 @@ def run_autotune(
     studio: Studio,
     request: GenerationRequest,
     *,
-    floor: Floor = Floor(),
+    floor: Floor = TUNED.floor,
     techniques: list[str] | None = None,
     include_compile: bool = False,
-    warmup: int = 1,
-    rounds: int = 3,
-    confirm_rounds: int = 5,
+    warmup: int = TUNED.warmup,
+    rounds: int = TUNED.rounds,
+    confirm_rounds: int = TUNED.confirm_rounds,
     progress: Progress | None = None,
     should_stop: StopFn | None = None,
 ) -> AutotuneResult:

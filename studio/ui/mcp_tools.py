@@ -36,7 +36,6 @@ from studio.errors import ValidationError
 from studio.request import AutotuneSettings, HistoryFilter, build_request, pick_fields, validate_counts
 from studio.request.axes import parse_axes
 from studio.request.fields import REQUEST_FIELDS, REQUIRED
-from studio.request.quality_floor import Floor
 from studio.sweeps import autotune as autotune_mod
 from studio.sweeps import xy
 from studio.sweeps.compare import DEFAULT_ROUNDS, run_compare
@@ -61,7 +60,8 @@ class Param:
     doc: str
 
 
-FLOOR = Floor()  # the floor's defaults, which autotune's parameters show
+TUNED = AutotuneSettings()  # the auto-tuner's defaults, which autotune's parameters show
+FLOOR = TUNED.floor
 TOOL_DEFAULTS = {"model": DEFAULT_MODEL}  # an agent may leave the model out: the bundled one
 # The request's fields as the tools' parameters: the table's types, defaults and documentation
 FIELDS = {
@@ -127,9 +127,14 @@ AUTOTUNE = (
         FLOOR.fidelity_drop,
         "tiny-shapes only: the largest prompt-fidelity loss allowed.",
     ),
-    Param("warmup", int, 1, "Untimed calls per configuration."),
-    Param("rounds", int, 3, "Timed calls per configuration in the search."),
-    Param("confirm_rounds", int, 5, "Interleaved baseline/winner rounds that confirm the winner."),
+    Param("warmup", int, TUNED.warmup, "Untimed calls per configuration."),
+    Param("rounds", int, TUNED.rounds, "Timed calls per configuration in the search."),
+    Param(
+        "confirm_rounds",
+        int,
+        TUNED.confirm_rounds,
+        "Interleaved baseline/winner rounds that confirm the winner.",
+    ),
 )
 HISTORY = (
     Param("model", str | None, None, "Only runs of this model id."),

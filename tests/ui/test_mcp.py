@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from PIL import Image
 
 from studio.request.fields import REQUEST_FIELDS, REQUIRED
+from studio.request.sweep_limits import AutotuneSettings
 from studio.runlog import RunLog
 from studio.ui import launch_kwargs
 from studio.ui.mcp_tools import AUTOTUNE, COMPARE, GENERATE, TOOL_DEFAULTS
@@ -119,6 +120,18 @@ def test_the_tools_request_parameters_are_the_request_fields(server):
                 assert api[field.name]["parameter_default"] == json.loads(json.dumps(default)), where
     left_out = {f.name for f in REQUEST_FIELDS} - set(tools["generate"]["properties"])
     assert left_out == {"vae", "single_file_config"}
+
+
+def test_the_auto_tuners_defaults_are_the_same_in_the_form_and_the_tool(server):
+    """The Auto-tune form's values and the autotune tool's defaults are the auto-tuner's own
+    (`AutotuneSettings`): a user who leaves them gets the same search from either face."""
+    info = httpx.get(server.url + "gradio_api/info", timeout=30).json()["named_endpoints"]
+    tuned = AutotuneSettings()
+    expected = {**vars(tuned.floor), "warmup": tuned.warmup, "rounds": tuned.rounds}
+    expected.update(confirm_rounds=tuned.confirm_rounds)
+    for endpoint in ("/autotune", "/mcp_autotune"):
+        defaults = {p["parameter_name"]: p.get("parameter_default") for p in info[endpoint]["parameters"]}
+        assert {name: defaults[name] for name in expected} == expected, endpoint
 
 
 def test_system_says_what_this_machine_can_run(server):

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from studio.optimizations import availability
-from studio.request.quality_floor import Floor
+from studio.request.sweep_limits import AutotuneSettings
 from studio.ui import views
 from studio.ui.handlers.common import TECHNIQUE_BOXES
 from studio.ui.handlers.sweeps import MEASURED_AT
@@ -18,7 +18,8 @@ from studio.ui.raw_fields import RawNumber
 from studio.ui.views import MEMORY_TITLE
 from studio.ui.widgets import model_inputs, sweep_counts
 
-FLOOR = Floor()  # the form's floor: the floor's defaults
+TUNED = AutotuneSettings()  # the form's values: the auto-tuner's defaults
+FLOOR = TUNED.floor
 
 
 def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> None:
@@ -48,8 +49,10 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
         min_psnr = RawNumber(FLOOR.min_psnr, label="Min PSNR vs baseline (dB)")
         min_ssim = RawNumber(FLOOR.min_ssim, label="Min SSIM")
         fidelity_drop = RawNumber(FLOOR.fidelity_drop, label="Max prompt-fidelity drop (tiny-shapes)")
-        warmup, rounds = sweep_counts("tune", 3)
-        confirm = RawNumber(5, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm")
+        warmup, rounds = sweep_counts("tune", TUNED.rounds)
+        confirm = RawNumber(
+            TUNED.confirm_rounds, label="Confirmation rounds", precision=0, minimum=1, elem_id="tune-confirm"
+        )
         batch = RawNumber(1, label="Batch (images per prompt)", precision=0, minimum=1, elem_id="tune-batch")
     with gr.Row():
         go = gr.Button("Auto-tune", variant="primary", elem_id="tune-btn", scale=2)
