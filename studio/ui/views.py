@@ -59,6 +59,12 @@ def named(fn: Callable, components: dict[str, Any]) -> Callable:
     return by_component
 
 
+def filling(fn: Callable, components: dict[str, Any]) -> dict[str, Any]:
+    """An event's `fn` and `outputs` for `fn`, which returns its outputs by name (`named`): each component
+    listed once, `event(**filling(fn, components), inputs=...)`."""
+    return {"fn": named(fn, components), "outputs": list(components.values())}
+
+
 def refused_card(why: str) -> str:
     """The card of a run refused before it started (a bad value, techniques that cannot combine, a run that
     would not fit): the reason where the last run's card was."""
@@ -310,9 +316,9 @@ def autotune_outputs(result) -> dict[str, Any]:
     }
 
 
-def history_outputs(records: list[dict[str, Any]], csv_path: str, prompts: list[str]) -> tuple:
-    """History's table (a run's prompt as `prompts` gives it, its status, and a sweep's verdict where there is
-    one), plot and CSV."""
+def history_outputs(records: list[dict[str, Any]], csv_path: str, prompts: list[str]) -> dict[str, Any]:
+    """History's `table` (a run's prompt as `prompts` gives it, its status, and a sweep's verdict where there
+    is one), `plot` and `csv`."""
     first = (
         ("Run", lambda r: r["run_id"]),
         ("When", lambda r: (r["created_at"] or "")[5:19].replace("T", " ")),
@@ -330,7 +336,7 @@ def history_outputs(records: list[dict[str, Any]], csv_path: str, prompts: list[
     plot = pd.DataFrame({"time": times, "latency (s)": latency, "configuration": config})
     when = ["When"] if records else []  # the time on one line: the prompt and configuration wrap instead
     table = styled(table).format(lambda v: str(v).replace(" ", "\u00a0"), subset=when)
-    return table, gr.update(value=plot, x_axis_format=time_format(times)), csv_path
+    return {"table": table, "plot": gr.update(value=plot, x_axis_format=time_format(times)), "csv": csv_path}
 
 
 def time_format(times: pd.DatetimeIndex) -> str:

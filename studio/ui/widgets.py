@@ -22,10 +22,7 @@ from studio.ui.handlers.common import (
     unavailable_list,
 )
 from studio.ui.raw_fields import RawNumber
-from studio.ui.views import named
-
-# What `model_inputs` returns, by the request's field names (`custom_model`: the text beside the menu).
-MODEL_INPUTS = ("model", "custom_model", "device", "prompt", "seed", "steps", "guidance", "width", "height")
+from studio.ui.views import filling
 
 
 def generation_concurrency() -> int:
@@ -82,18 +79,16 @@ def model_inputs(prefix: str) -> dict[str, Any]:
     # Load from image, a card's winner) sets the model and keeps its own steps, size and prompt.
     numbers = {"steps": steps, "guidance": guidance, "width": width, "height": height}
     defaults = {**numbers, "prompt": prompt}
-    model.input(
-        named(model_defaults, defaults), [model, custom], list(defaults.values()), api_visibility="private"
-    )
+    model.input(**filling(model_defaults, defaults), inputs=[model, custom], api_visibility="private")
     Context.root_block.load(  # what the page shows: the model's own, filled in (the API's default: empty)
-        named(model_numbers, numbers),
-        [model, custom],
-        list(numbers.values()),
+        **filling(model_numbers, numbers),
+        inputs=[model, custom],
         queue=False,
         api_visibility="private",
     )
-    components = (model, custom, device, prompt, seed, steps, guidance, width, height)
-    return dict(zip(MODEL_INPUTS, components, strict=True))
+    # by the request's field names (`custom_model`: the text beside the menu), in the API's order
+    chosen = {"model": model, "custom_model": custom, "device": device}
+    return {**chosen, "prompt": prompt, "seed": seed, **numbers}
 
 
 def technique_groups() -> tuple[list[gr.CheckboxGroup], list[gr.Accordion], list[gr.Markdown]]:

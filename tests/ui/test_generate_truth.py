@@ -107,7 +107,7 @@ def test_history_shows_a_verdict_only_where_a_sweep_gave_one_and_names_the_run_i
     run = studio.generate(tiny.request(["vae_slicing"], steps=2))
     single = [report.log_record(r) for r in studio.history(HistoryFilter(limit=5))]
     swept = {**single[0], "run_id": single[0]["run_id"] + 1, "verdict": "faster", "speedup": 1.4}
-    table = views.history_outputs([swept, *single], "runs.csv", ["a swept prompt", tiny.PROMPT])[0].data
+    table = views.history_outputs([swept, *single], "runs.csv", ["a swept prompt", tiny.PROMPT])["table"].data
     assert list(table["Verdict"]) == ["faster", "–"] and list(table["Status"]) == ["ok", "ok"]
     assert list(table["Prompt"]) == ["a swept prompt", tiny.PROMPT]
     history = build_history_handlers(studio)

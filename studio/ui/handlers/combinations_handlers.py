@@ -4,7 +4,7 @@ baseline in the same interleaved rounds (`studio.sweeps.combinations`). It repor
 `gr.Progress`; the tab's Cancel stops it at the next denoising step and what it measured until then is shown.
 
 It takes the request's fields by name (`**fields`, read by `form_request`), as the sweeps' handlers do, and
-returns what it fills by name (`OUTPUTS`: the tab names its components the same, `studio.ui.views.named`)."""
+returns what it fills by name (the tab names its components the same, `studio.ui.views.filling`)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,6 @@ from studio.ui.handlers.common import (
 )
 from studio.ui.handlers.sweeps import STOPPING
 
-# What the tab fills, by name, in the order of its endpoint's outputs (a client's tuple is this order, less
-# the layout entry `results`).
-OUTPUTS = ("results", "summary", "table", "reasons", "combinations")
 # A cell's background by what became of it: faster or slower beyond noise, refused, failed (else none).
 LEGEND = (
     "Each cell: speedup over the baseline (×; ≈ within noise) / PSNR of its image against the baseline's; "

@@ -27,7 +27,6 @@ from studio.ui.handlers.generate import filled
 
 TIMELINE_INPUTS = ("model", "config", "steps", "width", "height", "batch", "device")
 HISTORY = ("table", "plot", "csv")  # the view of the runs `/history` answers, then their records
-TIMELINE = ("table", "plot", "markdown", "eras")  # what `/timeline` answers, in this order
 ERA_COLUMNS = ("Era", "Runs", "When", "Versions", "s / image", "Host busy", "Against the era before")
 
 
@@ -110,7 +109,7 @@ class HistoryHandlers:
         rows = self.studio.history(HistoryFilter.of(filters))
         records = [report.log_record(r) for r in rows]
         shown = views.history_outputs(records, exports.csv_file(records), gallery_views.table_prompts(rows))
-        return {"rows": rows, "records": records, **dict(zip(HISTORY, shown, strict=True))}
+        return {"rows": rows, "records": records, **shown}
 
     @engine_errors
     def history(self, model="", device="", status="", technique="", since="", limit=200) -> dict[str, Any]:
@@ -192,9 +191,9 @@ class HistoryHandlers:
         return self.announced(validate_run_id(run_id))
 
     def timeline_of(self, given: dict[str, Any]) -> dict[str, Any]:
-        """A configuration's timeline on this machine, by output name (`TIMELINE`), from a handler's
-        arguments (`TIMELINE_INPUTS` taken by name): a sentence in place of the Markdown block when the run
-        log holds no such run."""
+        """A configuration's timeline on this machine, by output name (`table`, `plot`, `markdown`, `eras`),
+        from a handler's arguments (`TIMELINE_INPUTS` taken by name): a sentence in place of the Markdown
+        block when the run log holds no such run."""
         request = speed_timeline.timeline_request(**{name: given[name] for name in TIMELINE_INPUTS})
         hardware = devices.detect().summary()
         eras = self.studio.timeline(request, hardware)

@@ -1,7 +1,7 @@
 """Profile's handlers: `/profile`, where the time of one denoising step goes (logged as a run), and its tab's
 Cancel. It takes the request's fields by name (`**fields`, read by `form_request`), passed by the tab with
-`inputs_kwargs`, and returns what it fills by name (`OUTPUTS`: the tab names its components the same,
-`studio.ui.views.named`).
+`inputs_kwargs`, and returns what it fills by name (the tab names its components the same,
+`studio.ui.views.filling`).
 
 A profile is one short call (three steps) that the engine cannot stop part-way: with the sessions' cancel
 flags (`cancels`), a Cancel stops a Profile that waits in the queue before it starts, and a running one ends
@@ -29,9 +29,6 @@ from studio.ui.handlers.common import (
 
 CANNOT_STOP = "A Profile runs three steps and cannot stop part-way: it ends on its own in a moment."
 STOPPING = "A Profile waiting in the queue will not start; one already profiling ends after its third step."
-# What the tab fills, by name, in the order of its endpoint's outputs (a client's tuple is this order, less
-# the layout entry `results`).
-OUTPUTS = ("summary", "chart", "ops", "kinds", "record", "results")
 
 
 def profile_outputs(data: dict) -> dict[str, Any]:

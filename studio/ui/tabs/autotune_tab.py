@@ -107,12 +107,11 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
     outputs.update(memory_plot=memory, result=data, winner=winner, apply=apply)
     wire_job(
         (go, stop, status),
-        views.named(handlers["autotune"], outputs),
+        **views.filling(handlers["autotune"], outputs),
         reserve=handlers["autotune_reserve"],
         cancel=handlers["autotune_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs=inputs,
-        outputs=list(outputs.values()),
         api_name="autotune",
     )
     # What a winner fills (`apply_winner`), by name: Generate's precision, technique boxes, settings and the
@@ -123,9 +122,8 @@ def autotune_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> Non
     targets.update({"settings": generate["settings"], **{n: by_id[f"gen-{n}"] for n in MEASURED_AT}})
     targets["tabs"] = tabs
     apply.click(
-        views.named(handlers["apply_winner"], targets),
-        winner,
-        list(targets.values()),
+        **views.filling(handlers["apply_winner"], targets),
+        inputs=winner,
         queue=False,
         api_visibility="private",
     )

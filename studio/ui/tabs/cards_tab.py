@@ -112,12 +112,11 @@ def cards_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.T
     outputs.update(regression=regression)
     wire_job(
         (go, stop, status),
-        views.named(handlers["cards"], outputs),
+        **views.filling(handlers["cards"], outputs),
         reserve=handlers["cards_reserve"],
         cancel=handlers["cards_cancel"],
         stopping=STOPPING,
         inputs_kwargs=inputs,
-        outputs=list(outputs.values()),
         api_name="cards",
     )
     form = list(inputs.values())  # in the order `cards_plan` takes them
@@ -126,9 +125,8 @@ def cards_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.T
     device.change(handlers["cards_models"], [device, models], models, queue=False, api_visibility="private")
     filled = {**generate["filled"], "tabs": tabs}  # what a winner fills in Generate's form, by name
     use.click(
-        views.named(handlers["use_card_winner"], filled),
-        [data, chosen],
-        list(filled.values()),
+        **views.filling(handlers["use_card_winner"], filled),
+        inputs=[data, chosen],
         queue=False,
         api_visibility="private",
     )
@@ -159,14 +157,13 @@ def cards_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.T
     loaded = gr.State([])  # the cards behind the tables, for the winners menu
     # What `/machines` fills, by name, in the order of its outputs (a client gets all but `cards`, a State).
     shown = {"tables": tables, "notes": notes, "machines": found, "cards": loaded}
-    view = {"fn": views.named(handlers["machines"], shown), "inputs": source, "outputs": list(shown.values())}
+    view = {**views.filling(handlers["machines"], shown), "inputs": source}
     load.click(**view, api_name="machines")
     tab.select(**view, api_visibility="private")
     loaded.change(handlers["machines_menu"], loaded, [pick, apply], queue=False, api_visibility="private")
     apply.click(
-        views.named(handlers["use_card_winner"], filled),
-        [loaded, pick],
-        list(filled.values()),
+        **views.filling(handlers["use_card_winner"], filled),
+        inputs=[loaded, pick],
         queue=False,
         api_visibility="private",
     )
@@ -174,18 +171,16 @@ def cards_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr.T
     data.change(handlers["winners_menu"], data, [chosen, use], queue=False, api_visibility="private")
     data.change(**view, api_visibility="private")
     regression.change(
-        views.named(handlers["regression_view"], after_run),
-        regression,
-        list(after_run.values()),
+        **views.filling(handlers["regression_view"], after_run),
+        inputs=regression,
         queue=False,
         api_visibility="private",
     )
     menus = {"fn": handlers["cards_menus"], "outputs": [before, after], "api_visibility": "private"}
     gr.on([tab.select, data.change], **menus, queue=False)
     compare.click(
-        views.named(handlers["compare_cards"], two_cards),
-        [before, after],
-        list(two_cards.values()),
+        **views.filling(handlers["compare_cards"], two_cards),
+        inputs=[before, after],
         api_visibility="private",
     )
 

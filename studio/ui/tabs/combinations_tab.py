@@ -8,7 +8,7 @@ from __future__ import annotations
 import gradio as gr
 
 from studio.ui import views
-from studio.ui.handlers.combinations_handlers import OUTPUTS, combinations_choices
+from studio.ui.handlers.combinations_handlers import combinations_choices
 from studio.ui.handlers.common import DEFAULT_MODEL
 from studio.ui.handlers.sweeps import STOPPING as SWEEP_STOPPING
 from studio.ui.progress_views import status_area, wire_job
@@ -66,16 +66,16 @@ def combinations_tab(handlers: dict) -> None:
         why = gr.Markdown(label="Why", show_label=False, elem_id="combinations-reasons")
         with gr.Accordion("The combinations as the API returns them", open=False):
             data = gr.JSON(label="Combinations")
-    outputs = dict(zip(OUTPUTS, (results, summary, table, why, data), strict=True))
+    # What /combinations fills, by name, in the order of its outputs (a client gets all but `results`).
+    outputs = {"results": results, "summary": summary, "table": table, "reasons": why, "combinations": data}
     inputs = {**fields, "techniques": techniques, "include_compile": include, "max_cells": max_cells}
     wire_job(
         (go, stop, status),
-        views.named(handlers["combinations"], outputs),
+        **views.filling(handlers["combinations"], outputs),
         reserve=handlers["combinations_reserve"],
         cancel=handlers["combinations_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs={**inputs, "warmup": warmup, "rounds": rounds},
-        outputs=list(outputs.values()),
         api_name="combinations",
     )
     model, custom = fields["model"], fields["custom_model"]

@@ -157,12 +157,11 @@ def compare_tab(handlers: dict) -> None:
     outputs.update(psnr_map=psnr_heat, throughput=throughput, peak_memory=peak, rows=rows)
     wire_job(
         (go, stop, status),
-        views.named(handlers["compare"], outputs),
+        **views.filling(handlers["compare"], outputs),
         reserve=handlers["compare_reserve"],
         cancel=handlers["compare_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs=inputs,
-        outputs=list(outputs.values()),
         api_name="compare",
     )
     model, custom = fields["model"], fields["custom_model"]
@@ -201,11 +200,10 @@ def ladder_tab(handlers: dict) -> None:
     outputs = {"results": results, "headline": md, "table": table, "rows": rows}  # `views.ladder_outputs`
     wire_job(
         (go, stop, status),
-        views.named(handlers["ladder"], outputs),
+        **views.filling(handlers["ladder"], outputs),
         reserve=handlers["ladder_reserve"],
         cancel=handlers["ladder_cancel"],
         stopping=SWEEP_STOPPING,
         inputs_kwargs={**fields, "warmup": warmup, "rounds": rounds, "batch": batch},
-        outputs=list(outputs.values()),
         api_name="ladder",
     )

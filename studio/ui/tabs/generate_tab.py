@@ -22,7 +22,7 @@ from studio.ui.handlers.common import (
 from studio.ui.handlers.generate import STOPPING
 from studio.ui.progress_views import clears_toasts, wire_cancel
 from studio.ui.raw_fields import RawNumber
-from studio.ui.views import named
+from studio.ui.views import filling
 from studio.ui.widgets import (
     generation_queue,
     lora_picker,
@@ -123,8 +123,8 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     generation = generation_queue()
     shown = {"image": image, "card": card, "metrics": metrics, "loaded": loaded_run, "batch": each_image}
     run_form = {
+        **filling(handlers["generate_form"], shown),
         "inputs_kwargs": form,
-        "outputs": list(shown.values()),
         "api_visibility": "private",
         "show_progress_on": [image],
         **generation,
@@ -132,7 +132,6 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     # The cancel flag is made at the click, outside the queue: a Cancel while the run waits is not lost.
     clears_toasts(go)
     event = go.click(handlers["generate_reserve"], None, None, queue=False, api_visibility="private").then(
-        named(handlers["generate_form"], shown),
         api_name="generate_form",  # the private events' own names: /generate is the API's
         **run_form,
     )
@@ -155,7 +154,7 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     event.failure(handlers["retry_offer"], None, [retry, advice], queue=False, api_visibility="private")
     again = retry.click(
         handlers["apply_advice"], [advice, boxes[1]], [retry, boxes[1]], queue=False, api_visibility="private"
-    ).then(named(handlers["generate_form"], shown), api_name="generate_retry", **run_form)
+    ).then(api_name="generate_retry", **run_form)
     # after each run: a refusal's toast (the card says it too), and the first call's note as it is now
     note = {"inputs_kwargs": form, "outputs": first_note, "queue": False, "api_visibility": "private"}
     for run in (event, again):
@@ -180,16 +179,13 @@ def generate_tab(handlers: dict) -> dict[str, Any]:
     )
     model, custom = fields["model"], fields["custom_model"]
     parts = dict(zip(TECHNIQUE_PARTS, [*boxes, *folds, *lists], strict=True))
-    redraw = {"inputs": [model, custom, *boxes], "outputs": list(parts.values()), "queue": False}
-    model.change(named(techniques_for_model, parts), **redraw, api_visibility="private")
-    custom.blur(named(techniques_for_model, parts), **redraw, api_visibility="private")
+    redraw = {**filling(techniques_for_model, parts), "inputs": [model, custom, *boxes], "queue": False}
+    model.change(**redraw, api_visibility="private")
+    custom.blur(**redraw, api_visibility="private")
     filled = {name: form[name] for name in FILLED}  # what a logged run or an image fills, by name
     targets = list(filled.values())
     png.upload(
-        named(handlers["load_image"], {**filled, "note": loaded}),
-        png,
-        [*targets, loaded],
-        api_visibility="private",
+        **filling(handlers["load_image"], {**filled, "note": loaded}), inputs=png, api_visibility="private"
     ).then(None, js=SHOW_FORM, queue=False, api_visibility="private")  # what it filled, in sight
     found = gr.JSON(visible=False, label="Image settings")
     gr.Button(visible=False).click(handlers["read_image"], png, found, api_name="read_image")

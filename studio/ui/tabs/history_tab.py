@@ -14,9 +14,9 @@ from studio import visitors
 from studio.optimizations import REGISTRY
 from studio.ui.gallery_views import GALLERY_SIZE, LARGE_SIDE, NOTHING_PICKED
 from studio.ui.handlers.common import DEFAULT_MODEL
-from studio.ui.handlers.history import ERA_COLUMNS, TIMELINE
+from studio.ui.handlers.history import ERA_COLUMNS
 from studio.ui.raw_fields import RawNumber
-from studio.ui.views import named
+from studio.ui.views import filling
 
 STATUSES = ("", "ok", "failed", "cancelled", "interrupted", "running")
 SPEED_READ_ME = (
@@ -75,18 +75,16 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     filters = [model, device, status, technique, since, limit]
     # The form answers a bad filter with a sentence (`note`) and keeps its view; the API's /history raises it.
     viewed = {"table": table, "plot": plot, "csv": csv_file, "note": note, **gallery}
-    form_view, view = named(handlers["history_form"], viewed), list(viewed.values())
-    refresh.click(form_view, filters, view, api_visibility="private")
-    tab.select(form_view, filters, view, api_visibility="private")
+    form_view = {**filling(handlers["history_form"], viewed), "inputs": filters, "api_visibility": "private"}
+    refresh.click(**form_view)
+    tab.select(**form_view)
     for picked in (status, technique):  # a filter picked from a list applies at once; typed ones on Enter
-        picked.input(form_view, filters, view, api_visibility="private")
+        picked.input(**form_view)
     for typed in (model, device, since, limit):
-        typed.submit(form_view, filters, view, api_visibility="private")
+        typed.submit(**form_view)
     records = gr.JSON(visible=False, label="records")  # the API's: the runs in the shared vocabulary
     answer = {"table": table, "plot": plot, "csv": csv_file, "records": records}
-    gr.Button(visible=False).click(
-        named(handlers["history"], answer), filters, list(answer.values()), api_name="history"
-    )
+    gr.Button(visible=False).click(**filling(handlers["history"], answer), inputs=filters, api_name="history")
     # A download button downloads the file it holds when clicked, then its handler makes the next one: each
     # is given its file when the tab opens, so the first click downloads.
     db_btn.click(handlers["export_db"], None, db_btn, api_name="export_db")
@@ -99,17 +97,15 @@ def history_tab(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs, tab: gr
     keep_btn.click(hidden_row, None, confirm_row, queue=False, api_visibility="private")
     confirm_btn.click(handlers["forget_my_history"], None, forgotten, api_name="forget_my_history").then(
         hidden_row, None, confirm_row, queue=False, api_visibility="private"
-    ).then(form_view, filters, view, api_visibility="private")
+    ).then(**form_view)
     tab.select(handlers["visitor_note"], None, whose, api_visibility="private")
     run_id = RawNumber(visible=False, precision=0, label="run_id")
     form = {**generate["filled"], "tabs": tabs}
     gr.Button(visible=False).click(
-        named(handlers["load_config"], form), run_id, list(form.values()), api_name="load_config"
+        **filling(handlers["load_config"], form), inputs=run_id, api_name="load_config"
     )
     picked = {**form, "loaded": generate["loaded_run"]}
-    table.select(
-        named(handlers["load_selected"], picked), table, list(picked.values()), api_visibility="private"
-    )
+    table.select(**filling(handlers["load_selected"], picked), inputs=table, api_visibility="private")
     speed_over_versions(handlers)
 
 
@@ -146,17 +142,11 @@ def images_of_runs(handlers: dict, generate: dict[str, Any], tabs: gr.Tabs) -> d
     images = gr.State([])  # the run behind each thumbnail and the image's place in it
     picked_run = gr.State(None)  # the run of the picked image, for the buttons
     shown = {"large": large, "picked": picked, "picked_run": picked_run, "reuse": reuse, "send": send}
-    gallery.select(
-        named(handlers["pick_image"], shown), images, list(shown.values()), api_visibility="private"
-    )
+    gallery.select(**filling(handlers["pick_image"], shown), inputs=images, api_visibility="private")
     seed = {"seed": generate["filled"]["seed"], "loaded": generate["loaded_run"], "tabs": tabs}
-    reuse.click(
-        named(handlers["reuse_seed"], seed), picked_run, list(seed.values()), api_visibility="private"
-    )
+    reuse.click(**filling(handlers["reuse_seed"], seed), inputs=picked_run, api_visibility="private")
     form = {**generate["filled"], "loaded": generate["loaded_run"], "tabs": tabs}
-    send.click(
-        named(handlers["send_picked"], form), picked_run, list(form.values()), api_visibility="private"
-    )
+    send.click(**filling(handlers["send_picked"], form), inputs=picked_run, api_visibility="private")
     return {"gallery": gallery, "images": images, **shown}
 
 
@@ -216,10 +206,8 @@ def speed_over_versions(handlers: dict) -> None:
             )
     form = [model, config, steps, width, height, batch, device]
     shown = {"table": table, "plot": plot, "markdown": markdown}
-    view = named(handlers["timeline_form"], {**shown, "note": note, "results": results})
-    go.click(view, form, [*shown.values(), note, results], api_visibility="private")
+    view = {**shown, "note": note, "results": results}
+    go.click(**filling(handlers["timeline_form"], view), inputs=form, api_visibility="private")
     eras = gr.JSON(visible=False, label="eras")  # the API's: each era as `Era.as_json` writes it
-    answer = dict(zip(TIMELINE, (table, plot, markdown, eras), strict=True))
-    gr.Button(visible=False).click(
-        named(handlers["timeline"], answer), form, list(answer.values()), api_name="timeline"
-    )
+    answer = {"table": table, "plot": plot, "markdown": markdown, "eras": eras}  # /timeline's, in this order
+    gr.Button(visible=False).click(**filling(handlers["timeline"], answer), inputs=form, api_name="timeline")

@@ -10,7 +10,6 @@ from studio.optimizations import availability
 from studio.request import PRECISIONS
 from studio.ui import views
 from studio.ui.handlers.common import GROUPS, in_form_order, techniques_by_group
-from studio.ui.handlers.profile import OUTPUTS
 from studio.ui.handlers.profile import STOPPING as PROFILE_STOPPING
 from studio.ui.progress_views import status_area, wire_job
 from studio.ui.raw_fields import RawNumber
@@ -71,14 +70,15 @@ def profile_tab(handlers: dict) -> None:
         with gr.Accordion("Profile as the API returns it", open=False):
             record = gr.JSON(label="Profile")
     inputs = in_form_order({**fields, "precision": precision, "optimizations": techniques})
-    outputs = dict(zip(OUTPUTS, (summary, chart, ops, kinds, record, results), strict=True))
+    # What /profile fills, by name, in the order of its outputs (a client gets all but `results`, the layout).
+    outputs = {"summary": summary, "chart": chart, "ops": ops, "kinds": kinds, "record": record}
+    outputs.update(results=results)
     wire_job(
         (go, stop, status),
-        views.named(handlers["profile"], outputs),
+        **views.filling(handlers["profile"], outputs),
         reserve=handlers["profile_reserve"],
         cancel=handlers["profile_cancel"],
         stopping=PROFILE_STOPPING,
         inputs_kwargs={**inputs, "batch": batch, "settings": settings},
-        outputs=list(outputs.values()),
         api_name="profile",
     )

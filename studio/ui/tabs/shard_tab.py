@@ -7,7 +7,7 @@ import gradio as gr
 
 from pipelines.registry import SPECS
 from studio.ui.handlers.common import DEFAULT_MODEL
-from studio.ui.views import named
+from studio.ui.views import filling
 from studio.ui.widgets import generation_queue
 
 
@@ -38,9 +38,8 @@ def shard_tab(handlers: dict, generate: dict, tabs: gr.Tabs) -> None:
     inputs = [model, custom, name, size]
     shown = {"report": report, "table": table, "note": note}
     go.click(
-        named(handlers["shard_form"], shown),
-        inputs,
-        list(shown.values()),
+        **filling(handlers["shard_form"], shown),
+        inputs=inputs,
         api_visibility="private",
         **generation_queue(),
     )
